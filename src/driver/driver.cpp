@@ -1,0 +1,162 @@
+// Opening the driver and resolving the entry-point table.
+//
+// Resolution order for each entry: the driver's cuGetProcAddress_v2 with the
+// driver's own version (clamped to the headers'), so that "cuMemAlloc" yields
+// cuMemAlloc_v2 exactly as cudart would get it; then the exported symbol.
+#include "driver/driver.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace tidepool::driver {
+
+namespace {
+
+void* plain_dlsym(void* handle, const char* name) { return ::dlsym(handle, name); }
+
+}  // namespace
+
+std::string default_driver_path() {
+  const char* env = std::getenv("TIDEPOOL_CUDA_LIB");
+  if (env != nullptr && *env != '\0') return env;
+  return "libcuda.so.1";
+}
+
+util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, SymbolLookup lookup) {
+  if (lookup == nullptr) lookup = &plain_dlsym;
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return util::Status(util::Error::driver_missing, "cannot dlopen the CUDA driver library");
+  }
+  std::unique_ptr<Driver> driver(new Driver());
+  driver->handle_ = handle;
+  driver->path_ = path;
+  Api& api = driver->api_;
+
+  api.driverGetVersion =
+      reinterpret_cast<decltype(api.driverGetVersion)>(lookup(handle, "cuDriverGetVersion"));
+  if (api.driverGetVersion == nullptr || api.driverGetVersion(&driver->version_) != CUDA_SUCCESS) {
+    return util::Status(util::Error::driver_error, "the driver library has no working cuDriverGetVersion");
+  }
+  const int request_version = std::min(driver->version_, CUDA_VERSION);
+
+  api.getProcAddress =
+      reinterpret_cast<decltype(api.getProcAddress)>(lookup(handle, "cuGetProcAddress_v2"));
+
+  auto resolve = [&](const char* name, const char* symbol) -> void* {
+    if (api.getProcAddress != nullptr) {
+      void* fn = nullptr;
+      CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      if (api.getProcAddress(name, &fn, request_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
+              CUDA_SUCCESS &&
+          found == CU_GET_PROC_ADDRESS_SUCCESS && fn != nullptr) {
+        return fn;
+      }
+    }
+    return lookup(handle, symbol);
+  };
+#define TIDEPOOL_RESOLVE_ENTRY(field, name, symbol) \
+  api.field = reinterpret_cast<decltype(api.field)>(resolve(name, #symbol));
+  TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_RESOLVE_ENTRY)
+#undef TIDEPOOL_RESOLVE_ENTRY
+
+  // Without these nothing tidepool does can work.
+  if (api.init == nullptr || api.deviceGet == nullptr || api.deviceGetAttribute == nullptr ||
+      api.devicePrimaryCtxRetain == nullptr || api.ctxGetCurrent == nullptr ||
+      api.ctxSetCurrent == nullptr || api.memAlloc == nullptr || api.memFree == nullptr ||
+      api.memGetInfo == nullptr || api.streamSynchronize == nullptr || api.eventCreate == nullptr ||
+      api.eventRecord == nullptr || api.eventQuery == nullptr) {
+    return util::Status(util::Error::driver_error, "the driver library lacks required entry points");
+  }
+  return driver;
+}
+
+Driver::~Driver() {
+  // The handle is deliberately not closed: other code in the process (cudart,
+  // the program) shares the same loaded driver, and callbacks may still run.
+}
+
+util::Status check(CUresult result, const char* what) noexcept {
+  switch (result) {
+    case CUDA_SUCCESS:
+      return util::Status::success();
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return {util::Error::out_of_memory, what, result};
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+      return {util::Error::invalid_value, what, result};
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return {util::Error::not_supported, what, result};
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_INVALID_CONTEXT:
+      return {util::Error::not_initialized, what, result};
+    default:
+      return {util::Error::driver_error, what, result};
+  }
+}
+
+util::Result<Capabilities> probe(const Driver& driver, int device) {
+  const Api& api = driver.api();
+  Capabilities caps;
+  caps.device = device;
+  if (auto s = check(api.init(0), "cuInit"); !s) return s;
+  CUdevice dev = 0;
+  if (auto s = check(api.deviceGet(&dev, device), "cuDeviceGet"); !s) return s;
+
+  auto attribute = [&](CUdevice_attribute attr) {
+    int value = 0;
+    return api.deviceGetAttribute(&value, attr, dev) == CUDA_SUCCESS ? value : 0;
+  };
+  const bool vmm_entries = api.memAddressReserve != nullptr && api.memCreate != nullptr &&
+                           api.memMap != nullptr && api.memUnmap != nullptr &&
+                           api.memSetAccess != nullptr && api.memRelease != nullptr &&
+                           api.memAddressFree != nullptr &&
+                           api.memGetAllocationGranularity != nullptr;
+  caps.vmm = vmm_entries && attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+  caps.host_vmm = caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+  caps.host_numa_vmm =
+      caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+  {
+    int numa = -1;
+    if (api.deviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) == CUDA_SUCCESS) {
+      caps.host_numa_id = numa;
+    }
+  }
+
+  if (caps.vmm) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    std::size_t granularity = 0;
+    if (api.memGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+            CUDA_SUCCESS &&
+        granularity != 0) {
+      caps.granularity = granularity;
+    } else {
+      caps.vmm = caps.host_vmm = caps.host_numa_vmm = false;
+    }
+  }
+
+  if (api.deviceTotalMem != nullptr) {
+    std::size_t total = 0;
+    if (api.deviceTotalMem(&total, dev) == CUDA_SUCCESS) caps.total_bytes = total;
+  }
+  // cuMemGetInfo needs a context; use the current one or retain the primary.
+  CUcontext current = nullptr;
+  api.ctxGetCurrent(&current);
+  if (current != nullptr) {
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (api.memGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
+      caps.free_bytes = free_bytes;
+      if (caps.total_bytes == 0) caps.total_bytes = total_bytes;
+    }
+  }
+  return caps;
+}
+
+}  // namespace tidepool::driver

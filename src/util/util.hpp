@@ -1,0 +1,7 @@
+// The util layer's one header: what the layers above may use from util.
+// util knows nothing of CUDA.
+#pragma once
+
+#include "util/spin_lock.hpp"
+#include "util/status.hpp"
+#include "util/units.hpp"
