@@ -1,0 +1,90 @@
+/* tidepool: the public C API.
+ *
+ * Link against libtidepool.so (or preload it) and call these to allocate
+ * device memory from tidepool's pool directly, read its statistics, set the
+ * device budget and trim the cache. Every function is safe to call from any
+ * thread, never throws, never prints to stdout, and reports failure through
+ * its return value. Streams are CUstream / cudaStream_t values passed as
+ * void*; 0 is the legacy default stream.
+ */
+#ifndef TIDEPOOL_TIDEPOOL_H
+#define TIDEPOOL_TIDEPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TIDEPOOL_API __attribute__((visibility("default")))
+#else
+#define TIDEPOOL_API
+#endif
+
+typedef enum tidepool_status {
+  TIDEPOOL_OK = 0,
+  TIDEPOOL_ERROR_OUT_OF_MEMORY = 1,
+  TIDEPOOL_ERROR_INVALID_VALUE = 2,
+  TIDEPOOL_ERROR_NOT_SUPPORTED = 3,
+  TIDEPOOL_ERROR_NOT_INITIALIZED = 4,
+  TIDEPOOL_ERROR_DRIVER = 5,
+  TIDEPOOL_ERROR_BAD_CONFIG = 6,
+  TIDEPOOL_ERROR_IO = 7
+} tidepool_status;
+
+/* Per-device statistics. Byte counts are of requested sizes unless named
+ * otherwise; reserved bytes are physical device memory held by the pool. */
+typedef struct tidepool_stats {
+  uint64_t allocations;
+  uint64_t frees;
+  uint64_t live_bytes;
+  uint64_t peak_live_bytes;
+  uint64_t reserved_bytes;
+  uint64_t peak_reserved_bytes;
+  uint64_t internal_waste_bytes;   /* bytes handed out minus bytes requested, now */
+  uint64_t ooms;
+  uint64_t maps;
+  uint64_t unmaps;
+  uint64_t trims;
+  uint64_t passthrough_allocations;
+  double utilization;              /* peak_live_bytes / peak_reserved_bytes */
+  double external_fragmentation;   /* 1 - largest free block / free bytes, now */
+} tidepool_stats;
+
+/* "0.1.0" */
+TIDEPOOL_API const char* tidepool_version(void);
+/* A static, human-readable name for a status. */
+TIDEPOOL_API const char* tidepool_status_string(tidepool_status status);
+
+/* Allocates `size` bytes on `device` with cudaMalloc semantics: usable by any
+ * stream. A zero size yields a null pointer and TIDEPOOL_OK. */
+TIDEPOOL_API tidepool_status tidepool_malloc(void** ptr, size_t size, int device);
+/* Frees with cudaFree semantics: the memory is not reused until work queued
+ * before the call has finished. Freeing NULL is a no-op. */
+TIDEPOOL_API tidepool_status tidepool_free(void* ptr);
+
+/* Stream-ordered variants: reuse on `stream` is immediate, on other streams it
+ * waits for the work queued on `stream` before the free. */
+TIDEPOOL_API tidepool_status tidepool_malloc_async(void** ptr, size_t size, int device, void* stream);
+TIDEPOOL_API tidepool_status tidepool_free_async(void* ptr, void* stream);
+
+TIDEPOOL_API tidepool_status tidepool_get_stats(int device, tidepool_stats* stats);
+
+/* Writes the JSON report to `path`, or to the configured `report` path when
+ * `path` is NULL. */
+TIDEPOOL_API tidepool_status tidepool_report(const char* path);
+
+/* Sets the device budget in bytes (0 restores the default: what the device reports). */
+TIDEPOOL_API tidepool_status tidepool_set_device_limit(int device, size_t bytes);
+
+/* Releases cached physical memory the pool holds but does not use.
+ * `released` (may be NULL) receives the bytes given back to the driver. */
+TIDEPOOL_API tidepool_status tidepool_trim(int device, size_t* released);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDEPOOL_TIDEPOOL_H */
