@@ -14,7 +14,18 @@ namespace tidepool::driver {
 
 namespace {
 
-void* plain_dlsym(void* handle, const char* name) { return ::dlsym(handle, name); }
+// libc's dlsym, found without consulting any dlsym a preloaded library (our
+// own hook included) exports, so resolving the driver can never recurse.
+void* real_dlsym(void* handle, const char* name) {
+  using DlsymFn = void* (*)(void*, const char*);
+  static const DlsymFn real = [] {
+    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+      if (void* fn = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(fn);
+    }
+    return static_cast<DlsymFn>(&::dlsym);
+  }();
+  return real(handle, name);
+}
 
 }  // namespace
 
@@ -25,7 +36,7 @@ std::string default_driver_path() {
 }
 
 util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, SymbolLookup lookup) {
-  if (lookup == nullptr) lookup = &plain_dlsym;
+  if (lookup == nullptr) lookup = &real_dlsym;
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     return util::Status(util::Error::driver_missing, "cannot dlopen the CUDA driver library");

@@ -80,3 +80,5 @@ struct Capabilities {
 util::Result<Capabilities> probe(const Driver& driver, int device);
 
 }  // namespace tidepool::driver
+
+#include "driver/context.hpp"  // IWYU pragma: export

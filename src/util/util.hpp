@@ -2,6 +2,7 @@
 // util knows nothing of CUDA.
 #pragma once
 
+#include "util/address_map.hpp"
 #include "util/spin_lock.hpp"
 #include "util/status.hpp"
 #include "util/units.hpp"

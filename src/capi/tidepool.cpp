@@ -1,0 +1,149 @@
+// The C API of tidepool.h over the runtime: translate, call, translate back.
+// No exception escapes: each entry point catches everything at its boundary.
+#include <exception>
+#include <limits>
+
+#include "runtime/runtime.hpp"
+#include "tidepool/tidepool.h"
+
+namespace {
+
+using tidepool::runtime::Allocator;
+using tidepool::runtime::Runtime;
+using tidepool::util::Error;
+using tidepool::util::Status;
+
+tidepool_status to_c(const Status& status) {
+  switch (status.error()) {
+    case Error::ok: return TIDEPOOL_OK;
+    case Error::out_of_memory: return TIDEPOOL_ERROR_OUT_OF_MEMORY;
+    case Error::invalid_value: return TIDEPOOL_ERROR_INVALID_VALUE;
+    case Error::not_supported: return TIDEPOOL_ERROR_NOT_SUPPORTED;
+    case Error::not_initialized:
+    case Error::driver_missing: return TIDEPOOL_ERROR_NOT_INITIALIZED;
+    case Error::driver_error: return TIDEPOOL_ERROR_DRIVER;
+    case Error::bad_config: return TIDEPOOL_ERROR_BAD_CONFIG;
+    case Error::bad_input: return TIDEPOOL_ERROR_INVALID_VALUE;
+    case Error::io_error: return TIDEPOOL_ERROR_IO;
+  }
+  return TIDEPOOL_ERROR_DRIVER;
+}
+
+template <typename F>
+tidepool_status guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return TIDEPOOL_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    return TIDEPOOL_ERROR_DRIVER;
+  }
+}
+
+Allocator* allocator_or_status(int device, tidepool_status* status) {
+  Runtime& runtime = Runtime::get();
+  if (runtime.passthrough()) {
+    *status = runtime.config().passthrough ? TIDEPOOL_ERROR_BAD_CONFIG : TIDEPOOL_ERROR_NOT_INITIALIZED;
+    return nullptr;
+  }
+  Allocator* allocator = runtime.allocator(device);
+  if (allocator == nullptr) *status = TIDEPOOL_ERROR_INVALID_VALUE;
+  return allocator;
+}
+
+tidepool_status allocate(void** ptr, size_t size, int device, void* stream, bool ordered) {
+  if (ptr == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+  *ptr = nullptr;
+  tidepool_status status = TIDEPOOL_OK;
+  Allocator* allocator = allocator_or_status(device, &status);
+  if (allocator == nullptr) return status;
+  auto result = allocator->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  if (!result) return to_c(result.status());
+  *ptr = reinterpret_cast<void*>(result.value());
+  return TIDEPOOL_OK;
+}
+
+tidepool_status release(void* ptr, void* stream, bool ordered) {
+  if (ptr == nullptr) return TIDEPOOL_OK;
+  Runtime& runtime = Runtime::get();
+  Allocator* owner = runtime.owner_of(reinterpret_cast<std::uintptr_t>(ptr));
+  if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+  return to_c(owner->deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream),
+                                ordered));
+}
+
+}  // namespace
+
+extern "C" {
+
+tidepool_status tidepool_malloc(void** ptr, size_t size, int device) {
+  return guarded([&] { return allocate(ptr, size, device, nullptr, false); });
+}
+
+tidepool_status tidepool_free(void* ptr) {
+  return guarded([&] { return release(ptr, nullptr, false); });
+}
+
+tidepool_status tidepool_malloc_async(void** ptr, size_t size, int device, void* stream) {
+  return guarded([&] { return allocate(ptr, size, device, stream, true); });
+}
+
+tidepool_status tidepool_free_async(void* ptr, void* stream) {
+  return guarded([&] { return release(ptr, stream, true); });
+}
+
+tidepool_status tidepool_get_stats(int device, tidepool_stats* out) {
+  return guarded([&] {
+    if (out == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+    tidepool_status status = TIDEPOOL_OK;
+    Allocator* allocator = allocator_or_status(device, &status);
+    if (allocator == nullptr) return status;
+    const tidepool::pool::PoolStats s = allocator->pool().stats();
+    *out = tidepool_stats{};
+    out->allocations = s.allocations;
+    out->frees = s.frees;
+    out->live_bytes = s.live_bytes;
+    out->peak_live_bytes = s.peak_live_bytes;
+    out->reserved_bytes = s.reserved_bytes;
+    out->peak_reserved_bytes = s.peak_reserved_bytes;
+    out->internal_waste_bytes = s.handed_out_bytes - s.live_bytes;
+    out->ooms = s.ooms;
+    out->maps = s.maps;
+    out->unmaps = s.unmaps;
+    out->trims = s.trims;
+    out->utilization = s.utilization();
+    out->external_fragmentation = s.external_fragmentation();
+    const auto report = Runtime::get().report();
+    for (const auto& d : report.devices) {
+      if (d.device == device) out->passthrough_allocations = d.passthrough_allocations;
+    }
+    return TIDEPOOL_OK;
+  });
+}
+
+tidepool_status tidepool_report(const char* path) {
+  return guarded([&] { return to_c(Runtime::get().write_report(path != nullptr ? path : "")); });
+}
+
+tidepool_status tidepool_set_device_limit(int device, size_t bytes) {
+  return guarded([&] {
+    tidepool_status status = TIDEPOOL_OK;
+    Allocator* allocator = allocator_or_status(device, &status);
+    if (allocator == nullptr) return status;
+    allocator->pool().set_device_limit(bytes != 0 ? bytes : allocator->device_total_bytes());
+    return TIDEPOOL_OK;
+  });
+}
+
+tidepool_status tidepool_trim(int device, size_t* released) {
+  return guarded([&] {
+    tidepool_status status = TIDEPOOL_OK;
+    Allocator* allocator = allocator_or_status(device, &status);
+    if (allocator == nullptr) return status;
+    const std::size_t bytes = allocator->pool().trim();
+    if (released != nullptr) *released = bytes;
+    return TIDEPOOL_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,59 @@
+// Allocator: tidepool for one device. It retains the device's primary
+// context, owns the device's AddressSpace and Pool, and is what every front
+// (C API, preload hooks, pluggable allocator, replay) calls. It adds nothing
+// to the pool's policy: statistics, tracing and budgets wrap it.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "driver/driver.hpp"
+#include "pool/pool.hpp"
+#include "space/space.hpp"
+#include "util/status.hpp"
+
+namespace tidepool::runtime {
+
+struct AllocatorOptions {
+  int device = 0;
+  std::size_t device_limit = 0;  // 0: what the device reports
+  bool use_vmm = true;
+  pool::PoolOptions pool;
+};
+
+class Allocator {
+ public:
+  static util::Result<std::unique_ptr<Allocator>> create(const driver::Driver& driver,
+                                                         const AllocatorOptions& options);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
+    return pool_->allocate(size, stream, ordered);
+  }
+  util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
+    return pool_->deallocate(address, stream, ordered);
+  }
+
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] CUcontext context() const noexcept { return context_; }
+  [[nodiscard]] pool::Pool& pool() noexcept { return *pool_; }
+  [[nodiscard]] const pool::Pool& pool() const noexcept { return *pool_; }
+  [[nodiscard]] const space::AddressSpace& space() const noexcept { return *space_; }
+  [[nodiscard]] std::size_t device_total_bytes() const noexcept { return space_->capabilities().total_bytes; }
+
+ private:
+  Allocator() = default;
+  const driver::Driver* driver_ = nullptr;
+  int device_ = 0;
+  CUdevice cu_device_ = 0;
+  CUcontext context_ = nullptr;
+  std::unique_ptr<space::AddressSpace> space_;
+  std::unique_ptr<pool::Pool> pool_;
+};
+
+}  // namespace tidepool::runtime

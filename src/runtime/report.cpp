@@ -1,0 +1,68 @@
+// Serialising a Report to JSON with nlohmann-json (compiled in, hidden).
+#include "runtime/report.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#ifndef TIDEPOOL_VERSION_STRING
+#define TIDEPOOL_VERSION_STRING "0.1.0"
+#endif
+
+namespace tidepool::runtime {
+
+std::string report_json(const Report& report) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceReport& d : report.devices) {
+    const pool::PoolStats& s = d.pool;
+    devices.push_back({
+        {"device", d.device},
+        {"allocations", s.allocations},
+        {"frees", s.frees},
+        {"live_bytes", s.live_bytes},
+        {"peak_live_bytes", s.peak_live_bytes},
+        {"reserved_bytes", s.reserved_bytes},
+        {"peak_reserved_bytes", s.peak_reserved_bytes},
+        {"utilization", s.utilization()},
+        {"external_fragmentation", s.external_fragmentation()},
+        {"internal_waste_bytes", s.handed_out_bytes - s.live_bytes},
+        {"ooms", s.ooms},
+        {"passthrough_allocations", d.passthrough_allocations},
+        {"maps", s.maps},
+        {"unmaps", s.unmaps},
+        {"trims", s.trims},
+        {"spare_bytes", s.spare_bytes},
+        {"deferred_bytes", s.deferred_bytes},
+        {"cross_stream_waits", s.cross_stream_waits},
+        {"live_blocks", s.live_blocks},
+        {"free_blocks", s.free_blocks},
+        {"segments", s.segments},
+        {"device_limit_bytes", d.device_limit_bytes},
+        {"device_total_bytes", d.device_total_bytes},
+        {"vmm", d.vmm},
+    });
+  }
+  nlohmann::json root = {
+      {"version", 1},
+      {"tidepool_version", TIDEPOOL_VERSION_STRING},
+      {"policy", report.policy},
+      {"passthrough", report.passthrough},
+      {"devices", devices},
+  };
+  return root.dump(2) + "\n";
+}
+
+util::Status write_report(const Report& report, const std::string& path) {
+  const std::string text = report_json(report);
+  const std::string temporary = path + ".tmp";
+  std::FILE* file = std::fopen(temporary.c_str(), "w");
+  if (file == nullptr) return {util::Error::io_error, "cannot open the report file for writing"};
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return {util::Error::io_error, "cannot write the report file"};
+  }
+  return util::Status::success();
+}
+
+}  // namespace tidepool::runtime

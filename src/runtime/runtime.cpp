@@ -1,0 +1,149 @@
+// Runtime: configuration once, the driver once, allocators per device lazily.
+#include "runtime/runtime.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace tidepool::runtime {
+
+namespace {
+
+void finish_at_exit() { Runtime::get().finish(); }
+
+}  // namespace
+
+Runtime& Runtime::get() {
+  // Leaked on purpose: see the lifetime note in runtime.hpp.
+  static Runtime* const runtime = [] {
+    auto* created = new Runtime(config_from_environment());
+    std::atexit(&finish_at_exit);
+    return created;
+  }();
+  return *runtime;
+}
+
+std::unique_ptr<Runtime> Runtime::create(const Config& config) {
+  return std::unique_ptr<Runtime>(new Runtime(config));
+}
+
+Runtime::Runtime(const Config& config) : config_(config) {
+  configure_logging(config_);
+  if (config_.passthrough) {
+    // The parser's one-line error has been written to stderr by the parser's caller.
+    passthrough_ = true;
+    return;
+  }
+  const std::string path = config_.cuda_lib.empty() ? driver::default_driver_path() : config_.cuda_lib;
+  auto opened = driver::Driver::open(path);
+  if (!opened) {
+    log_error("cannot open the CUDA driver '{}': {}; passing all calls through", path,
+              opened.status().message());
+    passthrough_ = true;
+    return;
+  }
+  driver_ = std::move(opened.value());
+  log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
+}
+
+Runtime::~Runtime() {
+  for (auto& slot : allocators_) delete slot.exchange(nullptr);
+}
+
+Allocator* Runtime::allocator(int device) {
+  if (device < 0 || device >= kMaxDevices || passthrough_) return nullptr;
+  Allocator* existing = allocators_[device].load(std::memory_order_acquire);
+  if (existing != nullptr) return existing;
+  if (failed_[device].load(std::memory_order_relaxed)) return nullptr;
+
+  std::lock_guard<std::mutex> guard(create_lock_);
+  existing = allocators_[device].load(std::memory_order_acquire);
+  if (existing != nullptr) return existing;
+
+  AllocatorOptions options;
+  options.device = device;
+  options.pool.policy = config_.policy;
+  options.pool.small_size = static_cast<std::size_t>(config_.small_size);
+  // A percentage needs the device's size: create first, then apply the limit.
+  if (config_.device_limit && !config_.device_limit->is_percent) {
+    options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
+  }
+  auto created = Allocator::create(*driver_, options);
+  if (!created) {
+    log_error("device {}: cannot create the pool: {}; passing its allocations through", device,
+              created.status().message());
+    failed_[device].store(true, std::memory_order_relaxed);
+    return nullptr;
+  }
+  Allocator* allocator = created.value().release();
+  if (config_.device_limit && config_.device_limit->is_percent) {
+    allocator->pool().set_device_limit(
+        static_cast<std::size_t>(config_.device_limit->resolve(allocator->device_total_bytes())));
+  }
+  if (!allocator->space().uses_vmm()) {
+    log_warn("device {}: no virtual memory management; pooling cuMemAlloc segments, eviction off", device);
+  }
+  log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device,
+           allocator->pool().policy_name(), allocator->space().device_limit(), allocator->space().page_size());
+  allocators_[device].store(allocator, std::memory_order_release);
+  return allocator;
+}
+
+Allocator* Runtime::owner_of(std::uintptr_t address) {
+  for (auto& slot : allocators_) {
+    Allocator* a = slot.load(std::memory_order_acquire);
+    if (a != nullptr && a->pool().owns(address)) return a;
+  }
+  return nullptr;
+}
+
+Allocator* Runtime::segment_owner_of(std::uintptr_t address) {
+  for (auto& slot : allocators_) {
+    Allocator* a = slot.load(std::memory_order_acquire);
+    if (a != nullptr && a->pool().in_segments(address)) return a;
+  }
+  return nullptr;
+}
+
+void Runtime::note_passthrough_allocation(int device) noexcept {
+  if (device >= 0 && device < kMaxDevices) {
+    passthrough_allocations_[device].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Report Runtime::report() const {
+  Report report;
+  report.policy = config_.policy;
+  report.passthrough = passthrough_;
+  for (int device = 0; device < kMaxDevices; ++device) {
+    const Allocator* a = allocators_[device].load(std::memory_order_acquire);
+    const std::uint64_t passed = passthrough_allocations_[device].load(std::memory_order_relaxed);
+    if (a == nullptr && passed == 0) continue;
+    DeviceReport d;
+    d.device = device;
+    d.passthrough_allocations = passed;
+    if (a != nullptr) {
+      d.pool = a->pool().stats();
+      d.device_limit_bytes = a->space().device_limit();
+      d.device_total_bytes = a->device_total_bytes();
+      d.vmm = a->space().uses_vmm();
+    }
+    report.devices.push_back(d);
+  }
+  return report;
+}
+
+util::Status Runtime::write_report(const std::string& path) const {
+  const std::string& target = path.empty() ? config_.report : path;
+  if (target.empty()) return {util::Error::invalid_value, "no report path given or configured"};
+  return runtime::write_report(report(), target);
+}
+
+void Runtime::finish() noexcept {
+  if (finished_.exchange(true)) return;
+  if (!config_.report.empty()) {
+    if (auto s = write_report(); !s) log_error("cannot write the report to '{}': {}", config_.report, s.message());
+  }
+  flush_logging();
+}
+
+}  // namespace tidepool::runtime

@@ -1,0 +1,80 @@
+// The runtime layer's one header, and Runtime: tidepool's process-wide state.
+//
+// Runtime is created on first use from any front (C API, preload hook,
+// pluggable allocator), reads TIDEPOOL_CONF once, opens the driver, and then
+// creates one Allocator per device lazily, on that device's first allocation.
+// When the configuration is bad or the driver cannot be opened it runs in
+// pass-through mode: fronts hand every call to the driver untouched.
+//
+// Lifetime: the Runtime is never destroyed. Hooks can run during the host's
+// static destruction and must still find it; the process's exit releases the
+// memory. The exit report and the trace are finished by an atexit handler.
+//
+// Locks: `create_lock_` (a mutex) guards creating allocators; it is taken
+// only on a device's first allocation and never while a pool lock is held.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "driver/driver.hpp"
+#include "runtime/allocator.hpp"
+#include "runtime/config.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/report.hpp"
+
+namespace tidepool::runtime {
+
+inline constexpr int kMaxDevices = 64;
+
+class Runtime {
+ public:
+  // The process's runtime, created on first call (thread-safe).
+  static Runtime& get();
+
+  // For tests and tools: a runtime over an explicit configuration and driver
+  // path, independent of the process-wide one.
+  static std::unique_ptr<Runtime> create(const Config& config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  [[nodiscard]] bool passthrough() const noexcept { return passthrough_; }
+  [[nodiscard]] const Config& config() const noexcept { return config_; }
+  // The driver tidepool opened; null when it could not be opened.
+  [[nodiscard]] const driver::Driver* driver() const noexcept { return driver_.get(); }
+
+  // The allocator of `device`, creating it on first use. Null in pass-through
+  // mode, for a device out of range, or when creation failed (logged once).
+  Allocator* allocator(int device);
+  // The allocator that owns `address` (a live block's start), or null.
+  Allocator* owner_of(std::uintptr_t address);
+  // The allocator whose segments contain `address`, live or not, or null.
+  Allocator* segment_owner_of(std::uintptr_t address);
+
+  void note_passthrough_allocation(int device) noexcept;
+
+  [[nodiscard]] Report report() const;
+  // Writes the report to `path`, or to the configured path when empty.
+  util::Status write_report(const std::string& path = {}) const;
+  // Flushes what must survive exit: the report (when configured).
+  void finish() noexcept;
+
+ private:
+  explicit Runtime(const Config& config);
+
+  Config config_;
+  bool passthrough_ = false;
+  std::unique_ptr<driver::Driver> driver_;
+  std::mutex create_lock_;
+  std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
+  std::array<std::atomic<bool>, kMaxDevices> failed_{};
+  std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace tidepool::runtime

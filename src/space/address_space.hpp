@@ -1,0 +1,111 @@
+// AddressSpace: the device's virtual address space and physical pages as the
+// pool sees them, for one device.
+//
+// It owns every reservation and every physical page tidepool created on the
+// device. Physical device pages are either mapped under a reservation or held
+// spare (created, unmapped, ready to back any range: that is what makes
+// stitching possible). It enforces the device budget: physical device bytes
+// (mapped + spare) never exceed device_limit. It holds no policy: which pages
+// to unmap, and when, is the pool's decision. Not thread-safe; the pool
+// serialises calls.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "space/reservation.hpp"
+#include "util/status.hpp"
+
+namespace tidepool::space {
+
+struct SpaceCounters {
+  std::uint64_t maps = 0;         // cuMemMap calls (one per page)
+  std::uint64_t unmaps = 0;       // cuMemUnmap calls (one per page)
+  std::uint64_t creates = 0;      // physical pages created (or chunks allocated)
+  std::uint64_t releases = 0;     // physical pages (or chunks) given back to the driver
+  std::uint64_t map_batches = 0;  // back() calls that mapped at least one page
+};
+
+class AddressSpace {
+ public:
+  struct Options {
+    int device = 0;
+    std::size_t device_limit = 0;   // bytes of physical device memory tidepool may hold
+    bool use_vmm = true;            // false forces cuMemAlloc chunks even where VMM exists
+  };
+
+  // Probes the device (the caller has made its context current).
+  static util::Result<std::unique_ptr<AddressSpace>> create(const driver::Driver& driver,
+                                                            const Options& options);
+  ~AddressSpace();
+  AddressSpace(const AddressSpace&) = delete;
+  AddressSpace& operator=(const AddressSpace&) = delete;
+
+  [[nodiscard]] bool uses_vmm() const noexcept { return vmm_; }
+  [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
+  [[nodiscard]] const driver::Capabilities& capabilities() const noexcept { return caps_; }
+
+  // VMM: reserves `bytes` (rounded up to pages) of VA with nothing mapped.
+  // Without VMM: allocates a backed chunk with cuMemAlloc, counted against
+  // the budget. The Reservation lives until unreserve() or destruction.
+  util::Result<Reservation*> reserve(std::size_t bytes);
+  // Unmaps and releases everything under `r` and gives its VA (or chunk) back.
+  util::Status unreserve(Reservation* r);
+
+  // Maps device pages under every unmapped page overlapping [address,
+  // address + length), taking spare pages first and creating new ones within
+  // the budget. Fails with out_of_memory, mapping nothing new, when spare
+  // pages plus budget room are short; shortfall_pages() then says how many.
+  util::Status back(Reservation& r, std::uintptr_t address, std::size_t length);
+  // Pages back() would need to create or take from spares for this range.
+  [[nodiscard]] std::size_t unbacked_pages(const Reservation& r, std::uintptr_t address,
+                                           std::size_t length) const noexcept;
+  // How many pages can be backed without unmapping anything: spares + budget room.
+  [[nodiscard]] std::size_t available_pages() const noexcept;
+
+  // Unmaps pages [first, first + count) of `r`; their physical memory becomes
+  // spare. The caller guarantees no block in use lies on them and no queued
+  // device work touches them.
+  util::Status unback(Reservation& r, std::size_t first, std::size_t count);
+
+  // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
+  // SIZE_MAX). Returns the bytes released.
+  std::size_t release_spares(std::size_t bytes);
+
+  [[nodiscard]] std::size_t device_bytes() const noexcept { return device_pages_ * page_size_; }
+  [[nodiscard]] std::size_t peak_device_bytes() const noexcept { return peak_device_pages_ * page_size_; }
+  [[nodiscard]] std::size_t spare_bytes() const noexcept { return spares_.size() * page_size_; }
+  [[nodiscard]] std::size_t device_limit() const noexcept { return limit_; }
+  // A limit below what is held now takes effect as pages are released.
+  void set_device_limit(std::size_t bytes) noexcept { limit_ = bytes; }
+  [[nodiscard]] const SpaceCounters& counters() const noexcept { return counters_; }
+  [[nodiscard]] const std::vector<std::unique_ptr<Reservation>>& reservations() const noexcept {
+    return reservations_;
+  }
+
+ private:
+  AddressSpace(const driver::Driver& driver, const Options& options, const driver::Capabilities& caps);
+  util::Result<CUmemGenericAllocationHandle> create_page();
+  void release_page(CUmemGenericAllocationHandle handle);
+  void note_device_pages(std::size_t pages) noexcept;
+
+  const driver::Driver& driver_;
+  const driver::Api& api_;
+  driver::Capabilities caps_;
+  int device_;
+  bool vmm_;
+  std::size_t page_size_;
+  std::size_t limit_;
+  std::size_t device_pages_ = 0;       // physical device pages held: mapped + spare (chunks count in pages)
+  std::size_t peak_device_pages_ = 0;
+  std::vector<CUmemGenericAllocationHandle> spares_;
+  std::vector<std::unique_ptr<Reservation>> reservations_;
+  SpaceCounters counters_;
+};
+
+}  // namespace tidepool::space

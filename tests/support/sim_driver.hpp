@@ -1,0 +1,36 @@
+// Test support: the simulated driver, opened once per test process through the
+// same driver table tidepool uses, and a helper to reach the sim's control API.
+#pragma once
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "driver/driver.hpp"
+
+namespace tidepool::testing {
+
+// The sim driver for this process. Fails the calling test when it cannot open.
+inline const driver::Driver& sim_driver() {
+  static std::unique_ptr<driver::Driver> driver = [] {
+    auto opened = driver::Driver::open(TIDEPOOL_SIM_LIBRARY);
+    if (!opened) {
+      ADD_FAILURE() << "cannot open the sim driver at " << TIDEPOOL_SIM_LIBRARY << ": "
+                    << opened.status().message();
+      return std::unique_ptr<driver::Driver>();
+    }
+    return std::move(opened.value());
+  }();
+  return *driver;
+}
+
+// A function of the sim's control API (sim/sim_control.h), by name.
+template <typename Fn>
+Fn sim_control(const char* name) {
+  void* symbol = ::dlsym(sim_driver().handle(), name);
+  if (symbol == nullptr) ADD_FAILURE() << "the sim does not export " << name;
+  return reinterpret_cast<Fn>(symbol);
+}
+
+}  // namespace tidepool::testing
