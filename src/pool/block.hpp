@@ -1,0 +1,39 @@
+// Block: one contiguous range of a segment, free or in use.
+//
+// Blocks of a segment tile it exactly: `prev`/`next` link address neighbours
+// and `prev->address + prev->size == address` always holds. A free block is
+// in its arena's FreeIndex (in_index) unless it waits in the deferred list.
+// The tree links below belong to the FreeIndex; nothing else touches them.
+// Metadata comes from the BlockStore, never from the heap on the fast path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tidepool::pool {
+
+struct Segment;
+
+struct Block {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;          // bytes of the range, a multiple of 512
+  std::size_t requested = 0;     // bytes the user asked for; 0 while free
+  Block* prev = nullptr;         // address neighbour in the same segment
+  Block* next = nullptr;
+  Segment* segment = nullptr;
+  std::uintptr_t stream = 0;     // stream of the last free, for stream-ordered reuse
+  std::uint64_t free_epoch = 0;  // when it was last freed in stream order
+  bool is_free = false;
+  bool in_index = false;
+
+  // FreeIndex links: a (size, address) tree and an address tree augmented
+  // with the largest size below each node.
+  Block* size_left = nullptr;
+  Block* size_right = nullptr;
+  Block* address_left = nullptr;
+  Block* address_right = nullptr;
+  std::size_t subtree_max_size = 0;
+  std::uint32_t priority = 0;
+};
+
+}  // namespace tidepool::pool
