@@ -105,7 +105,9 @@ TEST_P(EveryPolicy, RandomRunMatchesTheReferenceModel) {
         ASSERT_NE(address, 0u);
         // Distinct and in bounds: no overlap with any live block.
         auto after = live.lower_bound(address);
-        if (after != live.end()) ASSERT_LE(address + size, after->first) << "overlap at step " << step;
+        if (after != live.end()) {
+          ASSERT_LE(address + size, after->first) << "overlap at step " << step;
+        }
         if (after != live.begin()) {
           auto before = std::prev(after);
           ASSERT_LE(before->first + before->second.size, address) << "overlap at step " << step;

@@ -1,0 +1,214 @@
+// Parsing TIDEPOOL_CONF. Dispatch, defaults, --help and the markdown table
+// all come from the rows of TIDEPOOL_OPTIONS, so they cannot drift apart.
+#include "runtime/config.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "pool/policy.hpp"
+
+namespace tidepool::runtime {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Each kind: parse `value` into the field, or say what was expected.
+bool parse_size_or_percent(std::string_view value, std::optional<util::SizeSpec>& out, std::string& expected) {
+  auto spec = util::parse_size(value);
+  if (!spec || (!spec->is_percent && spec->bytes == 0) || (spec->is_percent && spec->percent <= 0.0)) {
+    expected = "a positive size like 8GiB, 512MB or 80%";
+    return false;
+  }
+  out = *spec;
+  return true;
+}
+
+bool parse_size(std::string_view value, std::uint64_t& out, std::string& expected) {
+  auto spec = util::parse_size(value);
+  if (!spec || spec->is_percent) {
+    expected = "a size like 1MiB or 4096";
+    return false;
+  }
+  out = spec->bytes;
+  return true;
+}
+
+bool parse_switch(std::string_view value, bool& out, std::string& expected) {
+  if (value == "on" || value == "true" || value == "1") {
+    out = true;
+    return true;
+  }
+  if (value == "off" || value == "false" || value == "0") {
+    out = false;
+    return true;
+  }
+  expected = "on or off";
+  return false;
+}
+
+bool parse_policy(std::string_view value, std::string& out, std::string& expected) {
+  for (std::string_view name : pool::policy_names()) {
+    if (name == value) {
+      out = std::string(value);
+      return true;
+    }
+  }
+  expected = "one of";
+  for (std::string_view name : pool::policy_names()) expected += " " + std::string(name);
+  return false;
+}
+
+bool parse_path(std::string_view value, std::string& out, std::string& expected) {
+  if (value.empty()) {
+    expected = "a path";
+    return false;
+  }
+  out = std::string(value);
+  return true;
+}
+
+bool parse_log_level(std::string_view value, LogLevel& out, std::string& expected) {
+  static constexpr std::pair<std::string_view, LogLevel> kLevels[] = {
+      {"off", LogLevel::off},   {"error", LogLevel::error}, {"warn", LogLevel::warn},
+      {"info", LogLevel::info}, {"debug", LogLevel::debug}, {"trace", LogLevel::trace}};
+  for (const auto& [name, level] : kLevels) {
+    if (name == value) {
+      out = level;
+      return true;
+    }
+  }
+  expected = "one of off error warn info debug trace";
+  return false;
+}
+
+// Applies one key; false with `expected` set on a bad value, false with
+// `expected` empty for an unknown key.
+bool apply(Config& config, std::string_view key, std::string_view value, std::string& expected) {
+#define TIDEPOOL_APPLY_OPTION(name, kind, default_value, description) \
+  if (key == #name) return parse_##kind(value, config.name, expected);
+  TIDEPOOL_OPTIONS(TIDEPOOL_APPLY_OPTION)
+#undef TIDEPOOL_APPLY_OPTION
+  expected.clear();
+  return false;
+}
+
+constexpr OptionInfo kOptions[] = {
+#define TIDEPOOL_OPTION_ROW(name, kind, default_value, description) {#name, #kind, default_value, description},
+    TIDEPOOL_OPTIONS(TIDEPOOL_OPTION_ROW)
+#undef TIDEPOOL_OPTION_ROW
+};
+
+Config defaults() {
+  Config config;
+  for (const OptionInfo& option : kOptions) {
+    std::string expected;
+    if (*option.default_value != '\0') (void)apply(config, option.key, option.default_value, expected);
+  }
+  return config;
+}
+
+std::string known_keys() {
+  std::string keys;
+  for (const OptionInfo& option : kOptions) {
+    if (!keys.empty()) keys += ", ";
+    keys += option.key;
+  }
+  return keys;
+}
+
+Config invalid(std::string message) {
+  Config config = defaults();
+  config.passthrough = true;
+  config.error = "tidepool: TIDEPOOL_CONF: " + message + "; passing all calls through to the driver";
+  return config;
+}
+
+}  // namespace
+
+const OptionInfo* options_begin() { return std::begin(kOptions); }
+const OptionInfo* options_end() { return std::end(kOptions); }
+
+Config parse_config(std::string_view text) {
+  Config config = defaults();
+  if (trim(text).empty()) return config;
+  std::vector<std::string_view> seen;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view item = trim(text.substr(start, comma - start));
+    start = comma + 1;
+    if (item.empty()) return invalid("empty item (a stray comma?)");
+    const std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      return invalid("item \"" + std::string(item) + "\" has no ':' (expected key:value)");
+    }
+    const std::string_view key = trim(item.substr(0, colon));
+    const std::string_view value = trim(item.substr(colon + 1));
+    for (std::string_view earlier : seen) {
+      if (earlier == key) return invalid("key \"" + std::string(key) + "\" given twice");
+    }
+    seen.push_back(key);
+    std::string expected;
+    if (!apply(config, key, value, expected)) {
+      if (expected.empty()) {
+        return invalid("unknown key \"" + std::string(key) + "\" (known: " + known_keys() + ")");
+      }
+      return invalid("bad value \"" + std::string(value) + "\" for key \"" + std::string(key) + "\" (expected " +
+                     expected + ")");
+    }
+    if (comma == text.size()) break;
+  }
+  return config;
+}
+
+Config config_from_environment() {
+  const char* text = std::getenv("TIDEPOOL_CONF");
+  Config config = parse_config(text != nullptr ? text : "");
+  if (config.passthrough) std::fprintf(stderr, "%s\n", config.error.c_str());
+  return config;
+}
+
+std::string describe(const Config& config) {
+  std::string limit = "device";
+  if (config.device_limit) {
+    limit = config.device_limit->is_percent ? std::to_string(config.device_limit->percent) + "%"
+                                            : std::to_string(config.device_limit->bytes) + "B";
+  }
+  static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
+  return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
+         ",prefetch:" + (config.prefetch ? "on" : "off") +
+         ",host_cache_limit:" + std::to_string(config.host_cache_limit) +
+         ",small_size:" + std::to_string(config.small_size) + ",report:" + config.report +
+         ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
+         ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;
+}
+
+std::string options_markdown() {
+  std::string out = "| key | kind | default | description |\n|---|---|---|---|\n";
+  for (const OptionInfo& option : kOptions) {
+    out += std::string("| `") + option.key + "` | " + option.kind + " | " +
+           (*option.default_value != '\0' ? std::string("`") + option.default_value + "`" : std::string("—")) +
+           " | " + option.description + " |\n";
+  }
+  return out;
+}
+
+std::string options_help() {
+  std::string out = "TIDEPOOL_CONF keys (key:value, comma-separated):\n";
+  for (const OptionInfo& option : kOptions) {
+    std::string left = std::string("  ") + option.key + " (" + option.kind + ", default " +
+                       (*option.default_value != '\0' ? option.default_value : "-") + ")";
+    out += left + "\n      " + option.description + "\n";
+  }
+  return out;
+}
+
+}  // namespace tidepool::runtime

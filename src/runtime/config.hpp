@@ -1,0 +1,60 @@
+// Config: TIDEPOOL_CONF parsed once into typed fields.
+//
+// Grammar: `key:value` items separated by commas; whitespace around items,
+// keys and values is ignored; an empty string means every default. Any error
+// (an unknown key, a bad value, a duplicate key, an item without ':') makes
+// the whole configuration invalid: `passthrough` is set, `error` holds one
+// line naming the key, and tidepool then passes every call through to the
+// driver. Nothing is ever printed here; the caller writes `error` to stderr.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "runtime/options.hpp"
+#include "util/units.hpp"
+
+namespace tidepool::runtime {
+
+enum class LogLevel { off, error, warn, info, debug, trace };
+
+struct Config {
+  std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
+  std::string policy = "best_fit";
+  bool evict = false;
+  bool prefetch = true;
+  std::uint64_t host_cache_limit = 0;
+  std::uint64_t small_size = util::MiB;
+  std::string report;
+  std::string trace;
+  LogLevel log = LogLevel::warn;
+  std::string log_file;
+  std::string cuda_lib;
+
+  bool passthrough = false;  // the configuration was invalid
+  std::string error;         // the one-line reason, when passthrough
+};
+
+Config parse_config(std::string_view text);
+// Parses $TIDEPOOL_CONF (unset means defaults) and, on error, writes the one
+// line to stderr.
+Config config_from_environment();
+// A one-line summary of every key's value, for a debug log line.
+std::string describe(const Config& config);
+
+struct OptionInfo {
+  const char* key;
+  const char* kind;
+  const char* default_value;
+  const char* description;
+};
+// The rows of TIDEPOOL_OPTIONS, in table order.
+const OptionInfo* options_begin();
+const OptionInfo* options_end();
+// The options as a markdown table (docs/configuration.md) or plain text (--help).
+std::string options_markdown();
+std::string options_help();
+
+}  // namespace tidepool::runtime

@@ -1,0 +1,25 @@
+// The one table of TIDEPOOL_CONF keys. Each row is
+//   X(key, kind, default, description)
+// and everything else (the Config fields' defaults, the parser, `--help` of
+// tidepool-run and docs/configuration.md) is generated from these rows.
+// Adding an option is one row here plus the field it fills in config.hpp.
+//
+// Kinds: size (bytes with units), size_or_percent (bytes or % of the
+// device), switch (on/off), policy (a registered placement policy), path,
+// log_level (off, error, warn, info, debug, trace).
+#pragma once
+
+// clang-format off
+#define TIDEPOOL_OPTIONS(X)                                                                                 \
+  X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device. Default: what the device reports.") \
+  X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
+  X(evict,            switch,          "off",      "Move idle pages to the pinned host cache under the budget (needs host-located VMM).") \
+  X(prefetch,         switch,          "on",       "Bring evicted pages back ahead of use on access hints.") \
+  X(host_cache_limit, size,            "0",        "Most pinned host memory the host cache may hold; 0 means no limit.") \
+  X(small_size,       size,            "1MiB",     "Requests up to this size are small: packed on pages of their own.") \
+  X(report,           path,            "",         "Write the JSON report to this path at exit.") \
+  X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV.") \
+  X(log,              log_level,       "warn",     "Log level: off, error, warn, info, debug, trace.") \
+  X(log_file,         path,            "",         "Write the log to this file instead of stderr.") \
+  X(cuda_lib,         path,            "",         "The CUDA driver library to open. Default: $TIDEPOOL_CUDA_LIB, else libcuda.so.1.")
+// clang-format on
