@@ -1,0 +1,453 @@
+// Device memory: cuMemAlloc and friends, host allocations, and the VMM calls.
+//
+// VA reservations are PROT_NONE mappings, so touching an unmapped page
+// faults. Physical allocations are memfd files: cuMemMap maps the file at the
+// address with MAP_FIXED|MAP_SHARED, so the same physical memory mapped
+// elsewhere shows the same bytes. A mapping stays inaccessible until
+// cuMemSetAccess. Device-located memory counts against the capacity.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "sim/sim.hpp"
+
+using namespace tidepool::sim;  // NOLINT(google-build-using-namespace): exported C entry points below
+
+namespace {
+
+constexpr std::size_t kHostPage = 4096;
+
+void* map_anonymous(std::size_t size, int prot) {
+  void* p = ::mmap(nullptr, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+std::size_t round_host(std::size_t n) { return (n + kHostPage - 1) / kHostPage * kHostPage; }
+
+// Takes `bytes` of device capacity; false when the device is full. Locked.
+bool take_device_bytes(State& s, std::size_t bytes) {
+  if (s.device_used + bytes > s.capacity || s.device_used + bytes < s.device_used) return false;
+  s.device_used += bytes;
+  return true;
+}
+
+CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind) {
+  if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  const std::size_t rounded = round_host(size);
+  if (kind == AllocationKind::device) {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (!take_device_bytes(s, rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  void* p = map_anonymous(rounded, PROT_READ | PROT_WRITE);
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (p == nullptr) {
+    if (kind == AllocationKind::device) s.device_used -= rounded;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0};
+  *out = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult release(std::uintptr_t base, AllocationKind expected) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.allocations.find(base);
+  if (it == s.allocations.end() || it->second.kind != expected) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t rounded = round_host(it->second.size);
+  ::munmap(reinterpret_cast<void*>(base), rounded);
+  if (expected == AllocationKind::device) s.device_used -= rounded;
+  s.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+void destroy_physical(State& s, Physical* p) {
+  ::close(p->fd);
+  if (p->on_device) {
+    s.device_used -= p->size;
+  } else {
+    s.host_used -= p->size;
+  }
+  s.physicals.erase(p);
+}
+
+bool in_reservation(const State& s, std::uintptr_t address, std::size_t size) {
+  auto it = s.reservations.upper_bound(address);
+  if (it == s.reservations.begin()) return false;
+  --it;
+  return address >= it->first && address + size <= it->first + it->second;
+}
+
+// The mappings exactly covering [address, address + size), in order; empty
+// when the range is not a union of whole mappings.
+std::vector<std::map<std::uintptr_t, Mapping>::iterator> covering(State& s, std::uintptr_t address, std::size_t size) {
+  std::vector<std::map<std::uintptr_t, Mapping>::iterator> out;
+  std::uintptr_t at = address;
+  while (at < address + size) {
+    auto it = s.mappings.find(at);
+    if (it == s.mappings.end()) return {};
+    out.push_back(it);
+    at += it->second.size;
+  }
+  if (at != address + size) return {};
+  return out;
+}
+
+}  // namespace
+
+// --- cuMemAlloc family --------------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
+  if (CUresult r = enter_initialized("cuMemAlloc_v2"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return allocate(dptr, bytes, AllocationKind::device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width,
+                                             std::size_t height, unsigned int element_bytes) {
+  if (CUresult r = enter_initialized("cuMemAllocPitch_v2"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pitch == nullptr || width == 0 || height == 0 ||
+      (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::size_t row = (width + 511) / 512 * 512;
+  if (CUresult r = allocate(dptr, row * height, AllocationKind::device); r != CUDA_SUCCESS) return r;
+  *pitch = row;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
+  if (CUresult r = enter_initialized("cuMemFree_v2"); r != CUDA_SUCCESS) return r;
+  if (dptr == 0) return CUDA_SUCCESS;
+  // Like the driver, freeing waits for work that may still use the memory.
+  synchronize_all();
+  return release(static_cast<std::uintptr_t>(dptr), AllocationKind::device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
+  if (CUresult r = enter_initialized("cuMemAllocAsync"); r != CUDA_SUCCESS) return r;
+  if (!resolve_stream(handle)) return CUDA_ERROR_INVALID_HANDLE;
+  return allocate(dptr, bytes, AllocationKind::device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle) {
+  if (CUresult r = enter_initialized("cuMemFreeAsync"); r != CUDA_SUCCESS) return r;
+  auto stream = resolve_stream(handle);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto it = s.allocations.find(static_cast<std::uintptr_t>(dptr));
+    if (it == s.allocations.end() || it->second.kind != AllocationKind::device) return CUDA_ERROR_INVALID_VALUE;
+  }
+  // The free takes effect when the stream reaches it.
+  submit(stream, [dptr] { (void)release(static_cast<std::uintptr_t>(dptr), AllocationKind::device); });
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
+  return cuMemAllocAsync(dptr, bytes, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream handle) {
+  return cuMemFreeAsync(dptr, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  if (CUresult r = enter_initialized("cuMemGetInfo_v2"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  *total_bytes = s.capacity;
+  *free_bytes = s.capacity > s.device_used ? s.capacity - s.device_used : 0;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocHost(void** pp, std::size_t bytes) {
+  if (CUresult r = enter_initialized("cuMemAllocHost_v2"); r != CUDA_SUCCESS) return r;
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult r = allocate(&p, bytes, AllocationKind::host);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
+  return r;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemHostAlloc(void** pp, std::size_t bytes, unsigned int /*flags*/) {
+  if (CUresult r = enter_initialized("cuMemHostAlloc"); r != CUDA_SUCCESS) return r;
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult r = allocate(&p, bytes, AllocationKind::host);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
+  return r;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemFreeHost(void* p) {
+  if (CUresult r = enter_initialized("cuMemFreeHost"); r != CUDA_SUCCESS) return r;
+  synchronize_all();
+  return release(reinterpret_cast<std::uintptr_t>(p), AllocationKind::host);
+}
+
+// --- virtual memory management --------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemGetAllocationGranularity(std::size_t* granularity, const CUmemAllocationProp* prop,
+                                                           CUmemAllocationGranularity_flags /*option*/) {
+  if (CUresult r = enter_initialized("cuMemGetAllocationGranularity"); r != CUDA_SUCCESS) return r;
+  if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *granularity = state().granularity;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, std::size_t size, std::size_t alignment,
+                                                 CUdeviceptr /*addr*/, unsigned long long flags) {
+  if (CUresult r = enter_initialized("cuMemAddressReserve"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  if (ptr == nullptr || size == 0 || size % s.granularity != 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment == 0) alignment = s.granularity;
+  if ((alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Over-reserve, then trim to the alignment.
+  void* raw = map_anonymous(size + alignment, PROT_NONE);
+  if (raw == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const std::uintptr_t tail = start + size + alignment - (aligned + size);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.reservations[aligned] = size;
+  *ptr = static_cast<CUdeviceptr>(aligned);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size) {
+  if (CUresult r = enter_initialized("cuMemAddressFree"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.reservations.find(static_cast<std::uintptr_t>(ptr));
+  if (it == s.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  // The driver requires every mapping in the range to be gone first.
+  auto m = s.mappings.lower_bound(it->first);
+  if (m != s.mappings.end() && m->first < it->first + size) return CUDA_ERROR_INVALID_VALUE;
+  ::munmap(reinterpret_cast<void*>(it->first), size);
+  s.reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
+                                         const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (CUresult r = enter_initialized("cuMemCreate"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  if (handle == nullptr || prop == nullptr || flags != 0 || size == 0 || size % s.granularity != 0 ||
+      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const CUmemLocationType where = prop->location.type;
+  const bool on_device = where == CU_MEM_LOCATION_TYPE_DEVICE;
+  if (!on_device && where != CU_MEM_LOCATION_TYPE_HOST && where != CU_MEM_LOCATION_TYPE_HOST_NUMA &&
+      where != CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (on_device && (prop->location.id < 0 || prop->location.id >= s.device_count)) return CUDA_ERROR_INVALID_DEVICE;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (on_device && !take_device_bytes(s, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!on_device) s.host_used += size;
+  }
+  const int fd = ::memfd_create("tidepool-sim", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) ::close(fd);
+    std::lock_guard<std::mutex> guard(s.lock);
+    (on_device ? s.device_used : s.host_used) -= size;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto physical = std::make_unique<Physical>();
+  physical->fd = fd;
+  physical->size = size;
+  physical->on_device = on_device;
+  std::lock_guard<std::mutex> guard(s.lock);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(physical.get());
+  s.physicals[physical.get()] = std::move(physical);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  if (CUresult r = enter_initialized("cuMemRelease"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
+  if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_VALUE;
+  it->second->released = true;
+  // Memory still mapped somewhere lives until its last unmap.
+  if (it->second->maps == 0) destroy_physical(s, it->first);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset,
+                                      CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (CUresult r = enter_initialized("cuMemMap"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  const auto address = static_cast<std::uintptr_t>(ptr);
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
+  if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_HANDLE;
+  Physical* physical = it->first;
+  if (flags != 0 || size == 0 || size % s.granularity != 0 || offset % s.granularity != 0 ||
+      address % s.granularity != 0 || offset + size > physical->size || !in_reservation(s, address, size)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto next = s.mappings.lower_bound(address);
+  if (next != s.mappings.end() && next->first < address + size) return CUDA_ERROR_ALREADY_MAPPED;
+  if (next != s.mappings.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.size > address) return CUDA_ERROR_ALREADY_MAPPED;
+  }
+  void* mapped = ::mmap(reinterpret_cast<void*>(address), size, PROT_NONE, MAP_SHARED | MAP_FIXED, physical->fd,
+                        static_cast<off_t>(offset));
+  if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  physical->maps++;
+  s.mappings[address] = Mapping{size, physical, offset, false};
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
+  if (CUresult r = enter_initialized("cuMemUnmap"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
+  if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
+  // Back to an inaccessible reservation at the same addresses.
+  ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+         0);
+  for (auto it : pieces) {
+    Physical* physical = it->second.physical;
+    s.mappings.erase(it);
+    if (--physical->maps == 0 && physical->released) destroy_physical(s, physical);
+  }
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc,
+                                            std::size_t count) {
+  if (CUresult r = enter_initialized("cuMemSetAccess"); r != CUDA_SUCCESS) return r;
+  if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
+  if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
+  int prot = PROT_NONE;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) continue;  // host access is not modelled
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+  }
+  if (::mprotect(reinterpret_cast<void*>(ptr), size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (auto it : pieces) it->second.accessible = prot != PROT_NONE;
+  return CUDA_SUCCESS;
+}
+
+// --- address queries -----------------------------------------------------------------------------
+
+namespace {
+
+// What the driver knows of `address`: its range and kind. False when nothing.
+bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, AllocationKind* kind) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto a = s.allocations.upper_bound(address);
+  if (a != s.allocations.begin()) {
+    --a;
+    if (address < a->first + a->second.size) {
+      *base = a->first;
+      *size = a->second.size;
+      *kind = a->second.kind;
+      return true;
+    }
+  }
+  auto m = s.mappings.upper_bound(address);
+  if (m != s.mappings.begin()) {
+    --m;
+    if (address < m->first + m->second.size) {
+      *base = m->first;
+      *size = m->second.size;
+      *kind = m->second.physical->on_device ? AllocationKind::device : AllocationKind::host;
+      return true;
+    }
+  }
+  return false;
+}
+
+CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  AllocationKind kind{};
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind)) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(state().contexts[0].get());
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = kind == AllocationKind::host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (kind != AllocationKind::host) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(base);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<std::size_t*>(data) = size;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = kind == AllocationKind::managed ? 1 : 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<unsigned*>(data) = 1;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = base;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr* pbase, std::size_t* psize, CUdeviceptr ptr) {
+  if (CUresult r = enter_initialized("cuMemGetAddressRange_v2"); r != CUDA_SUCCESS) return r;
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  AllocationKind kind{};
+  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind) || kind == AllocationKind::host) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  if (pbase != nullptr) *pbase = static_cast<CUdeviceptr>(base);
+  if (psize != nullptr) *psize = size;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  if (CUresult r = enter_initialized("cuPointerGetAttribute"); r != CUDA_SUCCESS) return r;
+  return attribute(data, attr, ptr);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attrs, void** data,
+                                                    CUdeviceptr ptr) {
+  if (CUresult r = enter_initialized("cuPointerGetAttributes"); r != CUDA_SUCCESS) return r;
+  if (attrs == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    if (CUresult r = attribute(data[i], attrs[i], ptr); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,142 @@
+// cuGetProcAddress, v1 and v2: resolving a base name ("cuMemAlloc") to the
+// variant that matches the requested CUDA version and per-thread flag, as
+// the real driver does. Each row: base name, the version that introduced the
+// variant, whether it is the per-thread-default-stream variant, the function.
+#include <cstring>
+
+#include "sim/sim.hpp"
+
+// The sim's own exported entry points (declared in cuda.h under macro names).
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, std::size_t, CUstream);
+TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetName(char*, int, CUdevice);
+TIDEPOOL_SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice, unsigned int*, int*);
+TIDEPOOL_SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream*, unsigned int, int);
+TIDEPOOL_SIM_EXPORT CUresult cuLaunchHostFunc(CUstream, CUhostFn, void*);
+TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime(float*, CUevent, CUevent);
+
+#undef cuGetProcAddress
+TIDEPOOL_SIM_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+
+namespace {
+
+struct ProcEntry {
+  const char* name;
+  int since;       // the CUDA version this variant belongs to
+  bool per_thread; // the _ptsz/_ptds variant
+  void* fn;
+};
+
+#define TIDEPOOL_SIM_PROC(name, since, fn) {name, since, false, reinterpret_cast<void*>(&fn)}
+#define TIDEPOOL_SIM_PROC_PT(name, since, fn) {name, since, true, reinterpret_cast<void*>(&fn)}
+
+const ProcEntry kEntries[] = {
+    TIDEPOOL_SIM_PROC("cuInit", 2000, cuInit),
+    TIDEPOOL_SIM_PROC("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    TIDEPOOL_SIM_PROC("cuDeviceGet", 2000, cuDeviceGet),
+    TIDEPOOL_SIM_PROC("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    TIDEPOOL_SIM_PROC("cuDeviceGetName", 2000, cuDeviceGetName),
+    TIDEPOOL_SIM_PROC("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    TIDEPOOL_SIM_PROC("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    TIDEPOOL_SIM_PROC("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    TIDEPOOL_SIM_PROC("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    TIDEPOOL_SIM_PROC("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    TIDEPOOL_SIM_PROC("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    TIDEPOOL_SIM_PROC("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    TIDEPOOL_SIM_PROC("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    TIDEPOOL_SIM_PROC("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    TIDEPOOL_SIM_PROC("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    TIDEPOOL_SIM_PROC("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    TIDEPOOL_SIM_PROC("cuMemAlloc", 3020, cuMemAlloc_v2),
+    TIDEPOOL_SIM_PROC("cuMemFree", 3020, cuMemFree_v2),
+    TIDEPOOL_SIM_PROC("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    TIDEPOOL_SIM_PROC("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    TIDEPOOL_SIM_PROC("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    TIDEPOOL_SIM_PROC("cuMemAllocAsync", 11020, cuMemAllocAsync),
+    TIDEPOOL_SIM_PROC_PT("cuMemAllocAsync", 11020, cuMemAllocAsync_ptsz),
+    TIDEPOOL_SIM_PROC("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    TIDEPOOL_SIM_PROC_PT("cuMemFreeAsync", 11020, cuMemFreeAsync_ptsz),
+    TIDEPOOL_SIM_PROC("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    TIDEPOOL_SIM_PROC("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    TIDEPOOL_SIM_PROC("cuMemFreeHost", 2000, cuMemFreeHost),
+    TIDEPOOL_SIM_PROC("cuMemAddressReserve", 10020, cuMemAddressReserve),
+    TIDEPOOL_SIM_PROC("cuMemAddressFree", 10020, cuMemAddressFree),
+    TIDEPOOL_SIM_PROC("cuMemCreate", 10020, cuMemCreate),
+    TIDEPOOL_SIM_PROC("cuMemRelease", 10020, cuMemRelease),
+    TIDEPOOL_SIM_PROC("cuMemMap", 10020, cuMemMap),
+    TIDEPOOL_SIM_PROC("cuMemUnmap", 10020, cuMemUnmap),
+    TIDEPOOL_SIM_PROC("cuMemSetAccess", 10020, cuMemSetAccess),
+    TIDEPOOL_SIM_PROC("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+    TIDEPOOL_SIM_PROC("cuStreamCreate", 2000, cuStreamCreate),
+    TIDEPOOL_SIM_PROC("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    TIDEPOOL_SIM_PROC("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    TIDEPOOL_SIM_PROC("cuStreamSynchronize", 2000, cuStreamSynchronize),
+    TIDEPOOL_SIM_PROC("cuStreamQuery", 2000, cuStreamQuery),
+    TIDEPOOL_SIM_PROC("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
+    TIDEPOOL_SIM_PROC("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    TIDEPOOL_SIM_PROC("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
+    TIDEPOOL_SIM_PROC("cuEventCreate", 2000, cuEventCreate),
+    TIDEPOOL_SIM_PROC("cuEventDestroy", 4000, cuEventDestroy_v2),
+    TIDEPOOL_SIM_PROC("cuEventRecord", 2000, cuEventRecord),
+    TIDEPOOL_SIM_PROC("cuEventQuery", 2000, cuEventQuery),
+    TIDEPOOL_SIM_PROC("cuEventSynchronize", 2000, cuEventSynchronize),
+    TIDEPOOL_SIM_PROC("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    TIDEPOOL_SIM_PROC("cuMemcpy", 4000, cuMemcpy),
+    TIDEPOOL_SIM_PROC("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    TIDEPOOL_SIM_PROC("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
+    TIDEPOOL_SIM_PROC("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
+    TIDEPOOL_SIM_PROC("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
+    TIDEPOOL_SIM_PROC("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
+    TIDEPOOL_SIM_PROC("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
+    TIDEPOOL_SIM_PROC("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    TIDEPOOL_SIM_PROC("cuMemsetD8", 3020, cuMemsetD8_v2),
+    TIDEPOOL_SIM_PROC("cuMemsetD8Async", 3020, cuMemsetD8Async),
+    TIDEPOOL_SIM_PROC("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    TIDEPOOL_SIM_PROC("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    TIDEPOOL_SIM_PROC("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    TIDEPOOL_SIM_PROC("cuLaunchKernel", 4000, cuLaunchKernel),
+    TIDEPOOL_SIM_PROC("cuGetErrorName", 6000, cuGetErrorName),
+    TIDEPOOL_SIM_PROC("cuGetErrorString", 6000, cuGetErrorString),
+    TIDEPOOL_SIM_PROC("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+    TIDEPOOL_SIM_PROC("cuGetProcAddress", 11030, cuGetProcAddress),
+};
+
+CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = nullptr;
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  const ProcEntry* best = nullptr;
+  bool known = false;
+  for (const ProcEntry& e : kEntries) {
+    if (std::strcmp(e.name, symbol) != 0) continue;
+    known = true;
+    if (e.since > version) continue;
+    // Prefer the newest variant the caller's version allows, and the
+    // per-thread variant when asked for and it exists.
+    const bool better = best == nullptr || e.since > best->since ||
+                        (e.since == best->since && e.per_thread == per_thread && best->per_thread != per_thread);
+    if (better && (!e.per_thread || per_thread)) best = &e;
+  }
+  if (best == nullptr) {
+    if (status != nullptr) {
+      *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *pfn = best->fn;
+  if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                                 CUdriverProcAddressQueryResult* status) {
+  if (CUresult r = tidepool::sim::enter("cuGetProcAddress_v2"); r != CUDA_SUCCESS) return r;
+  return resolve(symbol, pfn, version, flags, status);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  if (CUresult r = tidepool::sim::enter("cuGetProcAddress"); r != CUDA_SUCCESS) return r;
+  return resolve(symbol, pfn, version, flags, nullptr);
+}

@@ -1,0 +1,47 @@
+/* The simulated driver's control API: what tests use to steer the sim beyond
+ * the CUDA driver API. Exported from the sim's libcuda.so.1 only; reach it
+ * with dlsym on the driver handle. See README.md for the environment
+ * variables that do the same from outside a process. */
+#ifndef TIDEPOOL_SIM_CONTROL_H
+#define TIDEPOOL_SIM_CONTROL_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A "kernel": a host function run on the stream's worker thread with the
+ * launch's parameter pointers (each points at a copy of the argument). */
+typedef void (*tidepool_sim_kernel_fn)(void** params, void* user_data);
+
+/* Makes the `nth` call from now (1 = the next) of the driver function `name`
+ * (its exported name, e.g. "cuMemCreate") fail with `result`. */
+void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result);
+void tidepool_sim_clear_faults(void);
+
+/* Device capacity in bytes (what cuMemGetInfo reports as total). */
+void tidepool_sim_set_capacity(size_t bytes);
+size_t tidepool_sim_capacity(void);
+/* Device bytes held by cuMemAlloc allocations and device-located cuMemCreate handles. */
+size_t tidepool_sim_device_bytes_in_use(void);
+/* Host-located cuMemCreate bytes held. */
+size_t tidepool_sim_host_bytes_in_use(void);
+
+/* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */
+CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data,
+                                      size_t num_params, const size_t* param_sizes);
+
+/* Counts of calls made to `name` since the process started. */
+uint64_t tidepool_sim_call_count(const char* name);
+
+/* Forces the capture status cuStreamIsCapturing reports for `stream`. */
+void tidepool_sim_set_capturing(CUstream stream, int capturing);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDEPOOL_SIM_CONTROL_H */

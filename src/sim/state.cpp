@@ -1,0 +1,358 @@
+// The sim's global state, environment, fault injection, devices, contexts,
+// error names and the control API.
+//
+// Environment (read at cuInit):
+//   TIDEPOOL_SIM_MEMORY       device capacity, e.g. 16GiB (default 16 GiB)
+//   TIDEPOOL_SIM_GRANULARITY  VMM granularity (default 2 MiB)
+//   TIDEPOOL_SIM_DEVICES      device count (default 1)
+//   TIDEPOOL_SIM_FAULTS       name:nth:result,... e.g. cuMemCreate:3:2
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "sim/sim.hpp"
+
+namespace tidepool::sim {
+
+namespace {
+
+// Sizes like "16GiB", "512MiB", "4096". The sim cannot link tidepool's core,
+// so it carries this small parser of its own.
+std::size_t parse_bytes(const char* text, std::size_t fallback) {
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text || value < 0) return fallback;
+  std::string unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  double scale = 1;
+  if (unit == "KiB" || unit == "K") scale = 1024.0;
+  else if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (!unit.empty() && unit != "B") return fallback;
+  return static_cast<std::size_t>(value * scale);
+}
+
+void parse_faults(State& s, const char* text) {
+  if (text == nullptr) return;
+  std::string spec(text);
+  std::size_t start = 0;
+  while (start < spec.size()) {
+    std::size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(start, comma - start);
+    start = comma + 1;
+    const std::size_t a = item.find(':');
+    const std::size_t b = item.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const unsigned nth = static_cast<unsigned>(std::strtoul(item.c_str() + a + 1, nullptr, 10));
+    const auto result = static_cast<CUresult>(std::strtol(item.c_str() + b + 1, nullptr, 10));
+    if (nth > 0) s.faults[item.substr(0, a)] = Fault{nth, result};
+  }
+}
+
+void configure_from_environment(State& s) {
+  s.capacity = parse_bytes(std::getenv("TIDEPOOL_SIM_MEMORY"), std::size_t{16} << 30);
+  s.granularity = parse_bytes(std::getenv("TIDEPOOL_SIM_GRANULARITY"), std::size_t{2} << 20);
+  if (s.granularity == 0 || (s.granularity & (s.granularity - 1)) != 0 || s.granularity % 4096 != 0) {
+    s.granularity = std::size_t{2} << 20;
+  }
+  const char* devices = std::getenv("TIDEPOOL_SIM_DEVICES");
+  s.device_count = devices != nullptr ? std::max(1, std::atoi(devices)) : 1;
+  parse_faults(s, std::getenv("TIDEPOOL_SIM_FAULTS"));
+}
+
+}  // namespace
+
+State& state() {
+  // Leaked: driver calls may come from static destructors of the host.
+  static State* s = [] {
+    auto* created = new State();
+    configure_from_environment(*created);
+    created->legacy = std::make_shared<Stream>(0, true);
+    for (int d = 0; d < created->device_count; ++d) {
+      created->contexts.push_back(std::make_unique<Context>());
+      created->contexts.back()->device = d;
+    }
+    return created;
+  }();
+  return *s;
+}
+
+CUresult enter(const char* name) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.calls[name]++;
+  auto it = s.faults.find(name);
+  if (it == s.faults.end()) return CUDA_SUCCESS;
+  if (--it->second.countdown == 0) {
+    const CUresult result = it->second.result;
+    s.faults.erase(it);
+    return result;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult enter_initialized(const char* name) {
+  if (CUresult r = enter(name); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  return s.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+Context*& current_context() {
+  thread_local Context* current = nullptr;
+  return current;
+}
+
+std::int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+namespace {
+
+Context* context_of_device(CUdevice device) {
+  State& s = state();
+  if (device < 0 || device >= s.device_count) return nullptr;
+  return s.contexts[static_cast<std::size_t>(device)].get();
+}
+
+bool valid_context(CUcontext ctx) {
+  State& s = state();
+  for (auto& c : s.contexts) {
+    if (reinterpret_cast<CUcontext>(c.get()) == ctx) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+}  // namespace tidepool::sim
+
+using namespace tidepool::sim;  // NOLINT(google-build-using-namespace): exported C entry points below
+
+// --- initialisation, devices, contexts --------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuInit(unsigned int flags) {
+  if (CUresult r = enter("cuInit"); r != CUDA_SUCCESS) return r;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.initialized = true;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDriverGetVersion(int* version) {
+  if (CUresult r = enter("cuDriverGetVersion"); r != CUDA_SUCCESS) return r;
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetCount(int* count) {
+  if (CUresult r = enter_initialized("cuDeviceGetCount"); r != CUDA_SUCCESS) return r;
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = state().device_count;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (CUresult r = enter_initialized("cuDeviceGet"); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal < 0 || ordinal >= state().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDeviceGetName"); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (context_of_device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<std::size_t>(length), "tidepool simulated device %d", device);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceTotalMem(std::size_t* bytes, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDeviceTotalMem_v2"); r != CUDA_SUCCESS) return r;
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (context_of_device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  *bytes = state().capacity;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDeviceGetAttribute"); r != CUDA_SUCCESS) return r;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (context_of_device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+      *value = 1;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = 0; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *value = 512; return CUDA_SUCCESS;
+    default: *value = 0; return CUDA_SUCCESS;
+  }
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDevicePrimaryCtxRetain"); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = context_of_device(device);
+  if (c == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  c->retain_count++;
+  *ctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
+  if (CUresult r = enter_initialized("cuDevicePrimaryCtxRelease_v2"); r != CUDA_SUCCESS) return r;
+  Context* c = context_of_device(device);
+  if (c == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  if (c->retain_count == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  c->retain_count--;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {
+  if (CUresult r = enter_initialized("cuDevicePrimaryCtxGetState"); r != CUDA_SUCCESS) return r;
+  Context* c = context_of_device(device);
+  if (c == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  *flags = 0;
+  *active = c->retain_count > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  if (CUresult r = enter_initialized("cuCtxGetCurrent"); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = reinterpret_cast<CUcontext>(current_context());
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (CUresult r = enter_initialized("cuCtxSetCurrent"); r != CUDA_SUCCESS) return r;
+  if (ctx != nullptr && !valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  current_context() = reinterpret_cast<Context*>(ctx);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
+  return cuCtxSetCurrent(ctx);  // the sim keeps a one-deep stack: enough for tidepool and its tests
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxPopCurrent(CUcontext* ctx) {
+  if (CUresult r = enter_initialized("cuCtxPopCurrent_v2"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr) *ctx = reinterpret_cast<CUcontext>(current_context());
+  current_context() = nullptr;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  if (CUresult r = enter_initialized("cuCtxGetDevice"); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = current_context()->device;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
+  if (CUresult r = enter_initialized("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  synchronize_all();
+  return CUDA_SUCCESS;
+}
+
+// --- errors ----------------------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+    case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *name = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case CUDA_ERROR_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_NOT_READY: *name = "CUDA_ERROR_NOT_READY"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *name = "CUDA_ERROR_NOT_SUPPORTED"; break;
+    case CUDA_ERROR_ALREADY_MAPPED: *name = "CUDA_ERROR_ALREADY_MAPPED"; break;
+    case CUDA_ERROR_NOT_MAPPED: *name = "CUDA_ERROR_NOT_MAPPED"; break;
+    default: *name = "CUDA_ERROR_UNKNOWN"; return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
+  return cuGetErrorName(error, text);
+}
+
+// --- control API --------------------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result) {
+  if (name == nullptr || nth == 0) return;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.faults[name] = Fault{nth, result};
+}
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.faults.clear();
+}
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_set_capacity(std::size_t bytes) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.capacity = bytes;
+}
+
+TIDEPOOL_SIM_EXPORT std::size_t tidepool_sim_capacity(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  return s.capacity;
+}
+
+TIDEPOOL_SIM_EXPORT std::size_t tidepool_sim_device_bytes_in_use(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  return s.device_used;
+}
+
+TIDEPOOL_SIM_EXPORT std::size_t tidepool_sim_host_bytes_in_use(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  return s.host_used;
+}
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_call_count(const char* name) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.calls.find(name != nullptr ? name : "");
+  return it == s.calls.end() ? 0 : it->second;
+}
