@@ -161,6 +161,13 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   space::Reservation& reservation = *chosen->segment->reservation;
   const std::size_t missing = space_.unbacked_pages(reservation, begin, rounded);
   if (missing > 0) {
+    // Stitch before growing: idle cached pages elsewhere back this range
+    // before any new physical memory is created, so what the pool holds
+    // tracks what is live rather than the history of its layout.
+    if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages()) {
+      driver::ScopedContext scope(api_, context_);
+      reclaim_idle_pages(missing - space_.spare_pages(), begin, begin + rounded);
+    }
     const std::size_t available = space_.available_pages();
     if (missing > available) {
       pages_short_ = missing - available;

@@ -60,6 +60,7 @@ struct PoolOptions {
   std::size_t large_alignment = 4 * util::KiB;  // large requests round to this: no slivers
   std::size_t segment_bytes = 0;            // VA per segment; 0: twice the device limit
   std::size_t deferred_batch = 256;         // deferred frees per fence
+  bool stitch_before_grow = true;           // reuse idle pages before creating new ones
 };
 
 struct PoolStats {

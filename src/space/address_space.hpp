@@ -80,6 +80,7 @@ class AddressSpace {
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_pages_ * page_size_; }
   [[nodiscard]] std::size_t peak_device_bytes() const noexcept { return peak_device_pages_ * page_size_; }
   [[nodiscard]] std::size_t spare_bytes() const noexcept { return spares_.size() * page_size_; }
+  [[nodiscard]] std::size_t spare_pages() const noexcept { return spares_.size(); }
   [[nodiscard]] std::size_t device_limit() const noexcept { return limit_; }
   // A limit below what is held now takes effect as pages are released.
   void set_device_limit(std::size_t bytes) noexcept { limit_ = bytes; }
