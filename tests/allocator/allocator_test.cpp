@@ -11,6 +11,7 @@
 #include "pool/policy.hpp"
 #include "runtime/allocator.hpp"
 #include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
 
 namespace tidepool {
 namespace {
@@ -257,6 +258,96 @@ TEST(Allocator, CudaFreeSemanticsDeferReuseUntilTheFenceCompletes) {
   EXPECT_EQ(b.value(), a.value());
   EXPECT_EQ(allocator->pool().stats().deferred_bytes, 0u);
   EXPECT_TRUE(allocator->deallocate(b.value(), 0, false).ok());
+}
+
+}  // namespace
+}  // namespace tidepool
+
+namespace tidepool {
+namespace {
+
+// A block freed on stream A while A's kernel still writes it must not be
+// handed to stream B without B waiting: B's write must land after A's.
+TEST(StreamOrderedReuse, CrossStreamReuseWaitsForTheFreeEvent) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto allocator = make_allocator("best_fit", 64 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  driver::ScopedContext scope(api, allocator->context());
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+  ASSERT_EQ(api.streamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api.streamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto sa = reinterpret_cast<std::uintptr_t>(a);
+  const auto sb = reinterpret_cast<std::uintptr_t>(b);
+
+  auto first = allocator->allocate(4096, sa, true);
+  ASSERT_TRUE(first.ok());
+  auto* cell = reinterpret_cast<int*>(first.value());
+  *cell = 0;
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(a, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator->deallocate(first.value(), sa, true).ok());
+
+  auto second = allocator->allocate(4096, sb, true);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second.value(), first.value());  // the same block, reused across streams
+  testing::Gate open;
+  open.release();
+  ASSERT_EQ(testing::launch_gated_write(b, &open, cell, 2), CUDA_SUCCESS);
+  gate.release();
+  ASSERT_EQ(api.streamSynchronize(a), CUDA_SUCCESS);
+  ASSERT_EQ(api.streamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(*cell, 2) << "stream B wrote before stream A's pending write finished";
+  EXPECT_EQ(allocator->pool().stats().cross_stream_waits, 1u);
+  EXPECT_TRUE(allocator->deallocate(second.value(), sb, true).ok());
+  api.streamSynchronize(b);
+  api.streamDestroy(a);
+  api.streamDestroy(b);
+}
+
+TEST(StreamOrderedReuse, SameStreamReuseIsImmediate) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto allocator = make_allocator("best_fit", 64 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  driver::ScopedContext scope(api, allocator->context());
+  CUstream a = nullptr;
+  ASSERT_EQ(api.streamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto sa = reinterpret_cast<std::uintptr_t>(a);
+  auto first = allocator->allocate(4096, sa, true);
+  ASSERT_TRUE(first.ok());
+  testing::Gate gate;
+  int* cell = reinterpret_cast<int*>(first.value());
+  ASSERT_EQ(testing::launch_gated_write(a, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator->deallocate(first.value(), sa, true).ok());
+  auto second = allocator->allocate(4096, sa, true);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second.value(), first.value());
+  EXPECT_EQ(allocator->pool().stats().cross_stream_waits, 0u);
+  gate.release();
+  api.streamSynchronize(a);
+  EXPECT_TRUE(allocator->deallocate(second.value(), sa, true).ok());
+  api.streamDestroy(a);
+}
+
+// cudaFree semantics: a block freed while a kernel on a blocking stream still
+// writes it is not handed out again until that kernel is done.
+TEST(StreamOrderedReuse, CudaFreeDoesNotReuseUntilQueuedWorkCompletes) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto allocator = make_allocator("best_fit", 64 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  driver::ScopedContext scope(api, allocator->context());
+  auto first = allocator->allocate(4096, 0, false);
+  ASSERT_TRUE(first.ok());
+  int* cell = reinterpret_cast<int*>(first.value());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator->deallocate(first.value(), 0, false).ok());
+  auto second = allocator->allocate(4096, 0, false);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second.value(), first.value()) << "reused while the kernel could still write it";
+  gate.release();
+  api.ctxSynchronize();
+  EXPECT_TRUE(allocator->deallocate(second.value(), 0, false).ok());
 }
 
 }  // namespace

@@ -11,12 +11,16 @@
 
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
 
 namespace tidepool {
 namespace {
 
 using testing::sim_control;
 using testing::sim_driver;
+using testing::Gate;
+using testing::gated_write_kernel;
+using testing::launch_gated_write;
 
 class Sim : public ::testing::Test {
  protected:
@@ -60,48 +64,6 @@ class Sim : public ::testing::Test {
   std::size_t page_ = 0;
   CUmemAllocationProp prop_{};
 };
-
-// A gate a "kernel" waits on, so tests control when stream work runs.
-struct Gate {
-  std::mutex m;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
-    {
-      std::lock_guard<std::mutex> g(m);
-      open = true;
-    }
-    cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> g(m);
-    cv.wait(g, [&] { return open; });
-  }
-};
-
-void gated_write(void** params, void* /*user*/) {
-  auto* gate = *static_cast<Gate**>(params[0]);
-  auto* target = *static_cast<int**>(params[1]);
-  const int value = *static_cast<int*>(params[2]);
-  gate->wait();
-  *target = value;
-}
-
-CUfunction gated_write_kernel() {
-  static CUfunction f = [] {
-    CUfunction fn = nullptr;
-    const std::size_t sizes[] = {sizeof(Gate*), sizeof(int*), sizeof(int)};
-    auto reg = sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
-    EXPECT_EQ(reg(&fn, &gated_write, nullptr, 3, sizes), CUDA_SUCCESS);
-    return fn;
-  }();
-  return f;
-}
-
-CUresult launch_gated_write(CUstream stream, Gate* gate, int* target, int value) {
-  void* params[] = {&gate, &target, &value};
-  return sim_driver().api().launchKernel(gated_write_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
-}
 
 TEST_F(Sim, UnmappedReservationFaults) {
   CUdeviceptr va = 0;
