@@ -474,7 +474,8 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
       if (r.is_chunk()) return;
       const std::size_t page = r.page_size();
       const std::uintptr_t first_page_start = util::align_up(b->address - r.base(), page) + r.base();
-      for (std::uintptr_t p = first_page_start; p + page <= b->address + b->size; p += page) {
+      const std::uintptr_t scan_end = std::min<std::uintptr_t>(b->address + b->size, r.page_address(r.mapped_limit()));
+      for (std::uintptr_t p = first_page_start; p + page <= scan_end; p += page) {
         if (p < keep_end && p + page > keep_begin) continue;
         const std::size_t index = r.page_of(p);
         if (r.page(index).residency == space::Residency::unmapped) continue;
@@ -574,7 +575,7 @@ bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::si
   return false;
 }
 
-PoolStats Pool::stats() const {
+PoolStats Pool::stats(bool with_fragmentation) const {
   std::lock_guard<util::SpinLock> guard(lock_);
   PoolStats s = stats_;
   s.reserved_bytes = space_.device_bytes();
@@ -585,12 +586,12 @@ PoolStats Pool::stats() const {
   s.live_blocks = live_.size();
   s.segments = segments_.size();
   s.free_bytes = s.reserved_bytes > s.handed_out_bytes ? s.reserved_bytes - s.handed_out_bytes : 0;
+  s.free_blocks = arenas_[0].index.count() + arenas_[1].index.count();
+  if (!with_fragmentation) return s;
   // The largest request servable without new physical memory: a free block's
   // mapped bytes plus whatever spare pages could back the rest of it.
   std::uint64_t largest = 0;
-  std::uint64_t free_blocks = 0;
   for (const Arena& arena : arenas_) {
-    free_blocks += arena.index.count();
     arena.index.for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       std::uint64_t mapped = 0;
@@ -598,8 +599,8 @@ PoolStats Pool::stats() const {
         mapped = b->size;
       } else {
         const std::size_t first = r.page_of(b->address);
-        const std::size_t last = r.page_of(b->address + b->size - 1);
-        for (std::size_t p = first; p <= last; ++p) {
+        const std::size_t last = std::min(r.page_of(b->address + b->size - 1) + 1, r.mapped_limit());
+        for (std::size_t p = first; p < last; ++p) {
           if (r.page(p).residency == space::Residency::unmapped) continue;
           const std::uintptr_t lo = std::max(r.page_address(p), b->address);
           const std::uintptr_t hi = std::min(r.page_address(p) + r.page_size(), b->address + b->size);
@@ -609,7 +610,6 @@ PoolStats Pool::stats() const {
       largest = std::max<std::uint64_t>(largest, std::min<std::uint64_t>(b->size, mapped + s.spare_bytes));
     });
   }
-  s.free_blocks = free_blocks;
   s.largest_free_block = largest;
   return s;
 }

@@ -133,7 +133,9 @@ class Pool {
   // page to the driver. Returns the bytes released.
   std::size_t trim();
   void set_device_limit(std::size_t bytes);
-  [[nodiscard]] PoolStats stats() const;
+  // `with_fragmentation`: also compute free_bytes and largest_free_block,
+  // which walks every free block (O(n)); the counters alone are O(1).
+  [[nodiscard]] PoolStats stats(bool with_fragmentation = true) const;
   [[nodiscard]] std::string_view policy_name() const;
   // Every block, free and live, in address order per segment.
   [[nodiscard]] std::vector<BlockView> snapshot() const;

@@ -112,9 +112,11 @@ void AddressSpace::release_page(CUmemGenericAllocationHandle handle) {
 std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t address,
                                          std::size_t length) const noexcept {
   if (r.is_chunk() || length == 0) return 0;
-  std::size_t missing = 0;
+  const std::size_t first = r.page_of(address);
   const std::size_t last = r.page_of(address + length - 1);
-  for (std::size_t p = r.page_of(address); p <= last; ++p) {
+  const std::size_t scan_end = std::min(last + 1, r.mapped_limit());
+  std::size_t missing = last + 1 - std::max(first, scan_end);  // pages beyond the limit: all unmapped
+  for (std::size_t p = first; p < scan_end; ++p) {
     if (r.page(p).residency == Residency::unmapped) ++missing;
   }
   return missing;
@@ -175,6 +177,7 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     mapped_any = true;
     page.handle = handle;
     page.residency = Residency::device;
+    r.note_mapped(p);
     if (run_start == SIZE_MAX) run_start = p;
   }
   auto s = grant_access(last + 1);

@@ -53,12 +53,19 @@ class Reservation {
   }
   [[nodiscard]] const PageEntry& page(std::size_t index) const noexcept { return pages_[index]; }
   PageEntry& page(std::size_t index) noexcept { return pages_[index]; }
+  // One past the highest page ever mapped: pages from here on are unmapped,
+  // so scans of the page map can stop here.
+  [[nodiscard]] std::size_t mapped_limit() const noexcept { return chunk_ ? pages_.size() : mapped_limit_; }
+  void note_mapped(std::size_t index) noexcept {
+    if (index + 1 > mapped_limit_) mapped_limit_ = index + 1;
+  }
 
   // True when every page overlapping [address, address + length) is mapped.
   [[nodiscard]] bool is_backed(std::uintptr_t address, std::size_t length) const noexcept {
     if (chunk_ || length == 0) return true;
     const std::size_t first = page_of(address);
     const std::size_t last = page_of(address + length - 1);
+    if (last >= mapped_limit_) return false;
     for (std::size_t p = first; p <= last; ++p) {
       if (pages_[p].residency == Residency::unmapped) return false;
     }
@@ -71,6 +78,7 @@ class Reservation {
   std::size_t page_size_;
   bool chunk_;
   std::vector<PageEntry> pages_;
+  std::size_t mapped_limit_ = 0;
 };
 
 }  // namespace tidepool::space

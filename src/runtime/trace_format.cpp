@@ -1,0 +1,106 @@
+// Parsing and formatting lines of RMM logging CSV.
+#include "runtime/trace_format.hpp"
+
+#include <charconv>
+#include <cstdio>
+
+namespace tidepool::runtime {
+
+namespace {
+
+bool parse_number(std::string_view text, std::uint64_t* out, int base) {
+  if (text.empty()) return false;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out, base);
+  return ec == std::errc() && ptr == end;
+}
+
+// Decimal, or hex with a 0x prefix.
+bool parse_integer(std::string_view text, std::uint64_t* out) {
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    return parse_number(text.substr(2), out, 16);
+  }
+  return parse_number(text, out, 10);
+}
+
+bool parse_pointer(std::string_view text, std::uint64_t* out) {
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) text.remove_prefix(2);
+  return parse_number(text, out, 16);
+}
+
+// HH:MM:SS:ffffff or HH:MM:SS.ffffff, fraction of any length up to 9 digits.
+bool parse_time(std::string_view text, std::uint64_t* us) {
+  std::uint64_t parts[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t sep = text.find_first_of(":.");
+    if (sep == std::string_view::npos) return false;
+    if (!parse_number(text.substr(0, sep), &parts[i], 10)) return false;
+    text.remove_prefix(sep + 1);
+  }
+  if (text.empty() || text.size() > 9) return false;
+  std::uint64_t fraction = 0;
+  if (!parse_number(text, &fraction, 10)) return false;
+  for (std::size_t digits = text.size(); digits < 6; ++digits) fraction *= 10;
+  for (std::size_t digits = text.size(); digits > 6; --digits) fraction /= 10;
+  *us = ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000000 + fraction;
+  return true;
+}
+
+}  // namespace
+
+util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::string* detail) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  std::string_view fields[6];
+  std::size_t count = 0;
+  while (count < 6) {
+    const std::size_t comma = line.find(',');
+    fields[count++] = line.substr(0, comma);
+    if (comma == std::string_view::npos) {
+      line = {};
+      break;
+    }
+    line.remove_prefix(comma + 1);
+  }
+  if (count != 6 || !line.empty()) {
+    if (detail != nullptr) *detail = "expected 6 comma-separated columns";
+    return {util::Error::bad_input, "wrong number of columns"};
+  }
+  auto fail = [&](const char* what, std::string_view value) {
+    if (detail != nullptr) *detail = std::string(what) + " \"" + std::string(value) + "\"";
+    return util::Status(util::Error::bad_input, what);
+  };
+  if (!parse_integer(fields[0], &event->thread)) return fail("bad thread id", fields[0]);
+  if (!parse_time(fields[1], &event->time_us)) return fail("bad time", fields[1]);
+  if (fields[2] == "allocate") {
+    event->action = TraceAction::allocate;
+  } else if (fields[2] == "free") {
+    event->action = TraceAction::free;
+  } else if (fields[2] == "allocate failure") {
+    event->action = TraceAction::allocate_failure;
+  } else {
+    return fail("unknown action", fields[2]);
+  }
+  if (!parse_pointer(fields[3], &event->pointer)) return fail("bad pointer", fields[3]);
+  if (!parse_integer(fields[4], &event->size)) return fail("bad size", fields[4]);
+  if (!parse_integer(fields[5], &event->stream)) return fail("bad stream", fields[5]);
+  return util::Status::success();
+}
+
+std::size_t format_trace_line(const TraceEvent& e, char* buffer, std::size_t capacity) noexcept {
+  const char* action = e.action == TraceAction::allocate ? "allocate"
+                       : e.action == TraceAction::free   ? "free"
+                                                         : "allocate failure";
+  const std::uint64_t seconds = e.time_us / 1000000;
+  const int n = std::snprintf(buffer, capacity, "%llu,%02llu:%02llu:%02llu:%06llu,%s,0x%llx,%llu,%llu\n",
+                              static_cast<unsigned long long>(e.thread),
+                              static_cast<unsigned long long>(seconds / 3600),
+                              static_cast<unsigned long long>((seconds / 60) % 60),
+                              static_cast<unsigned long long>(seconds % 60),
+                              static_cast<unsigned long long>(e.time_us % 1000000), action,
+                              static_cast<unsigned long long>(e.pointer), static_cast<unsigned long long>(e.size),
+                              static_cast<unsigned long long>(e.stream));
+  if (n < 0 || static_cast<std::size_t>(n) >= capacity) return 0;
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace tidepool::runtime

@@ -1,0 +1,158 @@
+// Replaying events: trace pointers map to the target's addresses; metrics
+// are sampled as the run goes; the layout at the live peak is captured by a
+// second, deterministic pass that stops at the peak event.
+#include "replay.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <unordered_map>
+
+namespace tidepool::replay {
+
+bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error) {
+  auto reader = TraceReader::open(path);
+  if (!reader) {
+    *error = path + ": " + reader.status().message();
+    return false;
+  }
+  TraceEvent e;
+  while (reader.value()->next(&e)) events->push_back(e);
+  if (reader.value()->failed()) {
+    *error = reader.value()->error();
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+struct Pass {
+  std::uint64_t peak_event = 0;  // index of the event after which live peaked
+  bool ok = true;
+};
+
+void show_progress(const std::string& label, std::size_t done, std::size_t total) {
+  const int width = 40;
+  const int filled = total == 0 ? width : static_cast<int>(width * done / total);
+  std::fprintf(stderr, "\r%-28.28s [%-*.*s] %3d%%", label.c_str(), width, filled,
+               "========================================", total == 0 ? 100 : static_cast<int>(100 * done / total));
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+// One pass over the events, stopping after `stop_after` events (all when 0).
+bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& events, Target& target,
+                 std::size_t stop_after, const ReplayOptions& options, Result* result, Pass* pass,
+                 std::string* error) {
+  std::unordered_map<std::uint64_t, std::uint64_t> addresses;  // trace pointer -> target address
+  addresses.reserve(events.size());
+  const std::size_t limit = stop_after == 0 ? events.size() : stop_after;
+  const std::size_t stride = std::max<std::size_t>(1, events.size() / std::max<std::size_t>(1, options.timeline_points));
+  const bool measuring = stop_after == 0;
+  std::chrono::steady_clock::duration in_target{};  // time spent inside the target's calls only
+  for (std::size_t i = 0; i < limit; ++i) {
+    const TraceEvent& e = events[i];
+    const auto call_start = std::chrono::steady_clock::now();
+    switch (e.action) {
+      case TraceAction::allocate: {
+        std::uint64_t address = 0;
+        if (!target.allocate(e.size, e.stream, &address)) {
+          result->failed_allocations += measuring ? 1 : 0;
+          break;
+        }
+        if (!addresses.emplace(e.pointer, address).second) {
+          *error = trace_name + ":" + std::to_string(e.line) + ": pointer 0x" + [&] {
+            char hex[32];
+            std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(e.pointer));
+            return std::string(hex);
+          }() + " allocated twice without a free";
+          return false;
+        }
+        break;
+      }
+      case TraceAction::allocate_failure: {
+        // The program asked and was refused: ask again, and give back what we get.
+        std::uint64_t address = 0;
+        if (target.allocate(e.size, e.stream, &address)) {
+          target.free(address, e.stream);
+        } else if (measuring) {
+          result->failed_allocations++;
+        }
+        break;
+      }
+      case TraceAction::free: {
+        auto it = addresses.find(e.pointer);
+        if (it == addresses.end()) {
+          char hex[32];
+          std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(e.pointer));
+          *error = trace_name + ":" + std::to_string(e.line) + ": free of unknown pointer 0x" + hex;
+          return false;
+        }
+        target.free(it->second, e.stream);
+        addresses.erase(it);
+        break;
+      }
+    }
+    in_target += std::chrono::steady_clock::now() - call_start;
+    if (!measuring) continue;
+    const Counters c = target.counters();
+    if (c.live_bytes > result->peak_live_bytes) {
+      result->peak_live_bytes = c.live_bytes;
+      pass->peak_event = i + 1;
+      const Fragmentation f = target.fragmentation();
+      result->external_fragmentation_at_peak =
+          f.free_bytes == 0 ? 0.0
+                            : 1.0 - static_cast<double>(std::min(f.largest_free_block, f.free_bytes)) /
+                                        static_cast<double>(f.free_bytes);
+      result->internal_waste_at_peak = c.handed_out_bytes - c.live_bytes;
+    }
+    result->peak_reserved_bytes = std::max(result->peak_reserved_bytes, c.reserved_bytes);
+    if (i % stride == 0 || i + 1 == limit) result->timeline.push_back(Sample{e.time_us, c.live_bytes, c.reserved_bytes});
+    if (options.progress && (i % 4096 == 0 || i + 1 == limit)) show_progress(trace_name + " " + target.name(), i + 1, limit);
+  }
+  if (measuring) {
+    const auto elapsed = in_target;
+    result->events = events.size();
+    result->ns_per_event =
+        events.empty() ? 0.0 : std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(events.size());
+    const Counters c = target.counters();
+    result->maps = c.maps;
+    result->unmaps = c.unmaps;
+    result->evicted_bytes = c.evicted_bytes;
+    result->utilization = result->peak_reserved_bytes == 0
+                              ? 1.0
+                              : static_cast<double>(result->peak_live_bytes) / static_cast<double>(result->peak_reserved_bytes);
+  } else {
+    result->peak_layout = target.layout();
+  }
+  return true;
+}
+
+}  // namespace
+
+bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::string& policy,
+                const TargetOptions& target_options, const ReplayOptions& options, Result* result,
+                std::string* error) {
+  result->trace = trace_name;
+  result->policy = policy;
+  Pass pass;
+  {
+    auto target = make_target(policy, target_options, error);
+    if (!target) return false;
+    if (!replay_pass(trace_name, events, *target, 0, options, result, &pass, error)) return false;
+  }
+  if (options.want_layout && pass.peak_event > 0) {
+    auto target = make_target(policy, target_options, error);
+    if (!target) return false;
+    Result scratch;
+    Pass ignored;
+    ReplayOptions quiet = options;
+    quiet.progress = false;
+    if (!replay_pass(trace_name, events, *target, pass.peak_event, quiet, &scratch, &ignored, error)) return false;
+    result->peak_layout = std::move(scratch.peak_layout);
+  }
+  return true;
+}
+
+}  // namespace tidepool::replay

@@ -1,0 +1,62 @@
+// Target: one allocator a trace is replayed against — a tidepool placement
+// policy on the sim driver, or a baseline written from another allocator's
+// documented rules. Adding one is a class and a line in make_target().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tidepool::replay {
+
+struct Counters {
+  std::uint64_t live_bytes = 0;        // requested bytes in live blocks
+  std::uint64_t handed_out_bytes = 0;  // block bytes in live blocks
+  std::uint64_t reserved_bytes = 0;    // device memory held
+  std::uint64_t maps = 0;              // driver mappings or allocations made
+  std::uint64_t unmaps = 0;
+  std::uint64_t evicted_bytes = 0;
+};
+
+struct Fragmentation {
+  std::uint64_t largest_free_block = 0;
+  std::uint64_t free_bytes = 0;  // held but not handed out
+};
+
+struct Span {
+  std::uint64_t offset;  // from the start of the target's address range
+  std::uint64_t size;
+  bool used;
+};
+
+struct TargetOptions {
+  std::uint64_t device_memory = 0;  // a budget; 0 = none
+  std::string conf;                 // a TIDEPOOL_CONF string for tidepool targets
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  // False when the allocation fails (out of memory).
+  virtual bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) = 0;
+  virtual void free(std::uint64_t address, std::uint64_t stream) = 0;
+  [[nodiscard]] virtual Counters counters() const = 0;           // O(1)
+  [[nodiscard]] virtual Fragmentation fragmentation() const = 0;  // may walk every block
+  [[nodiscard]] virtual std::vector<Span> layout() const = 0;     // the address range, block by block
+};
+
+// tidepool's policies first, then the baselines.
+std::vector<std::string> target_names();
+// Null with `error` set for an unknown name or a target that cannot start.
+std::unique_ptr<Target> make_target(const std::string& name, const TargetOptions& options, std::string* error);
+
+std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const TargetOptions& options,
+                                             std::string* error);
+std::unique_ptr<Target> make_pytorch_rules_target(const TargetOptions& options);
+std::unique_ptr<Target> make_rmm_pool_target(const TargetOptions& options);
+std::unique_ptr<Target> make_cuda_malloc_target(const TargetOptions& options);
+
+}  // namespace tidepool::replay

@@ -1,0 +1,157 @@
+// tidepool's own pool as a replay target: an Allocator over the simulated
+// driver, with trace streams mapped to real sim streams.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <map>
+
+#include "pool/policy.hpp"
+#include "runtime/allocator.hpp"
+#include "runtime/config.hpp"
+#include "target.hpp"
+
+namespace tidepool::replay {
+
+namespace {
+
+// The sim next to the installed tool, else the one in the build tree.
+std::string sim_path() {
+  if (const char* env = std::getenv("TIDEPOOL_SIM_LIBRARY"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "lib" / "tidepool" / "sim" / "libcuda.so.1";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return TIDEPOOL_BUILD_SIM_LIBRARY;
+}
+
+const driver::Driver* sim_driver(std::string* error) {
+  static std::unique_ptr<driver::Driver> driver;
+  static std::string failure;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    auto opened = driver::Driver::open(sim_path());
+    if (opened) {
+      driver = std::move(opened.value());
+      // Replays need room, not realism: the sim commits nothing until touched.
+      using SetCapacity = void (*)(std::size_t);
+      if (auto set = reinterpret_cast<SetCapacity>(::dlsym(driver->handle(), "tidepool_sim_set_capacity"))) {
+        set(std::size_t{1} << 40);
+      }
+    } else {
+      failure = std::string("cannot open the simulated driver: ") + opened.status().message();
+    }
+  }
+  if (!driver && error != nullptr) *error = failure;
+  return driver.get();
+}
+
+class TidepoolTarget final : public Target {
+ public:
+  TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator)
+      : policy_(std::move(policy)), allocator_(std::move(allocator)) {}
+  ~TidepoolTarget() override {
+    const driver::Api& api = sim_driver(nullptr)->api();
+    driver::ScopedContext scope(api, allocator_->context());
+    allocator_.reset();
+    for (auto& [id, stream] : streams_) {
+      if (stream != nullptr) api.streamDestroy(stream);
+    }
+  }
+
+  std::string name() const override { return policy_; }
+
+  bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) override {
+    auto result = allocator_->allocate(size, stream_for(stream), true);
+    if (!result) return false;
+    *address = result.value();
+    return true;
+  }
+  void free(std::uint64_t address, std::uint64_t stream) override {
+    (void)allocator_->deallocate(address, stream_for(stream), true);
+  }
+  Counters counters() const override {
+    const pool::PoolStats s = allocator_->pool().stats(false);
+    return Counters{s.live_bytes, s.handed_out_bytes, s.reserved_bytes, s.maps, s.unmaps, 0};
+  }
+  Fragmentation fragmentation() const override {
+    const pool::PoolStats s = allocator_->pool().stats(true);
+    return Fragmentation{s.largest_free_block, s.free_bytes};
+  }
+  std::vector<Span> layout() const override {
+    // Only what is backed by physical pages: the rest of a segment is VA.
+    std::vector<Span> spans;
+    std::uint64_t offset = 0;
+    for (const pool::BlockView& b : allocator_->pool().snapshot()) {
+      if (!b.backed && b.requested == 0) continue;
+      spans.push_back(Span{offset, b.size, b.requested != 0});
+      offset += b.size;
+    }
+    return spans;
+  }
+
+ private:
+  std::uintptr_t stream_for(std::uint64_t id) {
+    if (id == 0) return 0;  // the legacy default stream
+    auto it = streams_.find(id);
+    if (it != streams_.end()) return reinterpret_cast<std::uintptr_t>(it->second);
+    const driver::Api& api = sim_driver(nullptr)->api();
+    driver::ScopedContext scope(api, allocator_->context());
+    CUstream s = nullptr;
+    if (api.streamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
+    streams_[id] = s;
+    return reinterpret_cast<std::uintptr_t>(s);
+  }
+
+  std::string policy_;
+  std::unique_ptr<runtime::Allocator> allocator_;
+  std::map<std::uint64_t, CUstream> streams_;
+};
+
+}  // namespace
+
+std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const TargetOptions& options,
+                                             std::string* error) {
+  const driver::Driver* driver = sim_driver(error);
+  if (driver == nullptr) return nullptr;
+  runtime::Config config = runtime::parse_config(options.conf);
+  if (config.passthrough) {
+    *error = config.error;
+    return nullptr;
+  }
+  runtime::AllocatorOptions allocator_options;
+  allocator_options.pool.policy = policy;
+  allocator_options.pool.small_size = static_cast<std::size_t>(config.small_size);
+  allocator_options.device_limit = static_cast<std::size_t>(options.device_memory);
+  if (options.device_memory == 0 && config.device_limit && !config.device_limit->is_percent) {
+    allocator_options.device_limit = static_cast<std::size_t>(config.device_limit->bytes);
+  }
+  auto created = runtime::Allocator::create(*driver, allocator_options);
+  if (!created) {
+    *error = std::string("cannot create the pool: ") + created.status().message();
+    return nullptr;
+  }
+  return std::make_unique<TidepoolTarget>(policy, std::move(created.value()));
+}
+
+std::vector<std::string> target_names() {
+  std::vector<std::string> names;
+  for (std::string_view p : pool::policy_names()) names.emplace_back(p);
+  names.insert(names.end(), {"pytorch_rules", "rmm_pool", "cuda_malloc"});
+  return names;
+}
+
+std::unique_ptr<Target> make_target(const std::string& name, const TargetOptions& options, std::string* error) {
+  if (name == "pytorch_rules") return make_pytorch_rules_target(options);
+  if (name == "rmm_pool") return make_rmm_pool_target(options);
+  if (name == "cuda_malloc") return make_cuda_malloc_target(options);
+  if (pool::make_policy(name) != nullptr) return make_tidepool_target(name, options, error);
+  *error = "unknown policy \"" + name + "\"";
+  return nullptr;
+}
+
+}  // namespace tidepool::replay
