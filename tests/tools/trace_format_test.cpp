@@ -1,0 +1,119 @@
+// Specification of the RMM CSV trace format: parsing, formatting, gzip, and
+// every bad-input case with its line number.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "runtime/trace_format.hpp"
+#include "replay.hpp"
+#include "trace_reader.hpp"
+
+namespace tidepool::replay {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::string(::testing::TempDir()) + "/tidepool_" + name);
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string reader_error(const std::string& text) {
+  const std::string path = write_text("bad.csv", text);
+  auto reader = TraceReader::open(path);
+  if (!reader) return reader.status().message();
+  TraceEvent e;
+  while (reader.value()->next(&e)) {
+  }
+  return reader.value()->error();
+}
+
+constexpr const char* kHeader = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+TEST(TraceFormat, EveryLineOfTheSharedTracesParses) {
+  for (const char* name : {"resnet50_b16.csv", "mobilenet_v2_b32.csv", "seq2seq_b32.csv"}) {
+    const std::string path = std::string(TIDEPOOL_TRACES_DIR) + "/" + name;
+    auto reader = TraceReader::open(path);
+    ASSERT_TRUE(reader.ok()) << path;
+    std::size_t events = 0;
+    TraceEvent e;
+    while (reader.value()->next(&e)) ++events;
+    EXPECT_FALSE(reader.value()->failed()) << reader.value()->error();
+    std::ifstream in(path);
+    std::size_t lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    EXPECT_EQ(events, lines - 1) << name;
+  }
+}
+
+TEST(TraceFormat, ParsesTimesPointersAndActions) {
+  TraceEvent e;
+  ASSERT_TRUE(runtime::parse_trace_line("3,01:02:03:000042,allocate failure,0x7f00aa,4096,0x1", &e, nullptr).ok());
+  EXPECT_EQ(e.thread, 3u);
+  EXPECT_EQ(e.time_us, ((1u * 60 + 2) * 60 + 3) * 1000000ull + 42);
+  EXPECT_EQ(e.action, TraceAction::allocate_failure);
+  EXPECT_EQ(e.pointer, 0x7f00aau);
+  EXPECT_EQ(e.size, 4096u);
+  EXPECT_EQ(e.stream, 1u);
+  // RMM's own logs write a '.' before the fraction.
+  ASSERT_TRUE(runtime::parse_trace_line("0,00:00:01.5,free,7f00aa,0,0", &e, nullptr).ok());
+  EXPECT_EQ(e.time_us, 1500000u);
+  EXPECT_EQ(e.action, TraceAction::free);
+}
+
+TEST(TraceFormat, WrittenLinesParseBackIdentically) {
+  TraceEvent original{7, 3723000123ull, TraceAction::allocate, 0xdeadbeef000ull, 12345, 42, 0};
+  char buffer[128];
+  const std::size_t n = runtime::format_trace_line(original, buffer, sizeof buffer);
+  ASSERT_GT(n, 0u);
+  EXPECT_EQ(buffer[n - 1], '\n');
+  TraceEvent parsed;
+  ASSERT_TRUE(runtime::parse_trace_line(std::string_view(buffer, n - 1), &parsed, nullptr).ok());
+  EXPECT_EQ(parsed.thread, original.thread);
+  EXPECT_EQ(parsed.time_us, original.time_us);
+  EXPECT_EQ(parsed.action, original.action);
+  EXPECT_EQ(parsed.pointer, original.pointer);
+  EXPECT_EQ(parsed.size, original.size);
+  EXPECT_EQ(parsed.stream, original.stream);
+  EXPECT_EQ(runtime::format_trace_line(original, buffer, 10), 0u);  // too small: nothing, not a crash
+}
+
+TEST(TraceFormat, ReadsGzipCompressedTraces) {
+  const std::string path = temp_path("trace.csv.gz");
+  gzFile gz = gzopen(path.c_str(), "wb");
+  ASSERT_NE(gz, nullptr);
+  const std::string text = std::string(kHeader) + "0,00:00:00:000001,allocate,0x10,64,0\n0,00:00:00:000002,free,0x10,64,0\n";
+  gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(gz);
+  std::vector<TraceEvent> events;
+  std::string error;
+  ASSERT_TRUE(load_trace(path, &events, &error)) << error;
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, TraceAction::free);
+  EXPECT_EQ(events[1].line, 3u);
+}
+
+TEST(TraceFormat, BadInputNamesTheLine) {
+  const std::string ok = "0,00:00:00:000001,allocate,0x10,64,0\n";
+  EXPECT_NE(reader_error(std::string(kHeader) + ok + "0,00:00:00:000002,frobnicate,0x10,64,0\n").find(":3: unknown action"),
+            std::string::npos);
+  EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0xZZ,64,0\n").find(":2: bad pointer"),
+            std::string::npos);
+  EXPECT_NE(reader_error(std::string(kHeader) + ok + ok + "0,00:00:00:000002,allocate,0x20,-5,0\n").find(":4: bad size"),
+            std::string::npos);
+  EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0x20,5\n").find(":2: expected 6"),
+            std::string::npos);
+  EXPECT_NE(reader_error(std::string(kHeader) + "0,yesterday,allocate,0x20,5,0\n").find(":2: bad time"),
+            std::string::npos);
+  EXPECT_NE(reader_error(ok).find("header"), std::string::npos);
+  EXPECT_NE(reader_error("").find("empty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tidepool::replay
