@@ -184,8 +184,6 @@ std::string describe(const Config& config) {
   }
   static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
-         ",prefetch:" + (config.prefetch ? "on" : "off") +
-         ",host_cache_limit:" + std::to_string(config.host_cache_limit) +
          ",small_size:" + std::to_string(config.small_size) + ",report:" + config.report +
          ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
          ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;

@@ -24,8 +24,6 @@ struct Config {
   std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
   std::string policy = "best_fit";
   bool evict = false;
-  bool prefetch = true;
-  std::uint64_t host_cache_limit = 0;
   std::uint64_t small_size = util::MiB;
   std::string report;
   std::string trace;

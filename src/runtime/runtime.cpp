@@ -42,6 +42,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     return;
   }
   driver_ = std::move(opened.value());
+  if (config_.evict) log_warn("evict:on is not available in this build yet; continuing without eviction");
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
 

@@ -1,0 +1,117 @@
+// Properties of the built libtidepool.so and of tidepool-run: what it needs at
+// run time, what it exports, and how it starts a program. The ELF dynamic
+// section and symbol table are read directly, with no binutils needed.
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct DynamicInfo {
+  std::vector<std::string> needed;
+  std::vector<std::string> exported;  // defined, global or weak, default visibility
+};
+
+DynamicInfo read_dynamic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DynamicInfo info;
+  if (bytes.size() < sizeof(Elf64_Ehdr)) return info;
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    const Elf64_Shdr& s = sections[i];
+    const char* strings = bytes.data() + sections[s.sh_link].sh_offset;
+    if (s.sh_type == SHT_DYNAMIC) {
+      const auto* dyn = reinterpret_cast<const Elf64_Dyn*>(bytes.data() + s.sh_offset);
+      for (std::size_t k = 0; k < s.sh_size / sizeof(Elf64_Dyn) && dyn[k].d_tag != DT_NULL; ++k) {
+        if (dyn[k].d_tag == DT_NEEDED) info.needed.emplace_back(strings + dyn[k].d_un.d_val);
+      }
+    }
+    if (s.sh_type == SHT_DYNSYM) {
+      const auto* syms = reinterpret_cast<const Elf64_Sym*>(bytes.data() + s.sh_offset);
+      for (std::size_t k = 1; k < s.sh_size / sizeof(Elf64_Sym); ++k) {
+        const Elf64_Sym& sym = syms[k];
+        const int bind = ELF64_ST_BIND(sym.st_info);
+        if (sym.st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) continue;
+        info.exported.emplace_back(strings + sym.st_name);
+      }
+    }
+  }
+  return info;
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+TEST(Library, NeedsOnlyTheCAndCxxRuntimes) {
+  const DynamicInfo info = read_dynamic(TIDEPOOL_LIBRARY);
+  ASSERT_FALSE(info.needed.empty());
+  for (const std::string& lib : info.needed) {
+    EXPECT_FALSE(starts_with(lib, "libcuda")) << lib;
+    const bool allowed = starts_with(lib, "libc.so") || starts_with(lib, "libm.so") ||
+                         starts_with(lib, "libstdc++.so") || starts_with(lib, "libgcc_s.so") ||
+                         starts_with(lib, "libdl.so") || starts_with(lib, "libpthread.so") ||
+                         starts_with(lib, "librt.so") || starts_with(lib, "ld-linux") ||
+                         // The sanitizer build links its runtimes; the release library never does.
+                         starts_with(lib, "libasan.so") || starts_with(lib, "libubsan.so");
+    EXPECT_TRUE(allowed) << "unexpected run-time dependency " << lib;
+  }
+}
+
+TEST(Library, ExportsOnlyTidepoolAndTheHookedCudaSymbols) {
+  const DynamicInfo info = read_dynamic(TIDEPOOL_LIBRARY);
+  bool has_api = false;
+  for (const std::string& name : info.exported) {
+    has_api = has_api || name == "tidepool_malloc";
+    const bool allowed = starts_with(name, "tidepool_") || starts_with(name, "cu") || name == "dlsym" ||
+                         starts_with(name, "__asan") || starts_with(name, "__ubsan") || starts_with(name, "__sanitizer");
+    EXPECT_TRUE(allowed) << "unexpected export " << name;
+    EXPECT_EQ(name.find("fmt"), std::string::npos) << name;
+    EXPECT_EQ(name.find("spdlog"), std::string::npos) << name;
+    EXPECT_FALSE(starts_with(name, "_ZN")) << "a C++ symbol leaks: " << name;
+  }
+  EXPECT_TRUE(has_api);
+}
+
+int run(const std::string& command, std::string* output) {
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) *output += buffer;
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(TidepoolRun, SetsThePreloadAndConfAndKeepsTheExitStatus) {
+  std::string out;
+  const int rc = run(std::string("LD_PRELOAD= ") + TIDEPOOL_RUN +
+                         " --conf policy:first_fit -- /bin/sh -c 'echo \"$LD_PRELOAD|$TIDEPOOL_CONF|$1\"; exit 7' sh arg1",
+                     &out);
+  EXPECT_EQ(rc, 7);
+  EXPECT_NE(out.find("libtidepool.so"), std::string::npos) << out;
+  EXPECT_NE(out.find("|policy:first_fit|arg1"), std::string::npos) << out;
+}
+
+TEST(TidepoolRun, KeepsExistingPreloadEntriesFirst) {
+  std::string out;
+  // An empty-named entry would be ignored by the loader; a real path is kept.
+  run(std::string("LD_PRELOAD=/lib/x86_64-linux-gnu/libm.so.6 ") + TIDEPOOL_RUN + " -- /bin/sh -c 'echo $LD_PRELOAD'",
+      &out);
+  EXPECT_EQ(out.rfind("/lib/x86_64-linux-gnu/libm.so.6:", 0), 0u) << out;
+  EXPECT_NE(out.find("libtidepool.so"), std::string::npos) << out;
+}
+
+TEST(TidepoolRun, AProgramThatCannotRunIs127) {
+  std::string out;
+  EXPECT_EQ(run(std::string(TIDEPOOL_RUN) + " -- /nonexistent/program 2>/dev/null", &out), 127);
+  EXPECT_EQ(run(std::string(TIDEPOOL_RUN) + " 2>/dev/null", &out), 2);
+}
+
+}  // namespace
