@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "support/preload.hpp"
+
 namespace {
 
 struct DynamicInfo {
@@ -80,18 +82,12 @@ TEST(Library, ExportsOnlyTidepoolAndTheHookedCudaSymbols) {
   EXPECT_TRUE(has_api);
 }
 
-int run(const std::string& command, std::string* output) {
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[512];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) *output += buffer;
-  const int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using tidepool::testing::run_command;
+using tidepool::testing::sanitizer_preload_prefix;
 
 TEST(TidepoolRun, SetsThePreloadAndConfAndKeepsTheExitStatus) {
   std::string out;
-  const int rc = run(std::string("LD_PRELOAD= ") + TIDEPOOL_RUN +
+  const int rc = run_command("LD_PRELOAD=" + sanitizer_preload_prefix() + " " + TIDEPOOL_RUN +
                          " --conf policy:first_fit -- /bin/sh -c 'echo \"$LD_PRELOAD|$TIDEPOOL_CONF|$1\"; exit 7' sh arg1",
                      &out);
   EXPECT_EQ(rc, 7);
@@ -102,16 +98,16 @@ TEST(TidepoolRun, SetsThePreloadAndConfAndKeepsTheExitStatus) {
 TEST(TidepoolRun, KeepsExistingPreloadEntriesFirst) {
   std::string out;
   // An empty-named entry would be ignored by the loader; a real path is kept.
-  run(std::string("LD_PRELOAD=/lib/x86_64-linux-gnu/libm.so.6 ") + TIDEPOOL_RUN + " -- /bin/sh -c 'echo $LD_PRELOAD'",
-      &out);
-  EXPECT_EQ(out.rfind("/lib/x86_64-linux-gnu/libm.so.6:", 0), 0u) << out;
+  const std::string existing = sanitizer_preload_prefix() + "/lib/x86_64-linux-gnu/libm.so.6";
+  run_command("LD_PRELOAD=" + existing + " " + TIDEPOOL_RUN + " -- /bin/sh -c 'echo $LD_PRELOAD'", &out);
+  EXPECT_EQ(out.rfind(existing + ":", 0), 0u) << out;
   EXPECT_NE(out.find("libtidepool.so"), std::string::npos) << out;
 }
 
 TEST(TidepoolRun, AProgramThatCannotRunIs127) {
   std::string out;
-  EXPECT_EQ(run(std::string(TIDEPOOL_RUN) + " -- /nonexistent/program 2>/dev/null", &out), 127);
-  EXPECT_EQ(run(std::string(TIDEPOOL_RUN) + " 2>/dev/null", &out), 2);
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " -- /nonexistent/program 2>/dev/null", &out), 127);
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " 2>/dev/null", &out), 2);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -21,6 +22,16 @@ using testing::sim_driver;
 using testing::Gate;
 using testing::gated_write_kernel;
 using testing::launch_gated_write;
+
+// Sanitizer runtimes catch SIGSEGV and abort; the child must die of the fault
+// itself for the test to see what the hardware would report.
+void fault_with_default_handler() {
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, nullptr);
+  sigaction(SIGBUS, &action, nullptr);
+}
 
 class Sim : public ::testing::Test {
  protected:
@@ -70,6 +81,7 @@ TEST_F(Sim, UnmappedReservationFaults) {
   ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
   const pid_t child = fork();
   if (child == 0) {
+    fault_with_default_handler();
     *reinterpret_cast<volatile char*>(va) = 1;  // must fault: nothing is mapped
     _exit(0);
   }
@@ -87,12 +99,14 @@ TEST_F(Sim, MappedButNotYetAccessibleFaults) {
   ASSERT_EQ(api().memMap(va, page_, 0, h, 0), CUDA_SUCCESS);
   const pid_t child = fork();
   if (child == 0) {
+    fault_with_default_handler();
     *reinterpret_cast<volatile char*>(va) = 1;
     _exit(0);
   }
   int status = 0;
-  waitpid(child, &status, 0);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
   EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
   EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
