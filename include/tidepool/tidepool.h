@@ -76,6 +76,14 @@ TIDEPOOL_API tidepool_status tidepool_get_stats(int device, tidepool_stats* stat
  * `path` is NULL. */
 TIDEPOOL_API tidepool_status tidepool_report(const char* path);
 
+/* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator):
+ * stream-ordered allocate and free with the signatures PyTorch calls.
+ * `stream` is a cudaStream_t. A failed allocation returns NULL, which PyTorch
+ * reports as out of memory; the free of an unknown pointer is ignored and
+ * logged, since PyTorch has no way to hear of it. */
+TIDEPOOL_API void* tidepool_torch_malloc(ptrdiff_t size, int device, void* stream);
+TIDEPOOL_API void tidepool_torch_free(void* ptr, ptrdiff_t size, int device, void* stream);
+
 /* Sets the device budget in bytes (0 restores the default: what the device reports). */
 TIDEPOOL_API tidepool_status tidepool_set_device_limit(int device, size_t bytes);
 

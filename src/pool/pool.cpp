@@ -245,6 +245,16 @@ void Pool::note_stream(std::uintptr_t stream) {
   known_streams_.push_back(stream);
 }
 
+void Pool::forget_stream(std::uintptr_t stream) {
+  known_streams_.erase(std::remove(known_streams_.begin(), known_streams_.end(), stream), known_streams_.end());
+  for (auto it = stream_fences_.begin(); it != stream_fences_.end(); ++it) {
+    if (it->stream != stream) continue;
+    if (it->event != nullptr) return_event(it->event);
+    stream_fences_.erase(it);
+    return;
+  }
+}
+
 Pool::StreamFence& Pool::fence_for(std::uintptr_t stream) {
   for (StreamFence& f : stream_fences_) {
     if (f.stream == stream) return f;
@@ -259,6 +269,7 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
   if (ordered && last == stream) return util::Status::success();
 
   driver::ScopedContext scope(api_, context_);
+  std::uintptr_t gone = 0;  // a stream found destroyed; the context was synchronised instead
   auto guard_against = [&](std::uintptr_t other) -> util::Status {
     StreamFence& fence = fence_for(other);
     if (fence.event == nullptr) {
@@ -269,9 +280,12 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     if (fence.epoch < block->free_epoch) {
       // The last fence predates this free: record one now. It covers the free
       // and perhaps later work too, which is safe, only conservative.
-      if (auto s = driver::check(api_.eventRecord(fence.event, reinterpret_cast<CUstream>(other)), "cuEventRecord");
-          !s) {
-        return s;
+      if (api_.eventRecord(fence.event, reinterpret_cast<CUstream>(other)) != CUDA_SUCCESS) {
+        // The stream was destroyed since the free. Its queued work still
+        // runs to the end, and only a wait for the whole context covers it.
+        if (auto s = driver::check(api_.ctxSynchronize(), "cuCtxSynchronize"); !s) return s;
+        gone = other;
+        return util::Status::success();
       }
       fence.epoch = epoch_;
     }
@@ -288,10 +302,12 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     for (std::uintptr_t other : known_streams_) {
       if (ordered && other == stream) continue;
       if (auto s = guard_against(other); !s) return s;
+      if (gone != 0) break;  // the context is idle: every stream is covered
     }
   } else if (auto s = guard_against(last); !s) {
     return s;
   }
+  if (gone != 0) forget_stream(gone);
   block->stream = kNoPendingWork;
   return util::Status::success();
 }

@@ -167,6 +167,8 @@ class Pool {
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
   StreamFence& fence_for(std::uintptr_t stream);
   void note_stream(std::uintptr_t stream);
+  // Drops a destroyed stream's fence and its place among the known streams.
+  void forget_stream(std::uintptr_t stream);
 
   bool promote_deferred(bool wait);
   void close_deferred_batch();

@@ -3,10 +3,13 @@
 // plus out-of-memory behaviour, teardown, trim and the small/large split.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "pool/policy.hpp"
 #include "runtime/allocator.hpp"
@@ -302,6 +305,39 @@ TEST(StreamOrderedReuse, CrossStreamReuseWaitsForTheFreeEvent) {
   EXPECT_TRUE(allocator->deallocate(second.value(), sb, true).ok());
   api.streamSynchronize(b);
   api.streamDestroy(a);
+  api.streamDestroy(b);
+}
+
+TEST(StreamOrderedReuse, ABlockFreedOnADestroyedStreamWaitsForThatStreamsWork) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto allocator = make_allocator("best_fit", 64 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  driver::ScopedContext scope(api, allocator->context());
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+  ASSERT_EQ(api.streamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api.streamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  auto first = allocator->allocate(4096, reinterpret_cast<std::uintptr_t>(a), true);
+  ASSERT_TRUE(first.ok());
+  auto* cell = reinterpret_cast<std::atomic<int>*>(first.value());
+  cell->store(0);
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(a, &gate, reinterpret_cast<int*>(cell), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator->deallocate(first.value(), reinterpret_cast<std::uintptr_t>(a), true).ok());
+  // Destroyed with its write still queued: the driver finishes it later.
+  ASSERT_EQ(api.streamDestroy(a), CUDA_SUCCESS);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.release();
+  });
+  auto second = allocator->allocate(4096, reinterpret_cast<std::uintptr_t>(b), true);
+  const int seen = cell->load();
+  opener.join();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(second.value(), first.value());
+  EXPECT_EQ(seen, 1) << "the block was handed out before the destroyed stream's write ran";
+  EXPECT_TRUE(allocator->deallocate(second.value(), reinterpret_cast<std::uintptr_t>(b), true).ok());
+  api.streamSynchronize(b);
   api.streamDestroy(b);
 }
 

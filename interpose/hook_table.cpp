@@ -1,0 +1,74 @@
+// The table of hooks by exported name, and by the real driver address each
+// one stands in for. The real addresses are read once, on the first
+// substitution, from the driver the program and tidepool share.
+#include <atomic>
+#include <cstring>
+
+#include "hooks.hpp"
+#include "real_symbols.hpp"
+
+namespace tidepool::interpose {
+
+namespace {
+
+struct HookRow {
+  const char* name;
+  void* hook;
+};
+
+#define TIDEPOOL_HOOK_ROW(symbol) {#symbol, reinterpret_cast<void*>(&::symbol)},
+const HookRow kDriverHooks[] = {
+    TIDEPOOL_DRIVER_HOOKS(TIDEPOOL_HOOK_ROW)
+    // cuda.h renames cuGetProcAddress to its _v2; both ABI names are hooked.
+    {"cuGetProcAddress", reinterpret_cast<void*>(&::tidepool_cuGetProcAddress_v1)},
+    {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
+};
+const HookRow kRuntimeHooks[] = {TIDEPOOL_RUNTIME_HOOKS(TIDEPOOL_HOOK_ROW)};
+#undef TIDEPOOL_HOOK_ROW
+
+constexpr std::size_t kDriverHookCount = sizeof(kDriverHooks) / sizeof(kDriverHooks[0]);
+
+// The real driver's address for each row of kDriverHooks.
+struct RealAddresses {
+  const void* address[kDriverHookCount] = {};
+};
+
+const RealAddresses& real_addresses() {
+  static const RealAddresses table = [] {
+    RealAddresses t;
+    for (std::size_t i = 0; i < kDriverHookCount; ++i) t.address[i] = real_driver_symbol(kDriverHooks[i].name);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void* hook_for_driver_symbol(const char* name) {
+  if (name == nullptr || name[0] != 'c' || name[1] != 'u') return nullptr;
+  for (const HookRow& row : kDriverHooks) {
+    if (std::strcmp(row.name, name) == 0) return row.hook;
+  }
+  return nullptr;
+}
+
+void* hook_for_real_address(const void* real) {
+  if (real == nullptr) return nullptr;
+  const RealAddresses& table = real_addresses();
+  for (std::size_t i = 0; i < kDriverHookCount; ++i) {
+    if (table.address[i] == real) return kDriverHooks[i].hook;
+  }
+  return nullptr;
+}
+
+bool is_hook(const void* fn) {
+  for (const HookRow& row : kDriverHooks) {
+    if (row.hook == fn) return true;
+  }
+  for (const HookRow& row : kRuntimeHooks) {
+    if (row.hook == fn) return true;
+  }
+  return false;
+}
+
+}  // namespace tidepool::interpose

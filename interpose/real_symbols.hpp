@@ -1,0 +1,67 @@
+// Finding the functions tidepool's hooks stand in front of.
+//
+// - libc's dlsym, found with dlvsym so that our own dlsym hook is never
+//   consulted and nothing recurses;
+// - the real driver's entry points, from the driver tidepool opened (the same
+//   loaded libcuda.so.1 the program uses), else from the next definition after
+//   libtidepool.so in the global search order;
+// - the program's cudart functions, which are always the next definition.
+// Each lookup is resolved once and cached in a slot the caller owns, so a
+// hook's steady state is one relaxed atomic load.
+#pragma once
+
+#include <atomic>
+
+namespace tidepool::interpose {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+// libc's dlsym, found with dlvsym over both glibc symbol versions.
+DlsymFn real_dlsym();
+
+// The next definition of `name` after libtidepool.so, or null.
+void* next_symbol(const char* name);
+
+// The real driver's exported `name` (e.g. "cuMemAlloc_v2"), or null.
+void* real_driver_symbol(const char* name);
+
+// What dlsym(RTLD_NEXT, name) returns when called from code at `caller`:
+// the first definition in an object loaded after the caller's.
+void* next_after(const void* caller, const char* name);
+
+// The address of `name` in the real driver, resolved on first use.
+template <typename Fn>
+Fn real_driver(const char* name, std::atomic<void*>& slot) {
+  void* fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = real_driver_symbol(name);
+    slot.store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// The next definition of `name` (the program's cudart), resolved on first use.
+template <typename Fn>
+Fn next(const char* name, std::atomic<void*>& slot) {
+  void* fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = next_symbol(name);
+    slot.store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+}  // namespace tidepool::interpose
+
+// The real driver's `symbol`, typed, cached in a slot of the calling site.
+#define TIDEPOOL_REAL_DRIVER(symbol)                                                   \
+  ([] {                                                                                \
+    static std::atomic<void*> slot{nullptr};                                           \
+    return ::tidepool::interpose::real_driver<decltype(&::symbol)>(#symbol, slot);    \
+  }())
+// The program's own cudart `symbol`, typed, cached likewise.
+#define TIDEPOOL_NEXT(symbol)                                                          \
+  ([] {                                                                                \
+    static std::atomic<void*> slot{nullptr};                                           \
+    return ::tidepool::interpose::next<decltype(&::symbol)>(#symbol, slot);           \
+  }())

@@ -1,0 +1,88 @@
+// See route.hpp.
+#include "route.hpp"
+
+#include "util/units.hpp"
+
+namespace tidepool::interpose {
+
+namespace {
+
+using runtime::Runtime;
+
+// The real driver reports CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy
+// stream while a blocking stream captures: that is a capture too.
+bool capturing(const driver::Api& api, CUstream stream) {
+  if (api.streamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = api.streamIsCapturing(stream, &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+}  // namespace
+
+bool serving() {
+  const Runtime& rt = Runtime::get();
+  return !rt.passthrough() && rt.driver() != nullptr;
+}
+
+Route route_allocation_on(int device, CUstream stream, bool ordered) {
+  Runtime& rt = Runtime::get();
+  if (!serving()) return {};
+  if (capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
+  Route route;
+  route.allocator = rt.allocator(device);
+  if (route.allocator == nullptr) rt.note_passthrough_allocation(device);
+  return route;
+}
+
+Route route_allocation(CUstream stream, bool ordered) {
+  if (!serving()) return {};
+  CUdevice device = 0;
+  // No current context: the driver's own answer (CUDA_ERROR_INVALID_CONTEXT).
+  if (const CUresult r = Runtime::get().driver()->api().ctxGetDevice(&device); r != CUDA_SUCCESS) {
+    return {nullptr, r, false};
+  }
+  return route_allocation_on(device, stream, ordered);
+}
+
+Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
+  if (address == 0 || !serving()) return {};
+  Runtime& rt = Runtime::get();
+  if (runtime::Allocator* owner = rt.owner_of(address)) {
+    // Freeing into the pool now would let later work reuse memory the graph
+    // has yet to touch; the block stays allocated instead.
+    if (ordered && capturing(rt.driver()->api(), stream)) {
+      runtime::log_debug("free of {:#x} during stream capture: kept allocated", address);
+      return {nullptr, CUDA_SUCCESS, true};
+    }
+    return {owner, CUDA_SUCCESS, false};
+  }
+  // Inside a pool segment but not a live block: a double free or an interior
+  // pointer. Nothing changes; the caller hears what the driver would say.
+  if (rt.segment_owner_of(address) != nullptr) {
+    runtime::log_debug("free of {:#x}: not a live tidepool block", address);
+    return {nullptr, CUDA_ERROR_INVALID_VALUE, false};
+  }
+  return {};
+}
+
+runtime::Allocator* current_allocator() {
+  if (!serving()) return nullptr;
+  CUdevice device = 0;
+  if (Runtime::get().driver()->api().ctxGetDevice(&device) != CUDA_SUCCESS) return nullptr;
+  return Runtime::get().allocator(device);
+}
+
+runtime::Allocator* segment_owner(std::uintptr_t address) {
+  if (!serving()) return nullptr;
+  return Runtime::get().segment_owner_of(address);
+}
+
+std::size_t pitch_for(std::size_t width) {
+  // The row alignment cudaMallocPitch gives on current devices.
+  constexpr std::size_t kPitchAlignment = 512;
+  return util::round_up(width, kPitchAlignment);
+}
+
+}  // namespace tidepool::interpose

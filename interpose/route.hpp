@@ -1,0 +1,43 @@
+// Where a hooked call goes: to a device's pool, to the real driver, or back
+// to the caller as an error. This is the one place the hooks ask the runtime
+// whether it is serving, which device a call is for, and whether a stream is
+// being captured into a graph (then nothing is allocated or synchronised, and
+// the call goes to the driver).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/runtime.hpp"
+
+namespace tidepool::interpose {
+
+struct Route {
+  // The pool to serve the call; null when it goes elsewhere.
+  runtime::Allocator* allocator = nullptr;
+  // With no allocator: CUDA_SUCCESS means "forward to the driver", anything
+  // else is the caller's answer.
+  CUresult error = CUDA_SUCCESS;
+  // A free of a pool block during capture: answered, neither freed nor forwarded.
+  bool keep = false;
+};
+
+// Whether tidepool serves allocations at all (a good configuration and a driver).
+bool serving();
+// An allocation on the current context's device.
+Route route_allocation(CUstream stream, bool ordered);
+// An allocation on `device` (the runtime API's current device).
+Route route_allocation_on(int device, CUstream stream, bool ordered);
+// A free of `address`.
+Route route_free(std::uintptr_t address, CUstream stream, bool ordered);
+// The pool of the current context's device, or null.
+runtime::Allocator* current_allocator();
+// The pool whose segments hold `address`, live block or not; null when none
+// or when tidepool is not serving.
+runtime::Allocator* segment_owner(std::uintptr_t address);
+// The row pitch of a pitched allocation `width` bytes wide.
+std::size_t pitch_for(std::size_t width);
+
+}  // namespace tidepool::interpose

@@ -1,0 +1,161 @@
+// Specification of the preload: real programs, unmodified, run with
+// libtidepool.so preloaded and the sim as their driver. Each route into the
+// allocator (shared cudart, driver exports, dlopen + dlsym, cuGetProcAddress
+// v1 and v2) must land in the pool, frees must return to it, foreign
+// pointers must pass through, and the program's output and exit status must
+// be what they are without tidepool.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/preload.hpp"
+
+namespace {
+
+using tidepool::testing::run_command;
+using tidepool::testing::sanitizer_preload_prefix;
+
+struct ProgramRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+  nlohmann::json report;  // devices[0] of the exit report, when one was written
+};
+
+class Preload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tidepool-preload-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs `program mode` with the sim as libcuda.so.1; preloaded when `conf`
+  // is given (the report path is added to it).
+  ProgramRun run(const std::string& program, const std::string& mode, const char* conf) {
+    const std::string report = (dir_ / "report.json").string();
+    const std::string err = (dir_ / "stderr.txt").string();
+    std::filesystem::remove(report);
+    std::string command = "env LD_LIBRARY_PATH=" SIM_DIR " TIDEPOOL_SIM_MEMORY=4GiB ";
+    if (conf != nullptr) {
+      std::string full = conf;
+      full += std::string(full.empty() ? "" : ",") + "report:" + report;
+      command += "TIDEPOOL_CONF='" + full + "' LD_PRELOAD=" + sanitizer_preload_prefix() + TIDEPOOL_LIBRARY + " ";
+    } else if (!sanitizer_preload_prefix().empty()) {
+      command += "LD_PRELOAD=" + sanitizer_preload_prefix() + " ";
+    }
+    command += program + " " + mode + " " + report + " 2>" + err;
+    ProgramRun r;
+    r.status = run_command(command, &r.out);
+    std::ifstream err_in(err);
+    r.err.assign(std::istreambuf_iterator<char>(err_in), std::istreambuf_iterator<char>());
+    std::ifstream report_in(report);
+    if (report_in) {
+      const auto whole = nlohmann::json::parse(report_in, nullptr, false);
+      if (!whole.is_discarded() && whole.contains("devices") && !whole["devices"].empty()) {
+        r.report = whole["devices"][0];
+      }
+    }
+    return r;
+  }
+
+  // The value of `key=N` in a probe's "counts:" line on stderr.
+  static long count(const ProgramRun& r, const std::string& key) {
+    const auto at = r.err.find(key + "=");
+    return at == std::string::npos ? -1 : std::stol(r.err.substr(at + key.size() + 1));
+  }
+
+  // Runs with and without the preload and checks what must not change.
+  ProgramRun both(const std::string& program, const std::string& mode, ProgramRun* without = nullptr) {
+    ProgramRun plain = run(program, mode, nullptr);
+    ProgramRun hooked = run(program, mode, "");
+    EXPECT_EQ(plain.status, 42) << plain.err;
+    EXPECT_EQ(hooked.status, plain.status) << hooked.err;
+    EXPECT_EQ(hooked.out, plain.out) << "tidepool must never write to the program's stdout";
+    if (without != nullptr) *without = plain;
+    return hooked;
+  }
+
+  static void expect_all_returned(const ProgramRun& r, int allocations) {
+    ASSERT_TRUE(r.report.is_object()) << "no report written; stderr:\n" << r.err;
+    EXPECT_EQ(r.report.value("allocations", -1), allocations);
+    EXPECT_EQ(r.report.value("frees", -1), allocations);
+    EXPECT_EQ(r.report.value("live_bytes", -1), 0);
+    EXPECT_EQ(r.report.value("passthrough_allocations", -1), 0);
+    EXPECT_GT(r.report.value("peak_live_bytes", 0), 0);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(Preload, SharedCudartCallsAreServedByTheRuntimeHooks) {
+  ProgramRun plain;
+  const ProgramRun r = both(PROBE_LINKED, "runtime", &plain);
+  expect_all_returned(r, 8);
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0) << "every cudaMalloc came from the pool";
+  EXPECT_EQ(count(plain, "cudart_malloc_calls"), 7);
+  // Only the call that records the double free's error reaches cudart.
+  EXPECT_LE(count(r, "cudart_malloc_calls"), 1);
+  EXPECT_EQ(r.report.value("ooms", -1), 1);
+}
+
+TEST_F(Preload, DriverExportsAreServedAndForeignPointersPassThrough) {
+  ProgramRun plain;
+  const ProgramRun r = both(PROBE_LINKED, "driver", &plain);
+  expect_all_returned(r, 3);
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
+  EXPECT_GT(count(plain, "sim_cuMemAlloc"), 0);
+}
+
+TEST_F(Preload, ThreadsOnStreamsOfTheirOwnShareThePool) {
+  const ProgramRun r = both(PROBE_LINKED, "threads");
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_EQ(r.report.value("allocations", -1), 8 * 300);
+  EXPECT_EQ(r.report.value("frees", -1), 8 * 300);
+  EXPECT_EQ(r.report.value("live_bytes", -1), 0);
+}
+
+TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
+  const ProgramRun r = both(PROBE_LINKED, "fork");
+  expect_all_returned(r, 2);
+}
+
+TEST_F(Preload, DlopenAndDlsymGetTheHooks) {
+  ProgramRun plain;
+  const ProgramRun r = both(PROBE_DLOPEN, "dlsym", &plain);
+  expect_all_returned(r, 5);
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
+  EXPECT_EQ(count(r, "sim_cuMemAllocAsync"), 0);
+  EXPECT_EQ(count(plain, "sim_cuMemAlloc"), 4);
+}
+
+TEST_F(Preload, CuGetProcAddressV1HandsOutTheHooks) {
+  const ProgramRun r = both(PROBE_DLOPEN, "proc_v1");
+  expect_all_returned(r, 5);
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
+}
+
+TEST_F(Preload, CuGetProcAddressV2HandsOutTheHooksAndItself) {
+  const ProgramRun r = both(PROBE_DLOPEN, "proc_v2");
+  expect_all_returned(r, 5);
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
+  EXPECT_EQ(count(r, "sim_cuMemAllocAsync"), 0);
+}
+
+TEST_F(Preload, ABadConfigurationIsOneLineAndEverythingPassesThrough) {
+  const ProgramRun plain = run(PROBE_DLOPEN, "dlsym", nullptr);
+  const ProgramRun r = run(PROBE_DLOPEN, "dlsym", "no_such_key:1");
+  EXPECT_EQ(r.status, 42) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+  EXPECT_NE(r.err.find("no_such_key"), std::string::npos) << r.err;
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 4) << "pass-through: the driver serves every call";
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// A program that links no CUDA library and finds the driver at run time, as
+// cudart and frameworks do, for the preload tests:
+//   dlsym    dlopen("libcuda.so.1") and dlsym of each entry point
+//   proc_v1  dlsym of cuGetProcAddress (CUDA 11.3 signature), then resolve
+//   proc_v2  dlsym of cuGetProcAddress_v2, then resolve, and resolve the
+//            resolver itself through itself
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <string>
+
+#include "probe_common.hpp"
+
+namespace {
+
+using probe::fill;
+using probe::holds;
+
+using CallCount = std::uint64_t (*)(const char*);
+using ResolverV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+using ResolverV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+struct Entries {
+  decltype(&::cuInit) init = nullptr;
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDevicePrimaryCtxRetain) retain = nullptr;
+  decltype(&::cuCtxSetCurrent) set_current = nullptr;
+  decltype(&::cuMemAlloc_v2) alloc = nullptr;
+  decltype(&::cuMemFree_v2) free = nullptr;
+  decltype(&::cuMemAllocAsync) alloc_async = nullptr;
+  decltype(&::cuMemFreeAsync) free_async = nullptr;
+};
+
+template <typename Lookup>
+Entries resolve(Lookup lookup) {
+  Entries e;
+  e.init = reinterpret_cast<decltype(e.init)>(lookup("cuInit"));
+  e.device_get = reinterpret_cast<decltype(e.device_get)>(lookup("cuDeviceGet"));
+  e.retain = reinterpret_cast<decltype(e.retain)>(lookup("cuDevicePrimaryCtxRetain"));
+  e.set_current = reinterpret_cast<decltype(e.set_current)>(lookup("cuCtxSetCurrent"));
+  e.alloc = reinterpret_cast<decltype(e.alloc)>(lookup("cuMemAlloc"));
+  e.free = reinterpret_cast<decltype(e.free)>(lookup("cuMemFree"));
+  e.alloc_async = reinterpret_cast<decltype(e.alloc_async)>(lookup("cuMemAllocAsync"));
+  e.free_async = reinterpret_cast<decltype(e.free_async)>(lookup("cuMemFreeAsync"));
+  return e;
+}
+
+void exercise(const Entries& e, CallCount calls) {
+  PROBE_CHECK(e.init && e.device_get && e.retain && e.set_current && e.alloc && e.free && e.alloc_async &&
+              e.free_async);
+  if (probe::failures != 0) return;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  PROBE_CHECK(e.init(0) == CUDA_SUCCESS);
+  PROBE_CHECK(e.device_get(&device, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(e.retain(&context, device) == CUDA_SUCCESS);
+  PROBE_CHECK(e.set_current(context) == CUDA_SUCCESS);
+  CUdeviceptr blocks[4] = {};
+  const std::size_t sizes[4] = {1000, 64 * 1024, 2 << 20, 9 << 20};
+  for (int i = 0; i < 4; ++i) {
+    PROBE_CHECK(e.alloc(&blocks[i], sizes[i]) == CUDA_SUCCESS && blocks[i] != 0);
+    if (blocks[i] != 0) fill(blocks[i], sizes[i], static_cast<unsigned>(i));
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (blocks[i] == 0) continue;
+    PROBE_CHECK(holds(blocks[i], sizes[i], static_cast<unsigned>(i)));
+    PROBE_CHECK(e.free(blocks[i]) == CUDA_SUCCESS);
+  }
+  CUdeviceptr async = 0;
+  PROBE_CHECK(e.alloc_async(&async, 4096, nullptr) == CUDA_SUCCESS);
+  PROBE_CHECK(e.free_async(async, nullptr) == CUDA_SUCCESS);
+  std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu sim_cuMemAllocAsync=%llu\n",
+              static_cast<unsigned long long>(calls("cuMemAlloc_v2")),
+              static_cast<unsigned long long>(calls("cuMemAllocAsync")));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    std::fprintf(stderr, "probe_dlopen: %s\n", dlerror());
+    return 3;
+  }
+  auto calls = reinterpret_cast<CallCount>(dlsym(lib, "tidepool_sim_call_count"));
+  PROBE_CHECK(calls != nullptr);
+  // A name the driver lacks stays missing, hooks or not.
+  PROBE_CHECK(dlsym(lib, "cuNoSuchEntryPoint") == nullptr);
+  if (calls == nullptr) return probe::finish(mode.c_str());
+
+  if (mode == "dlsym") {
+    const std::string suffixed[] = {"cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+                                    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync"};
+    int i = 0;
+    exercise(resolve([&](const char*) { return dlsym(lib, suffixed[i++].c_str()); }), calls);
+  } else if (mode == "proc_v1") {
+    auto resolver = reinterpret_cast<ResolverV1>(dlsym(lib, "cuGetProcAddress"));
+    PROBE_CHECK(resolver != nullptr);
+    if (resolver != nullptr) {
+      exercise(resolve([&](const char* name) {
+                 void* fn = nullptr;
+                 return resolver(name, &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT) == CUDA_SUCCESS ? fn : nullptr;
+               }),
+               calls);
+    }
+  } else if (mode == "proc_v2") {
+    auto first = reinterpret_cast<ResolverV2>(dlsym(lib, "cuGetProcAddress_v2"));
+    PROBE_CHECK(first != nullptr);
+    void* self = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    if (first != nullptr) {
+      PROBE_CHECK(first("cuGetProcAddress", &self, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
+                  CUDA_SUCCESS);
+    }
+    auto resolver = reinterpret_cast<ResolverV2>(self);
+    PROBE_CHECK(resolver != nullptr);
+    // A version too old for an entry point is still the driver's answer.
+    void* too_old = nullptr;
+    if (resolver != nullptr) {
+      PROBE_CHECK(resolver("cuMemAllocAsync", &too_old, 11000, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
+                  CUDA_ERROR_NOT_FOUND);
+      PROBE_CHECK(found == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+      exercise(resolve([&](const char* name) {
+                 void* fn = nullptr;
+                 CUdriverProcAddressQueryResult status{};
+                 return resolver(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS
+                            ? fn
+                            : nullptr;
+               }),
+               calls);
+    }
+  } else {
+    std::fprintf(stderr, "usage: probe_dlopen dlsym|proc_v1|proc_v2\n");
+    return 2;
+  }
+  return probe::finish(mode.c_str());
+}

@@ -1,0 +1,268 @@
+// A program linked the ordinary way against libcuda.so.1 and a shared cudart
+// (here the sim and the test cudart), for the preload tests. Each mode uses
+// one route into the allocator and checks what it can see from inside;
+// the test around it checks the report and the exit status.
+//   runtime  the cudaMalloc family
+//   driver   the driver exports, foreign pointers and stream capture
+//   threads  several threads allocating on streams of their own
+//   fork     allocations on both sides of a fork
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "probe_common.hpp"
+#include "sim/sim_control.h"
+
+extern "C" std::uint64_t mini_cudart_calls(const char* name);
+
+namespace {
+
+using probe::fill;
+using probe::holds;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+int runtime_route() {
+  PROBE_CHECK(cudaFree(nullptr) == cudaSuccess);  // context initialisation, as ever
+  std::vector<void*> blocks;
+  const std::size_t sizes[] = {256, 4096, 3 * MiB, 512 * 1024, 17 * MiB + 5};
+  unsigned seed = 1;
+  for (std::size_t size : sizes) {
+    void* p = nullptr;
+    PROBE_CHECK(cudaMalloc(&p, size) == cudaSuccess && p != nullptr);
+    if (p == nullptr) continue;
+    fill(reinterpret_cast<std::uintptr_t>(p), size, seed++);
+    blocks.push_back(p);
+  }
+  seed = 1;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    PROBE_CHECK(holds(reinterpret_cast<std::uintptr_t>(blocks[i]), sizes[i], seed++));
+  }
+  void* async = nullptr;
+  PROBE_CHECK(cudaMallocAsync(&async, 2 * MiB, cudaStreamPerThread) == cudaSuccess && async != nullptr);
+  PROBE_CHECK(cudaFreeAsync(async, cudaStreamPerThread) == cudaSuccess);
+  void* pitched = nullptr;
+  std::size_t pitch = 0;
+  PROBE_CHECK(cudaMallocPitch(&pitched, &pitch, 1000, 10) == cudaSuccess && pitch >= 1000 && pitch % 512 == 0);
+  PROBE_CHECK(cudaFree(pitched) == cudaSuccess);
+
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  PROBE_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  PROBE_CHECK(free_bytes <= total_bytes && total_bytes > 0);
+
+  // Out of memory is the runtime's error, recorded where cudart records it,
+  // and the allocator goes on working.
+  void* huge = nullptr;
+  PROBE_CHECK(cudaMalloc(&huge, std::size_t{1} << 40) == cudaErrorMemoryAllocation);
+  PROBE_CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
+  PROBE_CHECK(cudaGetLastError() == cudaSuccess);
+
+  for (void* p : blocks) PROBE_CHECK(cudaFree(p) == cudaSuccess);
+  // A double free is invalid value, recorded likewise, and changes nothing.
+  if (!blocks.empty()) {
+    PROBE_CHECK(cudaFree(blocks.front()) == cudaErrorInvalidValue);
+    PROBE_CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  }
+  void* again = nullptr;
+  PROBE_CHECK(cudaMalloc(&again, 1 * MiB) == cudaSuccess);
+  PROBE_CHECK(cudaFree(again) == cudaSuccess);
+  std::fprintf(stderr, "counts: cudart_malloc_calls=%llu sim_cuMemAlloc=%llu\n",
+              static_cast<unsigned long long>(mini_cudart_calls("cudaMalloc")),
+              static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
+  return probe::finish("runtime");
+}
+
+void make_context_current() {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  PROBE_CHECK(cuInit(0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&device, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
+}
+
+// A range the program maps itself, as NCCL does: tidepool must leave it alone.
+CUdeviceptr map_own_range(std::size_t* size, CUmemGenericAllocationHandle* handle) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  PROBE_CHECK(cuMemGetAllocationGranularity(size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  PROBE_CHECK(cuMemAddressReserve(&va, *size, 0, 0, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemCreate(handle, *size, &prop, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemMap(va, *size, 0, *handle, 0) == CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  PROBE_CHECK(cuMemSetAccess(va, *size, &access, 1) == CUDA_SUCCESS);
+  return va;
+}
+
+int driver_route() {
+  make_context_current();
+  CUdeviceptr a = 0;
+  PROBE_CHECK(cuMemAlloc(&a, 5 * MiB + 3) == CUDA_SUCCESS && a != 0);
+  fill(a, 5 * MiB + 3, 9);
+  PROBE_CHECK(holds(a, 5 * MiB + 3, 9));
+
+  // Interior pointers resolve to the block, not to the segment beneath.
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  PROBE_CHECK(cuMemGetAddressRange(&base, &size, a + 4096) == CUDA_SUCCESS);
+  PROBE_CHECK(base == a && size >= 5 * MiB + 3 && size < 6 * MiB);
+  CUdeviceptr start = 0;
+  PROBE_CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 100) == CUDA_SUCCESS);
+  PROBE_CHECK(start == a);
+  unsigned memory_type = 0;
+  int ordinal = -1;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* values[] = {&memory_type, &ordinal};
+  PROBE_CHECK(cuPointerGetAttributes(2, attributes, values, a) == CUDA_SUCCESS);
+  PROBE_CHECK(memory_type == CU_MEMORYTYPE_DEVICE && ordinal == 0);
+
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUdeviceptr b = 0;
+  PROBE_CHECK(cuMemAllocAsync(&b, 3 * MiB, stream) == CUDA_SUCCESS && b != 0);
+  PROBE_CHECK(cuMemFreeAsync(b, stream) == CUDA_SUCCESS);
+  CUdeviceptr pitched = 0;
+  std::size_t pitch = 0;
+  PROBE_CHECK(cuMemAllocPitch(&pitched, &pitch, 1000, 8, 4) == CUDA_SUCCESS && pitch >= 1000);
+  PROBE_CHECK(cuMemFree(pitched) == CUDA_SUCCESS);
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  PROBE_CHECK(cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS && free_bytes <= total_bytes);
+
+  PROBE_CHECK(cuMemFree(a) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(a) == CUDA_ERROR_INVALID_VALUE);  // double free
+  CUdeviceptr oom = 0;
+  PROBE_CHECK(cuMemAlloc(&oom, std::size_t{1} << 40) == CUDA_ERROR_OUT_OF_MEMORY);
+
+  // Foreign pointers go to the driver untouched.
+  const std::uint64_t frees_before = tidepool_sim_call_count("cuMemFree_v2");
+  std::size_t own_size = 0;
+  CUmemGenericAllocationHandle own_handle = 0;
+  const CUdeviceptr own = map_own_range(&own_size, &own_handle);
+  fill(own, 4096, 3);
+  PROBE_CHECK(cuMemFree(own) != CUDA_SUCCESS);  // not a cuMemAlloc pointer: the driver says so
+  PROBE_CHECK(tidepool_sim_call_count("cuMemFree_v2") == frees_before + 1);
+  PROBE_CHECK(holds(own, 4096, 3));
+  PROBE_CHECK(cuMemUnmap(own, own_size) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemRelease(own_handle) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAddressFree(own, own_size) == CUDA_SUCCESS);
+  void* host = nullptr;
+  PROBE_CHECK(cuMemAllocHost(&host, 4096) == CUDA_SUCCESS);
+  unsigned host_type = 0;
+  PROBE_CHECK(cuPointerGetAttribute(&host_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                    reinterpret_cast<CUdeviceptr>(host)) == CUDA_SUCCESS);
+  PROBE_CHECK(host_type == CU_MEMORYTYPE_HOST);
+  PROBE_CHECK(cuMemFreeHost(host) == CUDA_SUCCESS);
+
+  // During stream capture the call goes to the driver, both ways.
+  const std::uint64_t async_before = tidepool_sim_call_count("cuMemAllocAsync");
+  tidepool_sim_set_capturing(stream, 1);
+  CUdeviceptr captured = 0;
+  PROBE_CHECK(cuMemAllocAsync(&captured, 1 * MiB, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_call_count("cuMemAllocAsync") == async_before + 1);
+  PROBE_CHECK(cuMemFreeAsync(captured, stream) == CUDA_SUCCESS);
+  tidepool_sim_set_capturing(stream, 0);
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu\n", static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
+  return probe::finish("driver");
+}
+
+int threads_route() {
+  make_context_current();
+  CUcontext context = nullptr;
+  cuCtxGetCurrent(&context);
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 300;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(context);
+      CUstream stream = nullptr;
+      if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        bad++;
+        return;
+      }
+      std::uint64_t state = 0x9e3779b97f4a7c15ull * static_cast<unsigned>(t + 1);
+      std::vector<std::pair<CUdeviceptr, std::size_t>> live;
+      for (int round = 0; round < kRounds; ++round) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const std::size_t size = 256 + (state >> 33) % (3 * MiB);
+        CUdeviceptr p = 0;
+        if (const CUresult r = cuMemAllocAsync(&p, size, stream); r != CUDA_SUCCESS) {
+          std::fprintf(stderr, "thread %d: cuMemAllocAsync(%zu) = %d\n", t, size, static_cast<int>(r));
+          bad++;
+          continue;
+        }
+        // Written from the host: the stream must be idle on this block.
+        cuStreamSynchronize(stream);
+        fill(p, std::min<std::size_t>(size, 4096), static_cast<unsigned>(t));
+        live.emplace_back(p, size);
+        if (live.size() > 6 || (state & 1) != 0) {
+          auto [q, q_size] = live.front();
+          live.erase(live.begin());
+          if (!holds(q, std::min<std::size_t>(q_size, 4096), static_cast<unsigned>(t))) bad++;
+          if (cuMemFreeAsync(q, stream) != CUDA_SUCCESS) bad++;
+        }
+      }
+      for (auto [q, q_size] : live) {
+        if (!holds(q, std::min<std::size_t>(q_size, 4096), static_cast<unsigned>(t))) bad++;
+        if (cuMemFreeAsync(q, stream) != CUDA_SUCCESS) bad++;
+      }
+      cuStreamSynchronize(stream);
+      cuStreamDestroy(stream);
+    });
+  }
+  for (auto& th : threads) th.join();
+  PROBE_CHECK(bad.load() == 0);
+  return probe::finish("threads");
+}
+
+int fork_route(const char* report_path) {
+  make_context_current();
+  CUdeviceptr before = 0;
+  PROBE_CHECK(cuMemAlloc(&before, 2 * MiB) == CUDA_SUCCESS);
+  fill(before, 2 * MiB, 5);
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The child sees the parent's memory image and exits the ordinary way,
+    // running atexit handlers; it must neither hang nor write the report.
+    std::exit(holds(before, 2 * MiB, 5) ? 7 : 8);
+  }
+  int status = 0;
+  PROBE_CHECK(waitpid(child, &status, 0) == child);
+  PROBE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  if (report_path != nullptr) PROBE_CHECK(access(report_path, F_OK) != 0);
+  CUdeviceptr after = 0;
+  PROBE_CHECK(cuMemAlloc(&after, 1 * MiB) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(before) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(after) == CUDA_SUCCESS);
+  return probe::finish("fork");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "runtime") return runtime_route();
+  if (mode == "driver") return driver_route();
+  if (mode == "threads") return threads_route();
+  if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
+  std::fprintf(stderr, "usage: probe_linked runtime|driver|threads|fork [report-path]\n");
+  return 2;
+}
