@@ -2,9 +2,10 @@
 # Installs everything tidepool needs to build and test, from Debian packages.
 # Idempotent and non-interactive: a second run installs nothing and exits 0.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build pkg-config python3
+  build-essential cmake ninja-build pkg-config python3 python3-pip
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev
@@ -29,4 +30,23 @@ cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$cuda_home/include/cuda.h" ]; then
   echo "setup: CUDA headers not found at $cuda_home/include/cuda.h (set CUDA_HOME)" >&2
   exit 1
+fi
+
+# RMM's headers (with the CCCL they ship), from the librmm wheel of the Python
+# registry, so that include/tidepool/rmm.hpp is compiled and tested. Best
+# effort: without them that one test is skipped, nothing else changes.
+rmm_version="26.10.0"
+logger_version="0.3.0"  # librmm.so's one run-time dependency beyond libc and libstdc++
+if [ ! -f .deps/librmm/include/rmm/resource_ref.hpp ] || [ ! -f .deps/rapids_logger/lib64/librapids_logger.so ]; then
+  rm -rf .deps/wheels .deps/unpacked
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: -d .deps/wheels \
+      "librmm-cu12==$rmm_version" "rapids-logger==$logger_version" >/dev/null 2>&1; then
+    for wheel in .deps/wheels/*.whl; do python3 -m zipfile -e "$wheel" .deps/unpacked; done
+    rm -rf .deps/librmm .deps/rapids_logger
+    mv .deps/unpacked/librmm .deps/librmm
+    mv .deps/unpacked/rapids_logger .deps/rapids_logger
+  else
+    echo "setup: librmm-cu12 $rmm_version not fetched; tidepool/rmm.hpp will not be tested" >&2
+  fi
+  rm -rf .deps/wheels .deps/unpacked
 fi

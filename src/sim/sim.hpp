@@ -119,6 +119,10 @@ struct State {
   std::map<std::uintptr_t, Mapping> mappings;                     // VMM mappings by base
   std::unordered_map<Physical*, std::unique_ptr<Physical>> physicals;
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;   // created streams
+  // Destroyed streams whose queued work has yet to finish: the driver
+  // returns from cuStreamDestroy at once, and a context synchronisation
+  // still waits for that work.
+  std::vector<std::shared_ptr<Stream>> retiring;
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
   std::unordered_map<std::string, Fault> faults;

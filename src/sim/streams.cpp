@@ -113,6 +113,7 @@ void synchronize_all() {
   {
     std::lock_guard<std::mutex> guard(s.lock);
     for (auto& [raw, stream] : s.streams) all.push_back(stream);
+    all.insert(all.end(), s.retiring.begin(), s.retiring.end());
   }
   for (auto& stream : all) stream->synchronize();
 }
@@ -164,9 +165,11 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamDestroy(CUstream handle) {
     if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
     stream = it->second;
     s.streams.erase(it);
+    // Like the driver, return at once: queued work still runs, and the
+    // worker ends once it has. Streams retired earlier and now idle go.
+    std::erase_if(s.retiring, [](const std::shared_ptr<Stream>& r) { return r->completed() >= r->enqueued(); });
+    if (stream->completed() < stream->enqueued()) s.retiring.push_back(stream);
   }
-  // Like the driver, queued work still runs; the worker ends once it has.
-  stream->synchronize();
   return CUDA_SUCCESS;
 }
 
