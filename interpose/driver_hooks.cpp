@@ -159,8 +159,7 @@ bool pool_attribute(tidepool::runtime::Allocator& owner, std::uintptr_t address,
       *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;
       *result = CUDA_SUCCESS;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -20,8 +20,8 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
 // The 4-argument resolver of CUDA 11.3 to 11.8, which cuda.h renames away.
-CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version, cuuint64_t flags)
-    __asm__("cuGetProcAddress");
+CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version,
+                                      cuuint64_t flags) __asm__("cuGetProcAddress");
 }
 
 // Driver entry points whose real address cuGetProcAddress may hand out.

@@ -36,8 +36,7 @@ TIDEPOOL_HOOK CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int v
   return substitute(real(symbol, pfn, version, flags, status), pfn);
 }
 
-TIDEPOOL_HOOK CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version,
-                                                    cuuint64_t flags) {
+TIDEPOOL_HOOK CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   using namespace tidepool::interpose;
   auto real = real_driver<ResolverV1>("cuGetProcAddress", real_v1_slot);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;

@@ -29,39 +29,40 @@ void* real_driver_symbol(const char* name);
 // the first definition in an object loaded after the caller's.
 void* next_after(const void* caller, const char* name);
 
-// The address of `name` in the real driver, resolved on first use.
+// `lookup(name)`, typed, resolved on first use and cached in `slot`.
 template <typename Fn>
-Fn real_driver(const char* name, std::atomic<void*>& slot) {
+Fn resolve_once(const char* name, std::atomic<void*>& slot, void* (*lookup)(const char*)) {
   void* fn = slot.load(std::memory_order_acquire);
   if (fn == nullptr) {
-    fn = real_driver_symbol(name);
+    fn = lookup(name);
     slot.store(fn, std::memory_order_release);
   }
   return reinterpret_cast<Fn>(fn);
+}
+
+// The address of `name` in the real driver, resolved on first use.
+template <typename Fn>
+Fn real_driver(const char* name, std::atomic<void*>& slot) {
+  return resolve_once<Fn>(name, slot, &real_driver_symbol);
 }
 
 // The next definition of `name` (the program's cudart), resolved on first use.
 template <typename Fn>
 Fn next(const char* name, std::atomic<void*>& slot) {
-  void* fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = next_symbol(name);
-    slot.store(fn, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(fn);
+  return resolve_once<Fn>(name, slot, &next_symbol);
 }
 
 }  // namespace tidepool::interpose
 
 // The real driver's `symbol`, typed, cached in a slot of the calling site.
-#define TIDEPOOL_REAL_DRIVER(symbol)                                                   \
-  ([] {                                                                                \
-    static std::atomic<void*> slot{nullptr};                                           \
-    return ::tidepool::interpose::real_driver<decltype(&::symbol)>(#symbol, slot);    \
+#define TIDEPOOL_REAL_DRIVER(symbol)                                               \
+  ([] {                                                                            \
+    static std::atomic<void*> slot{nullptr};                                       \
+    return ::tidepool::interpose::real_driver<decltype(&::symbol)>(#symbol, slot); \
   }())
 // The program's own cudart `symbol`, typed, cached likewise.
-#define TIDEPOOL_NEXT(symbol)                                                          \
-  ([] {                                                                                \
-    static std::atomic<void*> slot{nullptr};                                           \
-    return ::tidepool::interpose::next<decltype(&::symbol)>(#symbol, slot);           \
+#define TIDEPOOL_NEXT(symbol)                                               \
+  ([] {                                                                     \
+    static std::atomic<void*> slot{nullptr};                                \
+    return ::tidepool::interpose::next<decltype(&::symbol)>(#symbol, slot); \
   }())

@@ -34,8 +34,7 @@ cudaError_t record(cudaError_t error) {
         (void)real(&never, std::numeric_limits<std::size_t>::max());
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return error;
 }
@@ -73,8 +72,7 @@ bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, c
 
 // Frees a pool block. Returns false when the pointer is not tidepool's.
 bool release(void* ptr, cudaStream_t stream, bool ordered, cudaError_t* status) {
-  const Route route =
-      route_free(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<CUstream>(stream), ordered);
+  const Route route = route_free(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<CUstream>(stream), ordered);
   if (route.keep) {
     *status = cudaSuccess;
     return true;

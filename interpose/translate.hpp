@@ -18,8 +18,7 @@ inline CUresult to_curesult(const util::Status& s) {
     case util::Error::not_supported: return CUDA_ERROR_NOT_SUPPORTED;
     case util::Error::not_initialized:
     case util::Error::driver_missing: return CUDA_ERROR_NOT_INITIALIZED;
-    default:
-      return s.driver_code() != 0 ? static_cast<CUresult>(s.driver_code()) : CUDA_ERROR_UNKNOWN;
+    default: return s.driver_code() != 0 ? static_cast<CUresult>(s.driver_code()) : CUDA_ERROR_UNKNOWN;
   }
 }
 

@@ -16,10 +16,10 @@
 #include <tidepool/tidepool.h>
 
 #include <cstddef>
-#include <string>
 #include <cuda/memory_resource>
 #include <cuda/stream>
 #include <rmm/error.hpp>
+#include <string>
 
 namespace tidepool {
 

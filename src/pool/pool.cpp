@@ -34,8 +34,8 @@ util::Result<std::unique_ptr<Pool>> Pool::create(const driver::Driver& driver, s
   return std::unique_ptr<Pool>(new Pool(driver, space, context, options, std::move(policy)));
 }
 
-Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context,
-           const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy)
+Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, const PoolOptions& options,
+           std::unique_ptr<PlacementPolicy> policy)
     : driver_(driver),
       api_(driver.api()),
       space_(space),
@@ -137,8 +137,7 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
           continue;
         }
         break;
-      default:
-        continue;
+      default: continue;
     }
     if (Block* b = try_place(arena, rounded, stream, ordered, error)) return b;
   }
@@ -148,8 +147,7 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
   return nullptr;
 }
 
-Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
-                       util::Status* error) {
+Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
   Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
   Block* chosen = policy_->choose(arena.index, request);
   if (chosen == nullptr) {

@@ -1,5 +1,8 @@
-// Allocator construction: primary context, capabilities, space and pool.
+// Allocator construction (primary context, capabilities, space and pool) and
+// the traced paths around the pool's allocate and deallocate.
 #include "runtime/allocator.hpp"
+
+#include "runtime/trace_recorder.hpp"
 
 namespace tidepool::runtime {
 
@@ -27,7 +30,30 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   auto pool = pool::Pool::create(driver, *allocator->space_, allocator->context_, options.pool);
   if (!pool) return pool.status();
   allocator->pool_ = std::move(pool.value());
+  allocator->trace_ = options.trace;
   return allocator;
+}
+
+util::Result<std::uintptr_t> Allocator::traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
+  auto result = pool_->allocate(size, stream, ordered);
+  // Size 0 hands out no block (address 0): nothing to replay.
+  if (size != 0) {
+    if (result) {
+      trace_->record(TraceAction::allocate, result.value(), size, stream);
+    } else {
+      trace_->record(TraceAction::allocate_failure, 0, size, stream);
+    }
+  }
+  return result;
+}
+
+util::Status Allocator::traced_deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
+  // Recorded before the block goes back: once it is back, another thread may
+  // be handed the same address and record that first. A pointer that is not
+  // a live block (size 0) is refused by the pool and not recorded.
+  const std::size_t size = address != 0 ? pool_->requested_size(address) : 0;
+  if (size != 0) trace_->record(TraceAction::free, address, size, stream);
+  return pool_->deallocate(address, stream, ordered);
 }
 
 Allocator::~Allocator() {

@@ -2,6 +2,11 @@
 // context, owns the device's AddressSpace and Pool, and is what every front
 // (C API, preload hooks, pluggable allocator, replay) calls. It adds nothing
 // to the pool's policy: statistics, tracing and budgets wrap it.
+//
+// Tracing wraps the pool's calls, never its search: with a TraceRecorder, an
+// allocation is recorded after the pool returns it (or refuses it), and a free
+// before the block goes back, so no address is ever recorded as allocated
+// twice without a free between. Without one the calls go straight through.
 #pragma once
 
 #include <cuda.h>
@@ -17,25 +22,29 @@
 
 namespace tidepool::runtime {
 
+class TraceRecorder;
+
 struct AllocatorOptions {
   int device = 0;
   std::size_t device_limit = 0;  // 0: what the device reports
   bool use_vmm = true;
   pool::PoolOptions pool;
+  TraceRecorder* trace = nullptr;  // not owned; outlives the allocator
 };
 
 class Allocator {
  public:
-  static util::Result<std::unique_ptr<Allocator>> create(const driver::Driver& driver,
-                                                         const AllocatorOptions& options);
+  static util::Result<std::unique_ptr<Allocator>> create(const driver::Driver& driver, const AllocatorOptions& options);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
   util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
+    if (trace_ != nullptr) return traced_allocate(size, stream, ordered);
     return pool_->allocate(size, stream, ordered);
   }
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
+    if (trace_ != nullptr) return traced_deallocate(address, stream, ordered);
     return pool_->deallocate(address, stream, ordered);
   }
 
@@ -45,15 +54,19 @@ class Allocator {
   [[nodiscard]] const pool::Pool& pool() const noexcept { return *pool_; }
   [[nodiscard]] const space::AddressSpace& space() const noexcept { return *space_; }
   [[nodiscard]] std::size_t device_total_bytes() const noexcept { return space_->capabilities().total_bytes; }
+  [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_; }
 
  private:
   Allocator() = default;
+  util::Result<std::uintptr_t> traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered);
+  util::Status traced_deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
   const driver::Driver* driver_ = nullptr;
   int device_ = 0;
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
   std::unique_ptr<space::AddressSpace> space_;
   std::unique_ptr<pool::Pool> pool_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace tidepool::runtime

@@ -1,6 +1,8 @@
 // Runtime: configuration once, the driver once, allocators per device lazily.
 #include "runtime/runtime.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -22,11 +24,9 @@ Runtime& Runtime::get() {
   return *runtime;
 }
 
-std::unique_ptr<Runtime> Runtime::create(const Config& config) {
-  return std::unique_ptr<Runtime>(new Runtime(config));
-}
+std::unique_ptr<Runtime> Runtime::create(const Config& config) { return std::unique_ptr<Runtime>(new Runtime(config)); }
 
-Runtime::Runtime(const Config& config) : config_(config) {
+Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid()) {
   configure_logging(config_);
   if (config_.passthrough) {
     // The parser's one-line error has been written to stderr by the parser's caller.
@@ -36,12 +36,21 @@ Runtime::Runtime(const Config& config) : config_(config) {
   const std::string path = config_.cuda_lib.empty() ? driver::default_driver_path() : config_.cuda_lib;
   auto opened = driver::Driver::open(path);
   if (!opened) {
-    log_error("cannot open the CUDA driver '{}': {}; passing all calls through", path,
-              opened.status().message());
+    log_error("cannot open the CUDA driver '{}': {}; passing all calls through", path, opened.status().message());
     passthrough_ = true;
     return;
   }
   driver_ = std::move(opened.value());
+  if (!config_.trace.empty()) {
+    auto recorder = TraceRecorder::open(config_.trace);
+    if (recorder) {
+      trace_ = std::move(recorder.value());
+      log_info("recording allocation events to '{}'", config_.trace);
+    } else {
+      log_error("cannot open the trace file '{}': {}; running without a trace", config_.trace,
+                recorder.status().message());
+    }
+  }
   if (config_.evict) log_warn("evict:on is not available in this build yet; continuing without eviction");
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
@@ -64,6 +73,7 @@ Allocator* Runtime::allocator(int device) {
   options.device = device;
   options.pool.policy = config_.policy;
   options.pool.small_size = static_cast<std::size_t>(config_.small_size);
+  options.trace = trace_.get();
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
@@ -83,8 +93,8 @@ Allocator* Runtime::allocator(int device) {
   if (!allocator->space().uses_vmm()) {
     log_warn("device {}: no virtual memory management; pooling cuMemAlloc segments, eviction off", device);
   }
-  log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device,
-           allocator->pool().policy_name(), allocator->space().device_limit(), allocator->space().page_size());
+  log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device, allocator->pool().policy_name(),
+           allocator->space().device_limit(), allocator->space().page_size());
   allocators_[device].store(allocator, std::memory_order_release);
   return allocator;
 }
@@ -141,6 +151,14 @@ util::Status Runtime::write_report(const std::string& path) const {
 
 void Runtime::finish() noexcept {
   if (finished_.exchange(true)) return;
+  // A forked child exiting runs this too: the report and the trace are the
+  // parent's to write.
+  if (::getpid() != owner_pid_) {
+    flush_logging();
+    return;
+  }
+  // Later events (frees during static destruction) still write through.
+  if (trace_) trace_->finish();
   if (!config_.report.empty()) {
     if (auto s = write_report(); !s) log_error("cannot write the report to '{}': {}", config_.report, s.message());
   }

@@ -8,11 +8,19 @@
 //
 // Lifetime: the Runtime is never destroyed. Hooks can run during the host's
 // static destruction and must still find it; the process's exit releases the
-// memory. The exit report and the trace are finished by an atexit handler.
+// memory. The exit report and the trace are finished by an atexit handler,
+// in the process that created the Runtime only: a forked child that exits
+// leaves both to its parent.
+//
+// Tracing: with `trace:PATH` the Runtime opens one TraceRecorder, shared by
+// every device's Allocator; finish() flushes it. A path that cannot be opened
+// is one error line, and the run goes on untraced.
 //
 // Locks: `create_lock_` (a mutex) guards creating allocators; it is taken
 // only on a device's first allocation and never while a pool lock is held.
 #pragma once
+
+#include <sys/types.h>
 
 #include <array>
 #include <atomic>
@@ -26,6 +34,7 @@
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/report.hpp"
+#include "runtime/trace_recorder.hpp"
 
 namespace tidepool::runtime {
 
@@ -47,6 +56,8 @@ class Runtime {
   [[nodiscard]] const Config& config() const noexcept { return config_; }
   // The driver tidepool opened; null when it could not be opened.
   [[nodiscard]] const driver::Driver* driver() const noexcept { return driver_.get(); }
+  // The trace being recorded; null when none is configured or it could not be opened.
+  [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_.get(); }
 
   // The allocator of `device`, creating it on first use. Null in pass-through
   // mode, for a device out of range, or when creation failed (logged once).
@@ -61,7 +72,7 @@ class Runtime {
   [[nodiscard]] Report report() const;
   // Writes the report to `path`, or to the configured path when empty.
   util::Status write_report(const std::string& path = {}) const;
-  // Flushes what must survive exit: the report (when configured).
+  // Flushes what must survive exit: the trace and the report (when configured).
   void finish() noexcept;
 
  private:
@@ -70,11 +81,13 @@ class Runtime {
   Config config_;
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
+  std::unique_ptr<TraceRecorder> trace_;  // outlives the allocators: ~Runtime deletes them first
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   std::array<std::atomic<bool>, kMaxDevices> failed_{};
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
   std::atomic<bool> finished_{false};
+  const pid_t owner_pid_;  // the process that created this Runtime
 };
 
 }  // namespace tidepool::runtime

@@ -2,7 +2,7 @@
 #include "runtime/trace_format.hpp"
 
 #include <charconv>
-#include <cstdio>
+#include <cstring>
 
 namespace tidepool::runtime {
 
@@ -23,7 +23,13 @@ bool parse_integer(std::string_view text, std::uint64_t* out) {
   return parse_number(text, out, 10);
 }
 
+// Hex with or without 0x; "(nil)" is how printf's %p writes RMM's null
+// pointer on an allocate failure.
 bool parse_pointer(std::string_view text, std::uint64_t* out) {
+  if (text == "(nil)") {
+    *out = 0;
+    return true;
+  }
   if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) text.remove_prefix(2);
   return parse_number(text, out, 16);
 }
@@ -86,21 +92,70 @@ util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::str
   return util::Status::success();
 }
 
+namespace {
+
+char* put_decimal(char* out, std::uint64_t value, int min_digits = 1) noexcept {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (n < min_digits) digits[n++] = '0';
+  while (n > 0) *out++ = digits[--n];
+  return out;
+}
+
+char* put_hex(char* out, std::uint64_t value) noexcept {
+  char digits[16];
+  int n = 0;
+  do {
+    digits[n++] = "0123456789abcdef"[value & 0xf];
+    value >>= 4;
+  } while (value != 0);
+  while (n > 0) *out++ = digits[--n];
+  return out;
+}
+
+char* put_text(char* out, std::string_view text) noexcept {
+  for (char c : text) *out++ = c;
+  return out;
+}
+
+}  // namespace
+
+// As RMM writes a line: Time `%H:%M:%S.%f`, Pointer `%p`, Stream the stream
+// handle in hex (the default stream as 0). Hand-formatted: this runs once per
+// event on the writer thread, and snprintf would be most of its cost.
 std::size_t format_trace_line(const TraceEvent& e, char* buffer, std::size_t capacity) noexcept {
-  const char* action = e.action == TraceAction::allocate ? "allocate"
-                       : e.action == TraceAction::free   ? "free"
-                                                         : "allocate failure";
+  char line[kMaxTraceLineBytes];
+  char* out = line;
+  out = put_decimal(out, e.thread);
+  *out++ = ',';
   const std::uint64_t seconds = e.time_us / 1000000;
-  const int n = std::snprintf(buffer, capacity, "%llu,%02llu:%02llu:%02llu:%06llu,%s,0x%llx,%llu,%llu\n",
-                              static_cast<unsigned long long>(e.thread),
-                              static_cast<unsigned long long>(seconds / 3600),
-                              static_cast<unsigned long long>((seconds / 60) % 60),
-                              static_cast<unsigned long long>(seconds % 60),
-                              static_cast<unsigned long long>(e.time_us % 1000000), action,
-                              static_cast<unsigned long long>(e.pointer), static_cast<unsigned long long>(e.size),
-                              static_cast<unsigned long long>(e.stream));
-  if (n < 0 || static_cast<std::size_t>(n) >= capacity) return 0;
-  return static_cast<std::size_t>(n);
+  out = put_decimal(out, seconds / 3600, 2);
+  *out++ = ':';
+  out = put_decimal(out, (seconds / 60) % 60, 2);
+  *out++ = ':';
+  out = put_decimal(out, seconds % 60, 2);
+  *out++ = '.';
+  out = put_decimal(out, e.time_us % 1000000, 6);
+  *out++ = ',';
+  out = put_text(out, e.action == TraceAction::allocate ? "allocate"
+                      : e.action == TraceAction::free   ? "free"
+                                                        : "allocate failure");
+  out = put_text(out, ",0x");
+  out = put_hex(out, e.pointer);
+  *out++ = ',';
+  out = put_decimal(out, e.size);
+  *out++ = ',';
+  if (e.stream != 0) out = put_text(out, "0x");
+  out = put_hex(out, e.stream);
+  *out++ = '\n';
+  const auto n = static_cast<std::size_t>(out - line);
+  if (n >= capacity) return 0;
+  std::memcpy(buffer, line, n);
+  return n;
 }
 
 }  // namespace tidepool::runtime

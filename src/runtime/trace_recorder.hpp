@@ -2,24 +2,39 @@
 // (`trace:PATH`), off the hot path.
 //
 // Allocating threads push fixed-size events into a bounded lock-free ring
-// (one atomic fetch-add and a slot write, no allocation, no I/O). A writer
-// thread drains the ring every few milliseconds, formats lines and writes
-// them with buffered stdio, so the file trails the program by at most one
-// drain interval. flush() drains synchronously; it runs at exit. When the
-// ring is full, producers wait for the writer rather than drop an event: a
-// trace with a lost allocation could not be replayed.
+// (one atomic fetch-add, a clock read and a slot write: no allocation, no
+// I/O, no lock). A writer thread drains the ring every few milliseconds,
+// formats lines into a buffer of its own and writes them with write(2), so
+// the file trails the program by at most one drain interval and a crash
+// loses at most that much. flush() drains synchronously; finish() flushes,
+// stops the writer and makes every later event write through, so frees made
+// during static destruction still reach the file. When the ring is full,
+// producers help drain it rather than drop an event: a trace with a lost
+// allocation could not be replayed.
+//
+// Order: sequence numbers come from one atomic counter, so the file's order
+// is consistent with happens-before. Callers record a free before the block
+// goes back to the pool and an allocation after it leaves it, so an address
+// is never seen allocated twice without a free in between.
+//
+// Fork: a child process inherits the ring but not the writer thread; the
+// recorder turns itself off in the child so the parent's file is not
+// written twice.
+//
+// Locks: `drain_lock_` serialises draining and writing (the writer thread,
+// flush(), and producers only when the ring is full or after finish());
+// `wake_lock_` only pairs with `wake_`. Neither is held while the other is
+// taken, and no pool lock is ever held while recording.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "runtime/trace_format.hpp"
 #include "util/status.hpp"
@@ -28,36 +43,69 @@ namespace tidepool::runtime {
 
 class TraceRecorder {
  public:
+  // Creates (truncates) `path`, writes the CSV header and starts the writer.
+  // An error is io_error with the system's reason as the message.
   static util::Result<std::unique_ptr<TraceRecorder>> open(const std::string& path);
+  // Flushes, stops the writer and closes the file.
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
   void record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream) noexcept;
-  // Writes everything recorded so far and flushes the file.
+  // Writes everything recorded so far to the file.
   void flush() noexcept;
+  // For exit: flushes, stops the writer thread; later events write through.
+  void finish() noexcept;
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  // Events recorded (claimed by producers) so far.
   [[nodiscard]] std::uint64_t recorded() const noexcept { return head_.load(std::memory_order_relaxed); }
+  // Events written to the file so far.
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_.load(std::memory_order_relaxed); }
+
+  static constexpr std::size_t kCapacity = std::size_t{1} << 16;  // events in the ring
 
  private:
-  struct Slot {
-    std::atomic<std::uint64_t> ready{0};  // sequence + 1 once the event is written
+  // One cache line per event, so producers on different slots never share one.
+  struct alignas(64) Slot {
+    // Whose turn the slot is: equal to a sequence number `s` when free for
+    // the producer of `s`, `s + 1` once that event is written, and
+    // `s + kCapacity` once the writer has consumed it.
+    std::atomic<std::uint64_t> turn{0};
     TraceEvent event;
   };
-  static constexpr std::size_t kCapacity = 1 << 16;
+  static constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
 
-  explicit TraceRecorder(std::FILE* file);
+  TraceRecorder(int fd, std::string path);
   void run();
-  void drain() noexcept;
+  void wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept;
+  // Under drain_lock_: moves every published event, in order, to the file.
+  // `until`: keep waiting for events claimed before it to be published.
+  void drain_locked(std::uint64_t until) noexcept;
+  void write_out() noexcept;
+  [[nodiscard]] bool active() const noexcept;
 
-  std::FILE* file_;
+  const int fd_;
+  const std::string path_;
+  const std::uint64_t fork_generation_;  // the process generation this recorder belongs to
+  const std::chrono::steady_clock::time_point start_;
   std::unique_ptr<Slot[]> slots_;
-  std::atomic<std::uint64_t> head_{0};  // next sequence to claim
-  std::uint64_t tail_ = 0;              // next sequence to write; writer-owned (under drain_lock_)
+  std::atomic<std::uint64_t> head_{0};     // next sequence to claim
+  std::atomic<std::uint64_t> written_{0};  // events handed to write(2)
+  std::atomic<bool> write_through_{false};
+
+  // Under drain_lock_.
   std::mutex drain_lock_;
+  std::uint64_t tail_ = 0;          // next sequence to write
+  std::uint64_t last_time_us_ = 0;  // the file's times never go backwards
+  std::unique_ptr<char[]> buffer_;
+  std::size_t buffered_ = 0;           // bytes in buffer_
+  std::uint64_t buffered_events_ = 0;  // events in buffer_
+  bool write_failed_ = false;
+
   std::mutex wake_lock_;
   std::condition_variable wake_;
-  std::atomic<bool> stop_{false};
-  std::chrono::steady_clock::time_point start_;
+  bool stop_ = false;  // under wake_lock_
   std::thread writer_;
 };
 

@@ -1,6 +1,8 @@
 // Specification of the Allocator (space + pool) on the simulated driver: for
 // every placement policy, a randomised run checked against a reference model,
 // plus out-of-memory behaviour, teardown, trim and the small/large split.
+#include "runtime/allocator.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "pool/policy.hpp"
-#include "runtime/allocator.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
 
@@ -123,8 +124,7 @@ TEST_P(EveryPolicy, RandomRunMatchesTheReferenceModel) {
       } else {
         auto it = live.begin();
         std::advance(it, static_cast<long>(rng() % live.size()));
-        ASSERT_TRUE(stamp_intact(it->first, it->second.size, it->second.seed))
-            << "contents lost at step " << step;
+        ASSERT_TRUE(stamp_intact(it->first, it->second.size, it->second.seed)) << "contents lost at step " << step;
         ASSERT_TRUE(allocator->deallocate(it->first, 0, true).ok());
         live_bytes -= it->second.size;
         live.erase(it);

@@ -40,8 +40,8 @@ struct Driver {
 
 thread_local cudaError_t last_error = cudaSuccess;
 thread_local int current_device = 0;
-std::atomic<std::uint64_t> malloc_calls{0}, free_calls{0}, malloc_async_calls{0}, free_async_calls{0},
-    pitch_calls{0}, info_calls{0};
+std::atomic<std::uint64_t> malloc_calls{0}, free_calls{0}, malloc_async_calls{0}, free_async_calls{0}, pitch_calls{0},
+    info_calls{0};
 
 cudaError_t set_error(cudaError_t e) {
   if (e != cudaSuccess) last_error = e;

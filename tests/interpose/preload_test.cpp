@@ -4,6 +4,8 @@
 // v1 and v2) must land in the pool, frees must return to it, foreign
 // pointers must pass through, and the program's output and exit status must
 // be what they are without tidepool.
+#include "support/preload.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,8 +14,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-
-#include "support/preload.hpp"
 
 namespace {
 
@@ -30,9 +30,8 @@ struct ProgramRun {
 class Preload : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tidepool-preload-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("tidepool-preload-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

@@ -12,12 +12,12 @@ namespace probe {
 
 inline int failures = 0;
 
-#define PROBE_CHECK(cond)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define PROBE_CHECK(cond)                                                           \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++::probe::failures;                                                     \
-    }                                                                          \
+      ++::probe::failures;                                                          \
+    }                                                                               \
   } while (0)
 
 inline void fill(std::uintptr_t address, std::size_t size, unsigned seed) {

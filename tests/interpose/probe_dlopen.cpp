@@ -70,8 +70,8 @@ void exercise(const Entries& e, CallCount calls) {
   PROBE_CHECK(e.alloc_async(&async, 4096, nullptr) == CUDA_SUCCESS);
   PROBE_CHECK(e.free_async(async, nullptr) == CUDA_SUCCESS);
   std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu sim_cuMemAllocAsync=%llu\n",
-              static_cast<unsigned long long>(calls("cuMemAlloc_v2")),
-              static_cast<unsigned long long>(calls("cuMemAllocAsync")));
+               static_cast<unsigned long long>(calls("cuMemAlloc_v2")),
+               static_cast<unsigned long long>(calls("cuMemAllocAsync")));
 }
 
 }  // namespace
@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   if (calls == nullptr) return probe::finish(mode.c_str());
 
   if (mode == "dlsym") {
-    const std::string suffixed[] = {"cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
-                                    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync"};
+    const std::string suffixed[] = {"cuInit",        "cuDeviceGet",  "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+                                    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync",          "cuMemFreeAsync"};
     int i = 0;
     exercise(resolve([&](const char*) { return dlsym(lib, suffixed[i++].c_str()); }), calls);
   } else if (mode == "proc_v1") {
@@ -110,8 +110,7 @@ int main(int argc, char** argv) {
     void* self = nullptr;
     CUdriverProcAddressQueryResult found{};
     if (first != nullptr) {
-      PROBE_CHECK(first("cuGetProcAddress", &self, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
-                  CUDA_SUCCESS);
+      PROBE_CHECK(first("cuGetProcAddress", &self, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS);
     }
     auto resolver = reinterpret_cast<ResolverV2>(self);
     PROBE_CHECK(resolver != nullptr);

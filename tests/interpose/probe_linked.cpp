@@ -75,8 +75,8 @@ int runtime_route() {
   PROBE_CHECK(cudaMalloc(&again, 1 * MiB) == cudaSuccess);
   PROBE_CHECK(cudaFree(again) == cudaSuccess);
   std::fprintf(stderr, "counts: cudart_malloc_calls=%llu sim_cuMemAlloc=%llu\n",
-              static_cast<unsigned long long>(mini_cudart_calls("cudaMalloc")),
-              static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
+               static_cast<unsigned long long>(mini_cudart_calls("cudaMalloc")),
+               static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
   return probe::finish("runtime");
 }
 
@@ -177,7 +177,8 @@ int driver_route() {
   tidepool_sim_set_capturing(stream, 0);
   PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
   PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
-  std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu\n", static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
+  std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu\n",
+               static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
   return probe::finish("driver");
 }
 

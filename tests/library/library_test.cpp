@@ -73,7 +73,8 @@ TEST(Library, ExportsOnlyTidepoolAndTheHookedCudaSymbols) {
   for (const std::string& name : info.exported) {
     has_api = has_api || name == "tidepool_malloc";
     const bool allowed = starts_with(name, "tidepool_") || starts_with(name, "cu") || name == "dlsym" ||
-                         starts_with(name, "__asan") || starts_with(name, "__ubsan") || starts_with(name, "__sanitizer");
+                         starts_with(name, "__asan") || starts_with(name, "__ubsan") ||
+                         starts_with(name, "__sanitizer");
     EXPECT_TRUE(allowed) << "unexpected export " << name;
     EXPECT_EQ(name.find("fmt"), std::string::npos) << name;
     EXPECT_EQ(name.find("spdlog"), std::string::npos) << name;
@@ -87,9 +88,10 @@ using tidepool::testing::sanitizer_preload_prefix;
 
 TEST(TidepoolRun, SetsThePreloadAndConfAndKeepsTheExitStatus) {
   std::string out;
-  const int rc = run_command("LD_PRELOAD=" + sanitizer_preload_prefix() + " " + TIDEPOOL_RUN +
-                         " --conf policy:first_fit -- /bin/sh -c 'echo \"$LD_PRELOAD|$TIDEPOOL_CONF|$1\"; exit 7' sh arg1",
-                     &out);
+  const int rc =
+      run_command("LD_PRELOAD=" + sanitizer_preload_prefix() + " " + TIDEPOOL_RUN +
+                      " --conf policy:first_fit -- /bin/sh -c 'echo \"$LD_PRELOAD|$TIDEPOOL_CONF|$1\"; exit 7' sh arg1",
+                  &out);
   EXPECT_EQ(rc, 7);
   EXPECT_NE(out.find("libtidepool.so"), std::string::npos) << out;
   EXPECT_NE(out.find("|policy:first_fit|arg1"), std::string::npos) << out;

@@ -2,10 +2,10 @@
 // type-erased resource references drive it, memory comes from tidepool's
 // pool on the sim and goes back to it, and failures are RMM's exceptions.
 #include <gtest/gtest.h>
-#include <tidepool/rmm.hpp>
 
 #include <cstring>
 #include <rmm/resource_ref.hpp>
+#include <tidepool/rmm.hpp>
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 
@@ -17,11 +17,11 @@
 namespace tidepool {
 namespace {
 
-using testing::sim_control;
-using testing::sim_driver;
 using testing::Gate;
 using testing::gated_write_kernel;
 using testing::launch_gated_write;
+using testing::sim_control;
+using testing::sim_driver;
 
 // Sanitizer runtimes catch SIGSEGV and abort; the child must die of the fault
 // itself for the test to see what the hardware would report.
@@ -136,7 +136,7 @@ TEST_F(Sim, MappingRulesMatchTheDriver) {
   ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
   CUmemGenericAllocationHandle h = create_page();
   EXPECT_EQ(api().memMap(va + 4096, page_, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // unaligned
-  EXPECT_EQ(api().memMap(va, 2 * page_, 0, h, 0), CUDA_ERROR_INVALID_VALUE);    // larger than the handle
+  EXPECT_EQ(api().memMap(va, 2 * page_, 0, h, 0), CUDA_ERROR_INVALID_VALUE);     // larger than the handle
   ASSERT_EQ(api().memMap(va, page_, 0, h, 0), CUDA_SUCCESS);
   EXPECT_EQ(api().memMap(va, page_, 0, h, 0), CUDA_ERROR_ALREADY_MAPPED);
   EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_ERROR_INVALID_VALUE);  // still mapped

@@ -1,0 +1,198 @@
+// TraceRecorder: the ring, the writer thread and the file (see the header).
+#include "runtime/trace_recorder.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/logging.hpp"
+
+namespace tidepool::runtime {
+
+namespace {
+
+constexpr auto kDrainInterval = std::chrono::milliseconds(5);
+constexpr std::size_t kLineBytes = kMaxTraceLineBytes;
+// How long flush() waits for an event that was claimed but not yet published.
+constexpr auto kPublishPatience = std::chrono::milliseconds(200);
+
+// Bumped in every child after fork(): a recorder made in another generation
+// belongs to the parent and stays silent here.
+std::atomic<std::uint64_t> g_fork_generation{0};
+
+void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
+std::once_flag g_atfork_once;
+
+// The kernel's thread id, as RMM's logs show it; read once per thread.
+std::uint64_t thread_id() noexcept {
+  thread_local std::uint64_t id = 0;
+  if (id == 0) id = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  return id;
+}
+
+bool write_all(int fd, const char* data, std::size_t size) noexcept {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& path) {
+  std::call_once(g_atfork_once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return util::Status(util::Error::io_error, std::strerror(errno));
+  std::string header(kTraceHeader);
+  header += '\n';
+  if (!write_all(fd, header.data(), header.size())) {
+    const int error = errno;
+    ::close(fd);
+    return util::Status(util::Error::io_error, std::strerror(error));
+  }
+  return std::unique_ptr<TraceRecorder>(new TraceRecorder(fd, path));
+}
+
+TraceRecorder::TraceRecorder(int fd, std::string path)
+    : fd_(fd),
+      path_(std::move(path)),
+      fork_generation_(g_fork_generation.load(std::memory_order_relaxed)),
+      start_(std::chrono::steady_clock::now()),
+      slots_(new Slot[kCapacity]),
+      buffer_(new char[kBufferBytes]) {
+  for (std::size_t i = 0; i < kCapacity; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
+  writer_ = std::thread([this] { run(); });
+}
+
+TraceRecorder::~TraceRecorder() {
+  if (!active()) {
+    // A forked child: the writer thread exists only in the parent.
+    if (writer_.joinable()) writer_.detach();
+    ::close(fd_);
+    return;
+  }
+  finish();
+  ::close(fd_);
+}
+
+bool TraceRecorder::active() const noexcept {
+  return fork_generation_ == g_fork_generation.load(std::memory_order_relaxed);
+}
+
+void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size_t size,
+                           std::uintptr_t stream) noexcept {
+  if (!active()) return;
+  const std::uint64_t sequence = head_.fetch_add(1, std::memory_order_acq_rel);
+  const auto now = std::chrono::steady_clock::now();
+  Slot& slot = slots_[sequence & (kCapacity - 1)];
+  if (slot.turn.load(std::memory_order_acquire) != sequence) wait_for_slot(slot, sequence);
+  slot.event.thread = thread_id();
+  slot.event.time_us =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count());
+  slot.event.action = action;
+  slot.event.pointer = pointer;
+  slot.event.size = size;
+  slot.event.stream = stream;
+  slot.turn.store(sequence + 1, std::memory_order_release);
+  if (write_through_.load(std::memory_order_relaxed)) flush();
+}
+
+// The ring is full: this slot still holds an event kCapacity older. Help the
+// writer rather than wait on it (it may be gone, after finish()).
+void TraceRecorder::wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept {
+  while (slot.turn.load(std::memory_order_acquire) != sequence) {
+    {
+      std::unique_lock<std::mutex> lock(drain_lock_, std::try_to_lock);
+      if (lock.owns_lock()) drain_locked(0);
+    }
+    if (slot.turn.load(std::memory_order_acquire) == sequence) return;
+    // The oldest event is claimed but not yet published, or another thread
+    // is draining: let it run.
+    std::this_thread::yield();
+  }
+}
+
+void TraceRecorder::flush() noexcept {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(drain_lock_);
+  drain_locked(head_.load(std::memory_order_acquire));
+  write_out();
+}
+
+void TraceRecorder::finish() noexcept {
+  if (!active()) return;
+  {
+    std::lock_guard<std::mutex> lock(wake_lock_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
+  write_through_.store(true, std::memory_order_relaxed);
+  flush();
+}
+
+void TraceRecorder::run() {
+  std::unique_lock<std::mutex> wake(wake_lock_);
+  while (!stop_) {
+    wake_.wait_for(wake, kDrainInterval);
+    if (stop_) break;
+    wake.unlock();
+    {
+      std::lock_guard<std::mutex> lock(drain_lock_);
+      drain_locked(0);
+      write_out();
+    }
+    wake.lock();
+  }
+}
+
+void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + kPublishPatience;
+  for (;;) {
+    Slot& slot = slots_[tail_ & (kCapacity - 1)];
+    if (slot.turn.load(std::memory_order_acquire) != tail_ + 1) {
+      // Not yet published. A flush waits, briefly, for events claimed before it.
+      if (tail_ >= until || std::chrono::steady_clock::now() > deadline) return;
+      std::this_thread::yield();
+      continue;
+    }
+    TraceEvent event = slot.event;
+    slot.turn.store(tail_ + kCapacity, std::memory_order_release);
+    ++tail_;
+    // Threads read the clock after claiming their sequence, so neighbours can
+    // be a microsecond out of order; the file's times never go backwards.
+    event.time_us = std::max(event.time_us, last_time_us_);
+    last_time_us_ = event.time_us;
+    if (kBufferBytes - buffered_ < kLineBytes) write_out();
+    buffered_ += format_trace_line(event, buffer_.get() + buffered_, kLineBytes);
+    ++buffered_events_;
+  }
+}
+
+void TraceRecorder::write_out() noexcept {
+  if (buffered_ == 0) return;
+  if (!write_failed_) {
+    if (write_all(fd_, buffer_.get(), buffered_)) {
+      written_.fetch_add(buffered_events_, std::memory_order_relaxed);
+    } else {
+      write_failed_ = true;
+      log_error("cannot write the trace to '{}': {}; the trace ends here", path_, std::strerror(errno));
+    }
+  }
+  buffered_ = 0;
+  buffered_events_ = 0;
+}
+
+}  // namespace tidepool::runtime
