@@ -34,6 +34,10 @@ TIDEPOOL_HOOK void* dlsym(void* handle, const char* name) {
   using namespace tidepool::interpose;
   DlsymFn real = real_dlsym();
   if (real == nullptr) return nullptr;
-  void* found = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name) : real(handle, name);
+  // RTLD_NEXT is emulated relative to the caller only for CUDA names: other
+  // lookups (a sanitizer runtime resolving its interceptors while the process
+  // starts, among them) must not reach the loader's lists that early.
+  const bool cuda_name = name != nullptr && name[0] == 'c' && name[1] == 'u';
+  void* found = handle == RTLD_NEXT && cuda_name ? next_after(__builtin_return_address(0), name) : real(handle, name);
   return substitute(name, found);
 }
