@@ -16,8 +16,18 @@ namespace tidepool::interpose {
 
 namespace {
 
+// dlfcn.h declares dlsym's name nonnull; callers still pass null at times.
+TIDEPOOL_UNINSTRUMENTED bool is_cuda_name(const char* name) {
+  return name != nullptr && name[0] == 'c' && name[1] == 'u';
+}
+
+bool started = false;  // set once libtidepool.so's constructors run
+
+__attribute__((constructor)) void mark_started() { __atomic_store_n(&started, true, __ATOMIC_RELEASE); }
+
+// Only for CUDA names: ordinary lookups never reach instrumented code.
 void* substitute(const char* name, void* found) {
-  if (found == nullptr || name == nullptr) return found;
+  if (found == nullptr) return found;
   void* hook = hook_for_driver_symbol(name);
   if (hook == nullptr || hook == found) return found;
   // The runtime is only consulted for hooked names, so ordinary lookups
@@ -30,14 +40,19 @@ void* substitute(const char* name, void* found) {
 
 }  // namespace tidepool::interpose
 
-TIDEPOOL_HOOK void* dlsym(void* handle, const char* name) {
+TIDEPOOL_HOOK TIDEPOOL_UNINSTRUMENTED void* dlsym(void* handle, const char* name) {
   using namespace tidepool::interpose;
   DlsymFn real = real_dlsym();
   if (real == nullptr) return nullptr;
-  // RTLD_NEXT is emulated relative to the caller only for CUDA names: other
-  // lookups (a sanitizer runtime resolving its interceptors while the process
-  // starts, among them) must not reach the loader's lists that early.
-  const bool cuda_name = name != nullptr && name[0] == 'c' && name[1] == 'u';
-  void* found = handle == RTLD_NEXT && cuda_name ? next_after(__builtin_return_address(0), name) : real(handle, name);
-  return substitute(name, found);
+  // Until our constructors have run, the process is still starting (a
+  // sanitizer runtime resolves its interceptors here before its shadow
+  // memory is usable): libc answers, relative to us, which for those early
+  // callers, loaded before us, is the same answer.
+  if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return real(handle, name);
+  if (handle == RTLD_NEXT) {
+    void* found = next_after(__builtin_return_address(0), name);
+    return is_cuda_name(name) ? substitute(name, found) : found;
+  }
+  void* found = real(handle, name);
+  return is_cuda_name(name) ? substitute(name, found) : found;
 }

@@ -13,15 +13,21 @@
 
 namespace tidepool::interpose {
 
-DlsymFn real_dlsym() {
-  static const DlsymFn real = [] {
-    // GLIBC_2.34 moved dlsym into libc proper; older systems have 2.2.5
-    // (x86-64) or 2.17 (aarch64).
-    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
-      if (void* fn = ::dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(fn);
-    }
-    return static_cast<DlsymFn>(nullptr);
-  }();
+namespace {
+DlsymFn resolved_dlsym = nullptr;  // written once; any thread may race to the same value
+}  // namespace
+
+TIDEPOOL_UNINSTRUMENTED DlsymFn real_dlsym() {
+  DlsymFn real = __atomic_load_n(&resolved_dlsym, __ATOMIC_ACQUIRE);
+  if (real != nullptr) return real;
+  // GLIBC_2.34 moved dlsym into libc proper; older systems have 2.2.5
+  // (x86-64) or 2.17 (aarch64).
+  static constexpr const char* kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+  for (const char* version : kVersions) {
+    real = reinterpret_cast<DlsymFn>(::dlvsym(RTLD_NEXT, "dlsym", version));
+    if (real != nullptr) break;
+  }
+  __atomic_store_n(&resolved_dlsym, real, __ATOMIC_RELEASE);
   return real;
 }
 

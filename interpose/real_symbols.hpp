@@ -12,12 +12,17 @@
 
 #include <atomic>
 
+// For code that runs while a sanitizer runtime is still starting (it resolves
+// its interceptors through our dlsym before its shadow memory is usable):
+// no instrumentation, no function-local statics.
+#define TIDEPOOL_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
+
 namespace tidepool::interpose {
 
 using DlsymFn = void* (*)(void*, const char*);
 
 // libc's dlsym, found with dlvsym over both glibc symbol versions.
-DlsymFn real_dlsym();
+TIDEPOOL_UNINSTRUMENTED DlsymFn real_dlsym();
 
 // The next definition of `name` after libtidepool.so, or null.
 void* next_symbol(const char* name);
