@@ -23,7 +23,6 @@ const HookRow kDriverHooks[] = {
     {"cuGetProcAddress", reinterpret_cast<void*>(&::tidepool_cuGetProcAddress_v1)},
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
 };
-const HookRow kRuntimeHooks[] = {TIDEPOOL_RUNTIME_HOOKS(TIDEPOOL_HOOK_ROW)};
 #undef TIDEPOOL_HOOK_ROW
 
 constexpr std::size_t kDriverHookCount = sizeof(kDriverHooks) / sizeof(kDriverHooks[0]);
@@ -59,16 +58,6 @@ void* hook_for_real_address(const void* real) {
     if (table.address[i] == real) return kDriverHooks[i].hook;
   }
   return nullptr;
-}
-
-bool is_hook(const void* fn) {
-  for (const HookRow& row : kDriverHooks) {
-    if (row.hook == fn) return true;
-  }
-  for (const HookRow& row : kRuntimeHooks) {
-    if (row.hook == fn) return true;
-  }
-  return false;
 }
 
 }  // namespace tidepool::interpose

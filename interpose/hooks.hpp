@@ -1,8 +1,9 @@
 // The hooked entry points, as libtidepool.so exports them, and the lookups
 // that substitute them for the real ones (dlsym, cuGetProcAddress).
 //
-// Every hook is one row of a list below; the lookup table, the substitution
-// by address and the export list all follow from these rows.
+// Every driver hook is one row of the list below; the lookup by name (dlsym)
+// and by real address (cuGetProcAddress) follow from these rows. The runtime
+// API hooks (runtime_hooks.cpp) are reached only as exported symbols.
 #pragma once
 
 #include <cuda.h>
@@ -31,11 +32,6 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemAllocPitch_v2)       \
   X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)     \
   X(cuPointerGetAttributes)
-// Runtime API entry points, for programs with a shared cudart.
-#define TIDEPOOL_RUNTIME_HOOKS(X)                                            \
-  X(cudaMalloc) X(cudaFree) X(cudaMallocAsync) X(cudaFreeAsync)              \
-  X(cudaMallocAsync_ptsz) X(cudaFreeAsync_ptsz) X(cudaMallocPitch)           \
-  X(cudaMemGetInfo)
 // clang-format on
 
 namespace tidepool::interpose {
@@ -48,7 +44,5 @@ void* hook_for_driver_symbol(const char* name);
 // Our hook for a function pointer the real driver handed out, when it is one
 // of the hooked entry points; null otherwise.
 void* hook_for_real_address(const void* real);
-// Whether `fn` is one of our own hooks.
-bool is_hook(const void* fn);
 
 }  // namespace tidepool::interpose
