@@ -89,8 +89,10 @@ TIDEPOOL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch,
       return CUDA_ERROR_INVALID_VALUE;
     }
     const std::size_t row = tidepool::interpose::pitch_for(width);
+    std::size_t bytes = 0;
+    if (row < width || __builtin_mul_overflow(row, height, &bytes)) return CUDA_ERROR_INVALID_VALUE;
     bool forward = false;
-    const CUresult r = allocate(dptr, row * height, nullptr, false, &forward);
+    const CUresult r = allocate(dptr, bytes, nullptr, false, &forward);
     if (!forward) {
       if (r == CUDA_SUCCESS) *pitch = row;
       return r;
@@ -127,39 +129,51 @@ TIDEPOOL_HOOK CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* s
 
 namespace {
 
-// Answers the attributes in which a pool block differs from the mapping the
-// driver sees beneath it; false for every other attribute.
+// Answers an attribute of an address inside a pool segment. Addresses in no
+// live allocation get what the driver says of unallocated memory
+// (CUDA_ERROR_INVALID_VALUE); false leaves a live block's other attributes to
+// the driver, which sees the mapping beneath.
 bool pool_attribute(tidepool::runtime::Allocator& owner, std::uintptr_t address, CUpointer_attribute attribute,
                     void* data, CUresult* result) {
   std::uintptr_t base = 0;
   std::size_t size = 0;
+  std::uint64_t buffer_id = 0;
+  if (!owner.pool().find_containing(address, &base, &size, &buffer_id)) {
+    *result = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
+  *result = CUDA_SUCCESS;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      if (!owner.pool().find_containing(address, &base, &size)) {
-        *result = CUDA_ERROR_INVALID_VALUE;
-        return true;
-      }
-      if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data) = base;
-      if (attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *static_cast<std::size_t*>(data) = size;
-      // A buffer id is unique per allocation for as long as it lives.
-      if (attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID) *static_cast<unsigned long long*>(data) = base;
-      *result = CUDA_SUCCESS;
-      return true;
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = owner.context();
-      *result = CUDA_SUCCESS;
-      return true;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = owner.device();
-      *result = CUDA_SUCCESS;
-      return true;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;
-      *result = CUDA_SUCCESS;
-      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = size; return true;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = buffer_id; return true;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = owner.context(); return true;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = owner.device(); return true;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return true;
     default: return false;
+  }
+}
+
+// What cuPointerGetAttributes writes for an address that is no allocation:
+// the attribute's null value, sized as the driver documents it.
+void null_attribute(CUpointer_attribute attribute, void* data) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = nullptr; return;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = -2; return;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = nullptr; return;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = 0; return;
+    default: return;
   }
 }
 
@@ -189,6 +203,8 @@ TIDEPOOL_HOOK CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attr
     if (!pool_attribute(*owner, address, attributes[i], data[i], &result) && single != nullptr) {
       result = single(data[i], attributes[i], ptr);
     }
+    // Not an allocation: the driver's null values and success, as documented.
+    if (result == CUDA_ERROR_INVALID_VALUE) null_attribute(attributes[i], data[i]);
     if (result != CUDA_SUCCESS && result != CUDA_ERROR_INVALID_VALUE) return result;
   }
   return CUDA_SUCCESS;

@@ -31,7 +31,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocAsync) X(cuMemFreeAsync)      \
   X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemAllocPitch_v2)       \
   X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)     \
-  X(cuPointerGetAttributes)
+  X(cuPointerGetAttributes) X(cuStreamCreate) X(cuStreamCreateWithPriority)  \
+  X(cuStreamDestroy_v2)
 // clang-format on
 
 namespace tidepool::interpose {

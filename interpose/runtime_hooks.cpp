@@ -143,8 +143,10 @@ TIDEPOOL_HOOK cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
 TIDEPOOL_HOOK cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::size_t width, std::size_t height) {
   if (pitch != nullptr && width != 0 && height != 0) {
     const std::size_t row = tidepool::interpose::pitch_for(width);
+    std::size_t bytes = 0;
+    if (row < width || __builtin_mul_overflow(row, height, &bytes)) return cudaErrorInvalidValue;
     cudaError_t status = cudaSuccess;
-    if (allocate(ptr, row * height, nullptr, false, &status)) {
+    if (allocate(ptr, bytes, nullptr, false, &status)) {
       if (status == cudaSuccess) *pitch = row;
       return status;
     }

@@ -15,6 +15,7 @@ inline CUresult to_curesult(const util::Status& s) {
     case util::Error::out_of_memory: return CUDA_ERROR_OUT_OF_MEMORY;
     case util::Error::invalid_value:
     case util::Error::bad_input: return CUDA_ERROR_INVALID_VALUE;
+    case util::Error::invalid_handle: return CUDA_ERROR_INVALID_HANDLE;
     case util::Error::not_supported: return CUDA_ERROR_NOT_SUPPORTED;
     case util::Error::not_initialized:
     case util::Error::driver_missing: return CUDA_ERROR_NOT_INITIALIZED;
@@ -28,6 +29,7 @@ inline cudaError_t to_cuda_error(const util::Status& s) {
     case util::Error::out_of_memory: return cudaErrorMemoryAllocation;
     case util::Error::invalid_value:
     case util::Error::bad_input: return cudaErrorInvalidValue;
+    case util::Error::invalid_handle: return cudaErrorInvalidResourceHandle;
     case util::Error::not_supported: return cudaErrorNotSupported;
     case util::Error::not_initialized:
     case util::Error::driver_missing: return cudaErrorInitializationError;
@@ -41,6 +43,7 @@ inline cudaError_t to_cuda_error(CUresult r) {
     case CUDA_SUCCESS: return cudaSuccess;
     case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
     case CUDA_ERROR_INVALID_VALUE: return cudaErrorInvalidValue;
+    case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
     case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED: return cudaErrorInitializationError;

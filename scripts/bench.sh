@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir="${BENCH_OUT:-out/bench}"
-suites=(bench_hot_path bench_random_allocations bench_replay)
+suites=(bench_hot_path bench_front_pairs bench_random_allocations bench_replay)
 
 if [[ -n "${BENCH_BUILD_DIR:-}" ]]; then
   build_dir="$BENCH_BUILD_DIR"

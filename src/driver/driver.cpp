@@ -96,8 +96,9 @@ util::Status check(CUresult result, const char* what) noexcept {
     case CUDA_ERROR_OUT_OF_MEMORY:
       return {util::Error::out_of_memory, what, result};
     case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_INVALID_HANDLE:
       return {util::Error::invalid_value, what, result};
+    case CUDA_ERROR_INVALID_HANDLE:
+      return {util::Error::invalid_handle, what, result};
     case CUDA_ERROR_NOT_SUPPORTED:
       return {util::Error::not_supported, what, result};
     case CUDA_ERROR_NOT_INITIALIZED:

@@ -49,6 +49,8 @@
   X(streamQuery,                 "cuStreamQuery",                 cuStreamQuery)                 \
   X(streamWaitEvent,             "cuStreamWaitEvent",             cuStreamWaitEvent)             \
   X(streamIsCapturing,           "cuStreamIsCapturing",           cuStreamIsCapturing)           \
+  X(streamGetCtx,                "cuStreamGetCtx",                cuStreamGetCtx)                \
+  X(streamGetFlags,              "cuStreamGetFlags",              cuStreamGetFlags)              \
   X(eventCreate,                 "cuEventCreate",                 cuEventCreate)                 \
   X(eventDestroy,                "cuEventDestroy",                cuEventDestroy_v2)             \
   X(eventRecord,                 "cuEventRecord",                 cuEventRecord)                 \
@@ -68,6 +70,7 @@
   X(pointerGetAttributes,        "cuPointerGetAttributes",        cuPointerGetAttributes)        \
   X(funcGetParamInfo,            "cuFuncGetParamInfo",            cuFuncGetParamInfo)            \
   X(launchKernel,                "cuLaunchKernel",                cuLaunchKernel)                \
+  X(launchHostFunc,              "cuLaunchHostFunc",              cuLaunchHostFunc)              \
   X(getErrorName,                "cuGetErrorName",                cuGetErrorName)                \
   X(getErrorString,              "cuGetErrorString",              cuGetErrorString)
 // clang-format on

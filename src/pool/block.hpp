@@ -21,8 +21,9 @@ struct Block {
   Block* prev = nullptr;         // address neighbour in the same segment
   Block* next = nullptr;
   Segment* segment = nullptr;
-  std::uintptr_t stream = 0;     // stream of the last free, for stream-ordered reuse
+  std::uintptr_t stream = 0;     // stream key of the last free with work pending, or kNoPendingWork
   std::uint64_t free_epoch = 0;  // when it was last freed in stream order
+  std::uint64_t buffer_id = 0;   // while live: unique for the life of the process
   bool is_free = false;
   bool in_index = false;
 

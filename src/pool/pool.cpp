@@ -8,6 +8,7 @@
 #include "pool/pool.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <mutex>
 
@@ -15,51 +16,81 @@ namespace tidepool::pool {
 
 namespace {
 
-std::uintptr_t merge_streams(std::uintptr_t a, std::uintptr_t b) {
-  if (a == kNoPendingWork) return b;
-  if (b == kNoPendingWork || a == b) return a;
-  return kSeveralStreams;
+// Stream keys. Handles are keys, except that the legacy stream has one key (0)
+// and CU_STREAM_PER_THREAD names a different stream in every thread: its key
+// is the thread's own, an odd-looking value no real handle (a pointer) takes.
+constexpr std::uintptr_t kPerThreadTag = 0x2;
+constexpr std::uintptr_t kTagMask = 0xf;
+
+std::atomic<std::uintptr_t> next_thread_key{1};
+
+std::uintptr_t this_thread_key() {
+  thread_local const std::uintptr_t key = (next_thread_key.fetch_add(1) << 4) | kPerThreadTag;
+  return key;
 }
 
-// The legacy default stream. Work recorded on it follows prior work on every
-// blocking stream of the context.
-const CUstream kLegacyStream = nullptr;
+bool is_per_thread_key(std::uintptr_t key) { return key != kPerThreadTag && (key & kTagMask) == kPerThreadTag; }
+
+std::uintptr_t stream_key(std::uintptr_t stream) {
+  if (stream == reinterpret_cast<std::uintptr_t>(CU_STREAM_LEGACY)) return 0;
+  if (stream == reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD)) return this_thread_key();
+  return stream;
+}
+
+// The handle work of `key` can be fenced on from this thread. Another thread's
+// per-thread stream cannot be named here; the legacy stream waits for all of
+// its earlier work (it is a blocking stream), so a record there covers it.
+CUstream fence_handle(std::uintptr_t key) {
+  if (is_per_thread_key(key)) return key == this_thread_key() ? CU_STREAM_PER_THREAD : nullptr;
+  return reinterpret_cast<CUstream>(key);
+}
+
+bool capturing(const driver::Api& api, CUstream stream) {
+  if (api.streamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = api.streamIsCapturing(stream, &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Buffer ids: the top bit keeps them apart from the driver's own (small
+// counters), the next 15 bits name the pool, the rest count its allocations.
+std::atomic<std::uint64_t> next_pool_serial{0};
 
 }  // namespace
 
 util::Result<std::unique_ptr<Pool>> Pool::create(const driver::Driver& driver, space::AddressSpace& space,
-                                                 CUcontext context, const PoolOptions& options) {
+                                                 CUcontext context, StreamRegistry& streams,
+                                                 const PoolOptions& options) {
   auto policy = make_policy(options.policy);
   if (!policy) return util::Status(util::Error::bad_config, "unknown placement policy");
-  return std::unique_ptr<Pool>(new Pool(driver, space, context, options, std::move(policy)));
+  return std::unique_ptr<Pool>(new Pool(driver, space, context, streams, options, std::move(policy)));
 }
 
-Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, const PoolOptions& options,
-           std::unique_ptr<PlacementPolicy> policy)
+Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,
+           const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy)
     : driver_(driver),
       api_(driver.api()),
       space_(space),
       context_(context),
       options_(options),
-      policy_(std::move(policy)) {
-  deferred_.reserve(options_.deferred_batch * 4);
+      policy_(std::move(policy)),
+      events_(driver.api()),
+      deferred_(driver.api(), context, streams, events_, options.deferred_batch) {
+  const std::uint64_t serial = next_pool_serial.fetch_add(1) & 0x7fff;
+  buffer_id_base_ = (std::uint64_t{1} << 63) | (serial << 48);
 }
 
 Pool::~Pool() {
   std::lock_guard<util::SpinLock> guard(lock_);
   driver::ScopedContext scope(api_, context_);
   // Wait for work still using freed memory before the space unmaps it.
-  for (DeferredFence& fence : deferred_fences_) {
-    for (CUevent e : fence.events) {
-      (void)api_.eventSynchronize(e);
-      (void)api_.eventDestroy(e);
-    }
+  (void)deferred_.promote(true, [](Block*) {});
+  for (auto& [key, state] : streams_) {
+    if (state.event != nullptr) (void)api_.eventDestroy(state.event);
   }
-  for (StreamFence& f : stream_fences_) {
-    if (f.event != nullptr) (void)api_.eventDestroy(f.event);
-  }
-  for (CUevent e : spare_events_) (void)api_.eventDestroy(e);
   if (unsynchronized_async_frees_ && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
+  events_.clear();
   for (auto& segment : segments_) (void)space_.unreserve(segment->reservation);
 }
 
@@ -77,16 +108,20 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   const int arena_id = size <= options_.small_size ? 0 : 1;
   std::size_t rounded = util::align_up(size, arena_id == 0 ? options_.small_alignment : options_.large_alignment);
   rounded = util::align_up(policy_->round(rounded), options_.small_alignment);
+  const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
 
   std::lock_guard<util::SpinLock> guard(lock_);
-  if (ordered) note_stream(stream);
+  if (ordered) {
+    if (auto known = known_stream(key); !known) return known.status();
+  }
   util::Status error;
-  Block* block = allocate_locked(arena_id, rounded, stream, ordered, &error);
+  Block* block = allocate_locked(arena_id, rounded, key, ordered, &error);
   if (block == nullptr) {
     stats_.ooms++;
     return error.ok() ? util::Status(util::Error::out_of_memory, "out of device memory") : error;
   }
   block->requested = size;
+  block->buffer_id = buffer_id_base_ | ++next_buffer_id_;
   live_.insert(block->address, block);
   stats_.allocations++;
   stats_.live_bytes += size;
@@ -97,15 +132,33 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
 
 Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered,
                              util::Status* error) {
+  Block* block = climb_ladder(arena_id, rounded, stream, ordered, error);
+  // Blocks whose pending work could not be fenced go back; a later request
+  // may find them finished.
+  for (Block* set_aside : unsafe_) release_to_index(arena_of(set_aside), set_aside);
+  unsafe_.clear();
+  return block;
+}
+
+Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
+  constexpr std::size_t kMaxSetAside = 8;
+  for (;;) {
+    Block* block = try_place(arena, rounded, stream, ordered, error);
+    if (block != nullptr || !fence_failed_ || unsafe_.size() >= kMaxSetAside) return block;
+  }
+}
+
+Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered,
+                          util::Status* error) {
   Arena& arena = arenas_[arena_id];
 
   // The common case: a cached block, backed, same stream.
-  if (Block* b = try_place(arena, rounded, stream, ordered, error)) return b;
+  if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
 
   // The ladder. Each rung either makes the retry succeed or moves to the next.
   driver::ScopedContext scope(api_, context_);
   for (int rung = 0; rung < 6; ++rung) {
-    const bool no_fit = error->error() == util::Error::invalid_value;  // no free block large enough
+    const bool no_fit = no_fit_;  // no free block large enough
     util::Status step;
     switch (rung) {
       case 0:  // frees whose fences already completed
@@ -139,9 +192,9 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
         break;
       default: continue;
     }
-    if (Block* b = try_place(arena, rounded, stream, ordered, error)) return b;
+    if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
   }
-  if (error->ok() || error->error() == util::Error::invalid_value) {
+  if (error->ok() || no_fit_) {
     *error = util::Status(util::Error::out_of_memory, "out of device memory");
   }
   return nullptr;
@@ -149,9 +202,12 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
 
 Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
   Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
+  no_fit_ = false;
+  fence_failed_ = false;
   Block* chosen = policy_->choose(arena.index, request);
   if (chosen == nullptr) {
-    *error = util::Status(util::Error::invalid_value, "no free block fits");
+    no_fit_ = true;
+    *error = util::Status(util::Error::out_of_memory, "no free block fits");
     return nullptr;
   }
   const bool high = policy_->carve_end(*chosen, request) == CarveEnd::high;
@@ -183,8 +239,11 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   }
   Block* block = carve(arena, chosen, rounded, request);
   if (util::Status s = make_stream_safe(block, stream, ordered); !s) {
-    // The block cannot be made safe (the driver failed): give it back.
-    release_to_index(arena, block);
+    // Not known to be safe: set it aside (out of the index, merged with
+    // nothing) and let the request look elsewhere.
+    block->is_free = true;
+    unsafe_.push_back(block);
+    fence_failed_ = true;
     *error = s;
     return nullptr;
   }
@@ -230,210 +289,189 @@ Block* Pool::carve(Arena& arena, Block* chosen, std::size_t rounded, const Reque
 
 // --- streams ----------------------------------------------------------------------
 
-void Pool::note_stream(std::uintptr_t stream) {
-  if (!known_streams_.empty() && known_streams_.back() == stream) return;
-  auto it = std::find(known_streams_.begin(), known_streams_.end(), stream);
-  if (it != known_streams_.end()) {
-    std::iter_swap(it, known_streams_.end() - 1);  // keep the most recent last
-    return;
+util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
+  if (key == last_key_) return last_state_;
+  auto it = streams_.find(key);
+  if (it == streams_.end()) {
+    // First sight of a handle: the driver says whether it names a stream.
+    if (key != 0 && !is_per_thread_key(key) && api_.streamGetCtx != nullptr) {
+      CUcontext owner = nullptr;
+      const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner);
+      if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+        return util::Status(util::Error::invalid_handle, "not a live stream", r);
+      }
+    }
+    it = streams_.emplace(key, StreamState{}).first;
   }
-  // Streams seen long ago may be destroyed; keep the most recent few.
-  constexpr std::size_t kMaxKnownStreams = 64;
-  if (known_streams_.size() == kMaxKnownStreams) known_streams_.erase(known_streams_.begin());
-  known_streams_.push_back(stream);
+  last_key_ = key;
+  last_state_ = &it->second;
+  return last_state_;
 }
 
-void Pool::forget_stream(std::uintptr_t stream) {
-  known_streams_.erase(std::remove(known_streams_.begin(), known_streams_.end(), stream), known_streams_.end());
-  for (auto it = stream_fences_.begin(); it != stream_fences_.end(); ++it) {
-    if (it->stream != stream) continue;
-    if (it->event != nullptr) return_event(it->event);
-    stream_fences_.erase(it);
-    return;
+bool Pool::settle(Block* block) {
+  if (block->stream == kNoPendingWork) return true;
+  if (block->free_epoch <= synchronized_epoch_) {
+    block->stream = kNoPendingWork;
+    return true;
   }
+  auto it = streams_.find(block->stream);
+  if (it == streams_.end() || block->free_epoch > it->second.finished_epoch) return false;
+  block->stream = kNoPendingWork;
+  return true;
 }
 
-Pool::StreamFence& Pool::fence_for(std::uintptr_t stream) {
-  for (StreamFence& f : stream_fences_) {
-    if (f.stream == stream) return f;
-  }
-  stream_fences_.push_back(StreamFence{stream, nullptr, 0});
-  return stream_fences_.back();
+bool Pool::synchronize_context() {
+  if (api_.ctxSynchronize == nullptr || deferred_.capture_in_progress()) return false;
+  if (api_.ctxSynchronize() != CUDA_SUCCESS) return false;
+  synchronized_epoch_ = epoch_;
+  unsynchronized_async_frees_ = false;
+  return true;
 }
 
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
   const std::uintptr_t last = block->stream;
   if (last == kNoPendingWork) return util::Status::success();
   if (ordered && last == stream) return util::Status::success();
+  if (settle(block)) return util::Status::success();
 
   driver::ScopedContext scope(api_, context_);
-  std::uintptr_t gone = 0;  // a stream found destroyed; the context was synchronised instead
-  auto guard_against = [&](std::uintptr_t other) -> util::Status {
-    StreamFence& fence = fence_for(other);
-    if (fence.event == nullptr) {
-      fence.event = take_event();
-      if (fence.event == nullptr) return {util::Error::driver_error, "cuEventCreate failed"};
-      fence.epoch = 0;
-    }
-    if (fence.epoch < block->free_epoch) {
-      // The last fence predates this free: record one now. It covers the free
+  auto fenced = [&]() -> util::Status {
+    StreamState& state = streams_[last];
+    const CUstream handle = fence_handle(last);
+    if (state.event == nullptr || state.recorded_epoch < block->free_epoch) {
+      // The last record predates this free: record now. It covers the free
       // and perhaps later work too, which is safe, only conservative.
-      if (api_.eventRecord(fence.event, reinterpret_cast<CUstream>(other)) != CUDA_SUCCESS) {
-        // The stream was destroyed since the free. Its queued work still
-        // runs to the end, and only a wait for the whole context covers it.
-        if (auto s = driver::check(api_.ctxSynchronize(), "cuCtxSynchronize"); !s) return s;
-        gone = other;
-        return util::Status::success();
-      }
-      fence.epoch = epoch_;
+      if (capturing(api_, handle)) return {util::Error::driver_error, "the stream is capturing"};
+      if (state.event == nullptr) state.event = events_.take();
+      if (state.event == nullptr) return {util::Error::driver_error, "cuEventCreate failed"};
+      if (auto s = driver::check(api_.eventRecord(state.event, handle), "cuEventRecord"); !s) return s;
+      state.recorded_epoch = epoch_;
     }
-    if (api_.eventQuery(fence.event) == CUDA_SUCCESS) return util::Status::success();
+    const CUresult query = api_.eventQuery(state.event);
+    if (query == CUDA_SUCCESS) {
+      state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
+      return util::Status::success();
+    }
+    if (query != CUDA_ERROR_NOT_READY) return driver::check(query, "cuEventQuery");
     stats_.cross_stream_waits++;
     if (ordered) {
-      return driver::check(api_.streamWaitEvent(reinterpret_cast<CUstream>(stream), fence.event, 0),
-                           "cuStreamWaitEvent");
+      return driver::check(api_.streamWaitEvent(fence_handle(stream), state.event, 0), "cuStreamWaitEvent");
     }
-    return driver::check(api_.eventSynchronize(fence.event), "cuEventSynchronize");
+    if (auto s = driver::check(api_.eventSynchronize(state.event), "cuEventSynchronize"); !s) return s;
+    state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
+    return util::Status::success();
   };
-
-  if (last == kSeveralStreams) {
-    for (std::uintptr_t other : known_streams_) {
-      if (ordered && other == stream) continue;
-      if (auto s = guard_against(other); !s) return s;
-      if (gone != 0) break;  // the context is idle: every stream is covered
-    }
-  } else if (auto s = guard_against(last); !s) {
-    return s;
+  if (util::Status s = fenced(); !s) {
+    // Not known to be finished: only a whole-context wait proves it.
+    if (!synchronize_context()) return s;
   }
-  if (gone != 0) forget_stream(gone);
   block->stream = kNoPendingWork;
   return util::Status::success();
 }
 
-CUevent Pool::take_event() {
-  if (!spare_events_.empty()) {
-    CUevent e = spare_events_.back();
-    spare_events_.pop_back();
-    return e;
+void Pool::stream_destroyed(std::uintptr_t stream) {
+  const std::uintptr_t key = stream_key(stream);
+  if (key == 0 || is_per_thread_key(key)) return;
+  std::lock_guard<util::SpinLock> guard(lock_);
+  auto it = streams_.find(key);
+  if (it == streams_.end()) return;  // never used here: nothing can be pending on it
+  // Free blocks with work still pending on the stream join the cudaFree
+  // frees: the registry's event on the dying stream is part of their fence.
+  std::vector<Block*> pending;
+  for (Arena& arena : arenas_) {
+    arena.index.for_each_by_address([&](const Block* b) {
+      if (b->stream == key) pending.push_back(const_cast<Block*>(b));
+    });
   }
-  CUevent e = nullptr;
-  if (api_.eventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
-  return e;
-}
-
-void Pool::return_event(CUevent event) {
-  if (event != nullptr) spare_events_.push_back(event);
+  driver::ScopedContext scope(api_, context_);
+  for (Block* b : pending) {
+    if (settle(b)) continue;
+    arena_of(b).index.erase(b);
+    (void)deferred_.add(b);
+  }
+  if (!pending.empty()) deferred_.close_batch();
+  stats_.deferred_bytes = deferred_.bytes();
+  events_.give_back(it->second.event);
+  streams_.erase(it);
+  last_key_ = kNoPendingWork;
+  last_state_ = nullptr;
 }
 
 // --- deallocation -----------------------------------------------------------------
 
 util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
   if (address == 0) return util::Status::success();
+  const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.erase(address);
+  Block* block = live_.find(address);
   if (block == nullptr) {
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
+  if (ordered) {
+    if (auto known = known_stream(key); !known) return known.status();
+  }
+  live_.erase(address);
   stats_.frees++;
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
   block->requested = 0;
+  block->buffer_id = 0;
   if (ordered) {
-    note_stream(stream);
-    block->stream = stream;
+    block->stream = key;
     block->free_epoch = ++epoch_;
     unsynchronized_async_frees_ = true;
     release_to_index(arena_of(block), block);
     return util::Status::success();
   }
-  deferred_.push_back(block);
-  stats_.deferred_bytes += block->size;
-  if (deferred_.size() - deferred_fenced_ >= options_.deferred_batch) {
+  block->is_free = true;
+  block->stream = kNoPendingWork;
+  if (deferred_.add(block)) {
     driver::ScopedContext scope(api_, context_);
-    close_deferred_batch();
+    deferred_.close_batch();
   }
+  stats_.deferred_bytes = deferred_.bytes();
   return util::Status::success();
+}
+
+// Two free neighbours merge unless each has work pending on a different
+// stream: a block then never needs more than one stream's fence.
+bool Pool::mergeable(Block* a, Block* b) {
+  if (a->stream == b->stream || a->stream == kNoPendingWork || b->stream == kNoPendingWork) return true;
+  return settle(a) || settle(b);
 }
 
 void Pool::release_to_index(Arena& arena, Block* block) {
   block->is_free = true;
-  if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index) {
+  if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index && mergeable(prev, block)) {
     arena.index.erase(prev);
     prev->size += block->size;
     prev->next = block->next;
     if (block->next != nullptr) block->next->prev = prev;
-    prev->stream = merge_streams(prev->stream, block->stream);
+    if (prev->stream == kNoPendingWork) prev->stream = block->stream;
     prev->free_epoch = std::max(prev->free_epoch, block->free_epoch);
     blocks_.recycle(block);
     block = prev;
   }
-  if (Block* next = block->next; next != nullptr && next->is_free && next->in_index) {
+  if (Block* next = block->next; next != nullptr && next->is_free && next->in_index && mergeable(block, next)) {
     arena.index.erase(next);
     block->size += next->size;
     block->next = next->next;
     if (next->next != nullptr) next->next->prev = block;
-    block->stream = merge_streams(block->stream, next->stream);
+    if (block->stream == kNoPendingWork) block->stream = next->stream;
     block->free_epoch = std::max(block->free_epoch, next->free_epoch);
     blocks_.recycle(next);
   }
   arena.index.insert(block);
 }
 
-void Pool::close_deferred_batch() {
-  if (deferred_.size() == deferred_fenced_) return;
-  DeferredFence fence;
-  fence.pending_end = deferred_.size();
-  auto record = [&](CUstream s) {
-    CUevent e = take_event();
-    if (e == nullptr) return;
-    if (api_.eventRecord(e, s) == CUDA_SUCCESS) {
-      fence.events.push_back(e);
-    } else {
-      return_event(e);
-    }
-  };
-  record(kLegacyStream);
-  for (std::uintptr_t s : known_streams_) {
-    if (s != 0) record(reinterpret_cast<CUstream>(s));
-  }
-  deferred_fences_.push_back(std::move(fence));
-  deferred_fenced_ = deferred_.size();
-}
-
 bool Pool::promote_deferred(bool wait) {
   if (deferred_.empty()) return false;
-  close_deferred_batch();
-  std::size_t promoted_end = 0;
-  std::size_t fences_done = 0;
-  for (DeferredFence& fence : deferred_fences_) {
-    bool complete = true;
-    for (CUevent e : fence.events) {
-      const CUresult r = wait ? api_.eventSynchronize(e) : api_.eventQuery(e);
-      // An error other than "not ready" leaves nothing to wait for.
-      if (r == CUDA_ERROR_NOT_READY) {
-        complete = false;
-        break;
-      }
-    }
-    if (!complete) break;
-    promoted_end = fence.pending_end;
-    ++fences_done;
-  }
-  if (fences_done == 0) return false;
-  for (std::size_t i = 0; i < fences_done; ++i) {
-    for (CUevent e : deferred_fences_[i].events) return_event(e);
-  }
-  deferred_fences_.erase(deferred_fences_.begin(), deferred_fences_.begin() + static_cast<std::ptrdiff_t>(fences_done));
-  for (std::size_t i = 0; i < promoted_end; ++i) {
-    Block* b = deferred_[i];
-    stats_.deferred_bytes -= b->size;
+  const std::size_t promoted = deferred_.promote(wait, [this](Block* b) {
     b->stream = kNoPendingWork;
     release_to_index(arena_of(b), b);
-  }
-  deferred_.erase(deferred_.begin(), deferred_.begin() + static_cast<std::ptrdiff_t>(promoted_end));
-  for (DeferredFence& fence : deferred_fences_) fence.pending_end -= promoted_end;
-  deferred_fenced_ -= promoted_end;
-  return promoted_end > 0;
+  });
+  stats_.deferred_bytes = deferred_.bytes();
+  return promoted > 0;
 }
 
 // --- segments and pages -----------------------------------------------------------
@@ -468,22 +506,22 @@ util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes
   return util::Status::success();
 }
 
-void Pool::synchronize_if_needed() {
-  if (!unsynchronized_async_frees_) return;
+bool Pool::synchronize_if_needed() {
   // Blocks freed in stream order may still be in use by queued work; pages
   // beneath them can be unmapped only once that work is done.
-  if (api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
-  unsynchronized_async_frees_ = false;
+  return !unsynchronized_async_frees_ || synchronize_context();
 }
 
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
-  synchronize_if_needed();
+  // Without the synchronisation, only blocks with nothing pending give pages.
+  const bool all_idle = synchronize_if_needed();
   std::size_t reclaimed = 0;
   for (Arena& arena : arenas_) {
     // Collect first: unbacking does not change the index, but keep it simple.
     std::vector<std::pair<space::Reservation*, std::size_t>> idle;
     arena.index.for_each_by_address([&](const Block* b) {
       if (reclaimed + idle.size() >= pages_needed) return;
+      if (!all_idle && b->stream != kNoPendingWork) return;
       space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
       const std::size_t page = r.page_size();
@@ -534,8 +572,7 @@ std::size_t Pool::trim() {
   const std::size_t before = space_.device_bytes();
   if (space_.uses_vmm()) {
     reclaim_idle_pages(std::numeric_limits<std::size_t>::max(), 0, 0);
-  } else {
-    synchronize_if_needed();
+  } else if (synchronize_if_needed()) {
     trim_chunks();
   }
   space_.release_spares(std::numeric_limits<std::size_t>::max());
@@ -573,20 +610,55 @@ bool Pool::in_segments(std::uintptr_t address) const {
   return false;
 }
 
-bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size) const {
+bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size,
+                           std::uint64_t* buffer_id) const {
   std::lock_guard<util::SpinLock> guard(lock_);
   for (const auto& segment : segments_) {
     if (!segment->reservation->contains(address)) continue;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (address >= b->address && address < b->address + b->size) {
-        if (b->requested == 0 || b->is_free) return false;
-        *base = b->address;
-        *size = b->requested;
-        return true;
-      }
+      if (address < b->address || address >= b->address + b->size) continue;
+      // The driver knows an allocation only as large as it was asked for.
+      if (b->is_free || b->requested == 0 || address >= b->address + b->requested) return false;
+      *base = b->address;
+      *size = b->requested;
+      if (buffer_id != nullptr) *buffer_id = b->buffer_id;
+      return true;
     }
   }
   return false;
+}
+
+std::size_t Pool::servable_bytes(std::size_t driver_free) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  // Whole mapped pages under free blocks can be re-stitched under any range;
+  // pages shared with a live block (small blocks) cannot.
+  std::size_t idle_pages = 0;
+  for (const Arena& arena : arenas_) {
+    arena.index.for_each_by_address([&](const Block* b) {
+      const space::Reservation& r = *b->segment->reservation;
+      if (r.is_chunk()) return;
+      const std::size_t page = r.page_size();
+      const std::uintptr_t first = util::align_up(b->address - r.base(), page) + r.base();
+      const std::uintptr_t end = std::min<std::uintptr_t>(b->address + b->size, r.page_address(r.mapped_limit()));
+      for (std::uintptr_t p = first; p + page <= end; p += page) {
+        if (r.page(r.page_of(p)).residency != space::Residency::unmapped) ++idle_pages;
+      }
+    });
+  }
+  const std::size_t page = space_.page_size();
+  const std::size_t held = space_.device_bytes();
+  const std::size_t limit = space_.device_limit();
+  const std::size_t budget_left = limit > held ? limit - held : 0;
+  const std::size_t cached = space_.spare_bytes() + idle_pages * page;
+  if (!space_.uses_vmm()) {
+    // Chunks: only the largest free block, or a new chunk within the budget.
+    std::size_t largest = 0;
+    for (const Arena& arena : arenas_) {
+      arena.index.for_each_by_address([&](const Block* b) { largest = std::max(largest, b->size); });
+    }
+    return std::max(largest, std::min(budget_left, driver_free));
+  }
+  return util::align_down(cached + std::min(budget_left, driver_free), page);
 }
 
 PoolStats Pool::stats(bool with_fragmentation) const {

@@ -7,12 +7,29 @@
 // the pool splits it, coalesces on free, and asks the space layer to back the
 // pages beneath.
 //
-// Stream-ordered reuse: a block freed on stream s is reusable on s at once; a
-// request on another stream t first makes t wait on an event recorded on s
-// (cuStreamWaitEvent, no host wait). A block freed without a stream (cudaFree
-// semantics) waits in a deferred list until an event recorded after the free
-// on the legacy stream and every stream the pool has seen completes; frees are
-// fenced in batches, so no free pays for a device-wide synchronisation.
+// Reuse is never on a guess. Two rules decide when a freed block may go to new
+// work:
+//  - cudaFree semantics (deallocate with ordered=false): DeferredFrees holds
+//    the block until a fence over every stream of the context has finished
+//    (deferred_frees.hpp states the rule and why it covers every stream).
+//  - Stream order (ordered=true on stream s): the block is reusable on s at
+//    once. Another stream t first waits on an event recorded on s after the
+//    free (cuStreamWaitEvent, no host wait); a cudaMalloc-style request waits
+//    on the host. Streams are keyed so that CU_STREAM_PER_THREAD is a stream
+//    per thread; a per-thread stream of another thread is fenced through the
+//    legacy stream, which waits for every blocking stream. Free neighbours
+//    with work pending on different streams are not coalesced, so every free
+//    block has at most one stream to wait for.
+// Any fence call that fails (other than "not ready") falls back to a context
+// synchronisation, and when that is impossible (a capture is in progress) or
+// fails too, the block stays out of circulation and the request looks
+// elsewhere.
+//
+// Stream handles are checked with the driver the first time the pool meets
+// them (cuStreamGetCtx), never on a cached allocation; a destroyed or bogus
+// handle is invalid_handle and changes nothing. Destroyed streams are told to
+// the pool (stream_destroyed): blocks still pending on them move to the
+// deferred frees, behind the event the StreamRegistry recorded on them.
 //
 // Out of device memory, an allocation tries in order: promote deferred frees
 // whose fences completed, back from spare pages or within the budget, wait for
@@ -20,8 +37,8 @@
 // (stitching), then fails with out_of_memory and leaves the pool usable.
 //
 // Thread-safety: one lock (`lock_`) protects all state below. It is held for
-// the whole of allocate/deallocate, including slow-path driver calls, and is
-// the innermost lock of tidepool: nothing else is locked while it is held.
+// the whole of allocate/deallocate, including slow-path driver calls. Only the
+// StreamRegistry's lock is ever taken inside it.
 #pragma once
 
 #include <cuda.h>
@@ -31,21 +48,24 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "driver/driver.hpp"
 #include "pool/block.hpp"
 #include "pool/block_store.hpp"
+#include "pool/deferred_frees.hpp"
+#include "pool/event_cache.hpp"
 #include "pool/free_index.hpp"
 #include "pool/policy.hpp"
+#include "pool/stream_registry.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::pool {
 
-// Block::stream values that are not streams.
+// The Block::stream value of a block no queued work can touch.
 inline constexpr std::uintptr_t kNoPendingWork = ~std::uintptr_t{0};
-inline constexpr std::uintptr_t kSeveralStreams = ~std::uintptr_t{0} - 1;
 
 struct Segment {
   space::Reservation* reservation = nullptr;
@@ -105,8 +125,10 @@ struct BlockView {
 
 class Pool {
  public:
+  // `streams`: the process's stream registry (not owned, outlives the pool).
   static util::Result<std::unique_ptr<Pool>> create(const driver::Driver& driver, space::AddressSpace& space,
-                                                    CUcontext context, const PoolOptions& options);
+                                                    CUcontext context, StreamRegistry& streams,
+                                                    const PoolOptions& options);
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -117,15 +139,26 @@ class Pool {
   util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered);
   // Frees a block this pool returned. `ordered`: stream-ordered on `stream`;
   // else cudaFree semantics. A pointer that is not the start of a live block
-  // is invalid_value and changes nothing.
+  // is invalid_value, a stream the driver does not know invalid_handle; both
+  // change nothing.
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
+  // `stream` is about to be destroyed (the registry has fenced it already):
+  // blocks still pending on it wait with the cudaFree frees.
+  void stream_destroyed(std::uintptr_t stream);
 
   // The live block starting at `address`, if any: its size as requested.
   [[nodiscard]] bool owns(std::uintptr_t address) const;
   [[nodiscard]] std::size_t requested_size(std::uintptr_t address) const;
-  // The live block containing `address` (interior pointers too), for
-  // cuMemGetAddressRange and pointer attributes. False when none.
-  bool find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size) const;
+  // The live block containing `address` (interior pointers up to the size
+  // requested), for cuMemGetAddressRange and pointer attributes: its base,
+  // requested size and buffer id (unique for the life of the process). False
+  // when no live allocation covers the address.
+  bool find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size,
+                       std::uint64_t* buffer_id = nullptr) const;
+  // The largest single request the pool could serve now without exceeding
+  // the budget: cached pages it can reuse or re-stitch plus the budget left,
+  // the latter capped by `driver_free` (what the driver says is free).
+  [[nodiscard]] std::size_t servable_bytes(std::size_t driver_free) const;
   // Whether `address` lies inside any segment of this pool.
   [[nodiscard]] bool in_segments(std::uintptr_t address) const;
 
@@ -145,38 +178,41 @@ class Pool {
     FreeIndex index;
     std::vector<Segment*> segments;
   };
-  struct StreamFence {
-    std::uintptr_t stream = 0;
-    CUevent event = nullptr;
-    std::uint64_t epoch = 0;  // frees on this stream with free_epoch <= epoch are covered
-  };
-  struct DeferredFence {
-    std::vector<CUevent> events;
-    std::size_t pending_end = 0;  // deferred_[..pending_end) are covered
+  // Pending-work bookkeeping of one stream key (see stream_key()).
+  struct StreamState {
+    CUevent event = nullptr;            // recorded after frees up to recorded_epoch
+    std::uint64_t recorded_epoch = 0;
+    std::uint64_t finished_epoch = 0;   // frees up to this epoch are known finished
   };
 
-  Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, const PoolOptions& options,
-       std::unique_ptr<PlacementPolicy> policy);
+  Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,
+       const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered,
                          util::Status* error);
+  Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  // try_place, again while the chosen block's pending work cannot be fenced.
+  Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request);
   void release_to_index(Arena& arena, Block* block);
+  bool mergeable(Block* a, Block* b);
   util::Status add_segment(Arena& arena, int arena_id, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
-  StreamFence& fence_for(std::uintptr_t stream);
-  void note_stream(std::uintptr_t stream);
-  // Drops a destroyed stream's fence and its place among the known streams.
-  void forget_stream(std::uintptr_t stream);
+  // The state of a stream key the pool may use; checks a handle it has not
+  // met with the driver (invalid_handle when the driver does not know it).
+  util::Result<StreamState*> known_stream(std::uintptr_t key);
+  // Whether the work pending on a free block is known finished; if so the
+  // block is marked so (kNoPendingWork).
+  bool settle(Block* block);
+  // After a successful context synchronisation: every free so far is safe.
+  bool synchronize_context();
 
   bool promote_deferred(bool wait);
-  void close_deferred_batch();
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end);
-  void synchronize_if_needed();
+  // Whether no stream-ordered free can still be in use (synchronising if needed).
+  bool synchronize_if_needed();
   std::size_t trim_chunks();
-  CUevent take_event();
-  void return_event(CUevent event);
   Arena& arena_of(const Block* block) { return arenas_[block->segment->arena]; }
 
   const driver::Driver& driver_;
@@ -191,15 +227,22 @@ class Pool {
   std::vector<std::unique_ptr<Segment>> segments_;
   BlockStore blocks_;
   util::AddressMap<Block> live_;
-  std::vector<StreamFence> stream_fences_;
-  std::vector<std::uintptr_t> known_streams_;
-  std::vector<Block*> deferred_;           // cudaFree-semantics frees awaiting a fence
-  std::vector<DeferredFence> deferred_fences_;
-  std::size_t deferred_fenced_ = 0;        // deferred_[..deferred_fenced_) have a fence
-  std::vector<CUevent> spare_events_;
-  std::uint64_t epoch_ = 0;
+  EventCache events_;
+  DeferredFrees deferred_;                 // cudaFree-semantics frees awaiting a fence
+  std::unordered_map<std::uintptr_t, StreamState> streams_;  // by stream key
+  std::uintptr_t last_key_ = kNoPendingWork;  // a one-entry cache in front of streams_
+  StreamState* last_state_ = nullptr;
+  std::uint64_t epoch_ = 0;                // counts stream-ordered frees
+  std::uint64_t synchronized_epoch_ = 0;   // frees up to this epoch are known finished everywhere
+  std::uint64_t next_buffer_id_ = 0;
+  std::uint64_t buffer_id_base_ = 0;       // this pool's share of the process-wide id space
   std::uint64_t sequence_ = 0;
   bool unsynchronized_async_frees_ = false;
+  // Set by try_place: no free block was large enough; the chosen block's
+  // pending work could not be fenced (it went to unsafe_).
+  bool no_fit_ = false;
+  bool fence_failed_ = false;
+  std::vector<Block*> unsafe_;             // set aside during one allocation
   // Set by try_place when backing failed for lack of pages: how many more
   // pages the chosen range needs, and the range, which reclaiming must spare.
   std::size_t pages_short_ = 0;

@@ -27,7 +27,13 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   auto space = space::AddressSpace::create(driver, space_options);
   if (!space) return space.status();
   allocator->space_ = std::move(space.value());
-  auto pool = pool::Pool::create(driver, *allocator->space_, allocator->context_, options.pool);
+  if (options.streams != nullptr) {
+    allocator->streams_ = options.streams;
+  } else {
+    allocator->own_streams_ = std::make_unique<pool::StreamRegistry>(api);
+    allocator->streams_ = allocator->own_streams_.get();
+  }
+  auto pool = pool::Pool::create(driver, *allocator->space_, allocator->context_, *allocator->streams_, options.pool);
   if (!pool) return pool.status();
   allocator->pool_ = std::move(pool.value());
   allocator->trace_ = options.trace;

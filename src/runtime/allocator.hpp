@@ -30,6 +30,10 @@ struct AllocatorOptions {
   bool use_vmm = true;
   pool::PoolOptions pool;
   TraceRecorder* trace = nullptr;  // not owned; outlives the allocator
+  // The process's streams (not owned; outlives the allocator). Null: the
+  // allocator keeps a registry of its own, fed by stream_created() and
+  // stream_destroying(), which is not known complete until set so.
+  pool::StreamRegistry* streams = nullptr;
 };
 
 class Allocator {
@@ -48,6 +52,15 @@ class Allocator {
     return pool_->deallocate(address, stream, ordered);
   }
 
+  // A stream was created / is about to be destroyed: tells the registry and
+  // the pool (the Runtime does this for every allocator at once).
+  void stream_created(CUstream stream) { streams_->created(stream); }
+  void stream_destroying(CUstream stream) {
+    streams_->destroying(stream);
+    pool_->stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
+  }
+  [[nodiscard]] pool::StreamRegistry& streams() noexcept { return *streams_; }
+
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] CUcontext context() const noexcept { return context_; }
   [[nodiscard]] pool::Pool& pool() noexcept { return *pool_; }
@@ -64,6 +77,8 @@ class Allocator {
   int device_ = 0;
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
+  std::unique_ptr<pool::StreamRegistry> own_streams_;
+  pool::StreamRegistry* streams_ = nullptr;
   std::unique_ptr<space::AddressSpace> space_;
   std::unique_ptr<pool::Pool> pool_;
   TraceRecorder* trace_ = nullptr;

@@ -1,9 +1,10 @@
 // What cuMemGetInfo and cudaMemGetInfo report under tidepool.
 //
 // Frameworks size themselves from these calls, so the answer must describe
-// the budget, not the board: total is the device limit, used is what the pool
-// has handed out, and memory the pool holds but has not handed out counts as
-// free. free + used <= total always holds.
+// the budget, not the board: total is the device limit, and free is what one
+// request of that size could get now (cached pages the pool can re-stitch plus
+// the budget left, capped by what the driver has free). Free space on pages
+// shared with live small blocks is not counted: no large request can use it.
 #pragma once
 
 #include <cstddef>

@@ -12,7 +12,11 @@ namespace {
 
 void finish_at_exit() { Runtime::get().finish(); }
 
+std::atomic<InterpositionProbe> interposition_probe{nullptr};
+
 }  // namespace
+
+void set_interposition_probe(InterpositionProbe probe) noexcept { interposition_probe.store(probe); }
 
 Runtime& Runtime::get() {
   // Leaked on purpose: see the lifetime note in runtime.hpp.
@@ -41,6 +45,12 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
     return;
   }
   driver_ = std::move(opened.value());
+  streams_ = std::make_unique<pool::StreamRegistry>(driver_->api());
+  if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
+    streams_->set_complete(true);
+  } else {
+    log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
+  }
   if (!config_.trace.empty()) {
     auto recorder = TraceRecorder::open(config_.trace);
     if (recorder) {
@@ -59,6 +69,22 @@ Runtime::~Runtime() {
   for (auto& slot : allocators_) delete slot.exchange(nullptr);
 }
 
+void Runtime::stream_created(CUstream stream) {
+  if (streams_ != nullptr) streams_->created(stream);
+}
+
+void Runtime::stream_destroying(CUstream stream) {
+  if (streams_ == nullptr) return;
+  streams_->destroying(stream);
+  for (auto& slot : allocators_) {
+    if (Allocator* a = slot.load(std::memory_order_acquire)) a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
+  }
+}
+
+void Runtime::set_streams_complete(bool complete) noexcept {
+  if (streams_ != nullptr) streams_->set_complete(complete);
+}
+
 Allocator* Runtime::allocator(int device) {
   if (device < 0 || device >= kMaxDevices || passthrough_) return nullptr;
   Allocator* existing = allocators_[device].load(std::memory_order_acquire);
@@ -74,6 +100,7 @@ Allocator* Runtime::allocator(int device) {
   options.pool.policy = config_.policy;
   options.pool.small_size = static_cast<std::size_t>(config_.small_size);
   options.trace = trace_.get();
+  options.streams = streams_.get();
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);

@@ -40,6 +40,12 @@ namespace tidepool::runtime {
 
 inline constexpr int kMaxDevices = 64;
 
+// A front that can tell whether every stream creation of the process reaches
+// Runtime::stream_created() registers this probe (from a constructor, before
+// any Runtime exists); each Runtime asks it once, when it is created.
+using InterpositionProbe = bool (*)();
+void set_interposition_probe(InterpositionProbe probe) noexcept;
+
 class Runtime {
  public:
   // The process's runtime, created on first call (thread-safe).
@@ -69,6 +75,16 @@ class Runtime {
 
   void note_passthrough_allocation(int device) noexcept;
 
+  // Stream lifetimes, as the fronts see them: the registry learns of them, and
+  // on destruction every allocator's pool too. No-ops in pass-through mode.
+  void stream_created(CUstream stream);
+  void stream_destroying(CUstream stream);
+  // Every stream creation of the process reaches stream_created() (the
+  // preload's hooks are what the process calls); see StreamRegistry.
+  void set_streams_complete(bool complete) noexcept;
+  // Null in pass-through mode.
+  [[nodiscard]] pool::StreamRegistry* streams() const noexcept { return streams_.get(); }
+
   [[nodiscard]] Report report() const;
   // Writes the report to `path`, or to the configured path when empty.
   util::Status write_report(const std::string& path = {}) const;
@@ -82,6 +98,7 @@ class Runtime {
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;  // outlives the allocators: ~Runtime deletes them first
+  std::unique_ptr<pool::StreamRegistry> streams_;  // likewise
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   std::array<std::atomic<bool>, kMaxDevices> failed_{};

@@ -117,7 +117,7 @@ std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t ad
   const std::size_t scan_end = std::min(last + 1, r.mapped_limit());
   std::size_t missing = last + 1 - std::max(first, scan_end);  // pages beyond the limit: all unmapped
   for (std::size_t p = first; p < scan_end; ++p) {
-    if (r.page(p).residency == Residency::unmapped) ++missing;
+    if (r.page(p).residency == Residency::unmapped || r.page(p).residency == Residency::broken) ++missing;
   }
   return missing;
 }
@@ -146,12 +146,31 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     const std::size_t bytes = (run_end - run_start) * page_size_;
     auto s = driver::check(api_.memSetAccess(r.page_address(run_start), bytes, &access, 1), "cuMemSetAccess");
+    if (!s) {
+      // Mapped but not accessible: nothing may be handed out on these pages.
+      // Unmap them again; a page that will not unmap is never used again.
+      for (std::size_t p = run_start; p < run_end; ++p) {
+        PageEntry& page = r.page(p);
+        if (api_.memUnmap(r.page_address(p), page_size_) == CUDA_SUCCESS) {
+          spares_.push_back(page.handle);
+          counters_.unmaps++;
+          page.handle = 0;
+          page.residency = Residency::unmapped;
+        } else {
+          page.residency = Residency::broken;
+        }
+      }
+    }
     run_start = SIZE_MAX;
     return s;
   };
 
   for (std::size_t p = first; p <= last; ++p) {
     PageEntry& page = r.page(p);
+    if (page.residency == Residency::broken) {
+      if (auto s = grant_access(p); !s) return s;
+      if (auto s = unback(r, p, 1); !s) return s;
+    }
     if (page.residency != Residency::unmapped) {
       if (auto s = grant_access(p); !s) return s;
       continue;
@@ -196,7 +215,7 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
       continue;
     }
     counters_.unmaps++;
-    if (page.residency == Residency::device) {
+    if (page.residency != Residency::host) {
       spares_.push_back(page.handle);
     } else {
       (void)api_.memRelease(page.handle);

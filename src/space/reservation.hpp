@@ -17,7 +17,9 @@
 
 namespace tidepool::space {
 
-enum class Residency : std::uint8_t { unmapped, device, host };
+// `broken`: mapped, but the access grant failed and so did the unmap; such a
+// page backs nothing until an unmap succeeds.
+enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
 struct PageEntry {
   CUmemGenericAllocationHandle handle = 0;
@@ -67,7 +69,7 @@ class Reservation {
     const std::size_t last = page_of(address + length - 1);
     if (last >= mapped_limit_) return false;
     for (std::size_t p = first; p <= last; ++p) {
-      if (pages_[p].residency == Residency::unmapped) return false;
+      if (pages_[p].residency == Residency::unmapped || pages_[p].residency == Residency::broken) return false;
     }
     return true;
   }

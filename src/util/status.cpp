@@ -8,6 +8,7 @@ const char* error_name(Error error) noexcept {
     case Error::ok: return "ok";
     case Error::out_of_memory: return "out of memory";
     case Error::invalid_value: return "invalid value";
+    case Error::invalid_handle: return "invalid handle";
     case Error::not_supported: return "not supported";
     case Error::not_initialized: return "not initialized";
     case Error::driver_missing: return "driver missing";

@@ -17,6 +17,7 @@ enum class Error : std::uint8_t {
   ok = 0,
   out_of_memory,      // the device, the budget or the host could not supply the bytes
   invalid_value,      // a bad argument: unknown pointer, double free, zero size where not allowed
+  invalid_handle,     // a stream or event handle the driver does not know (destroyed, bogus)
   not_supported,      // the driver or device lacks a capability
   not_initialized,    // used before initialisation succeeded
   driver_missing,     // libcuda.so.1 (or the configured path) could not be opened

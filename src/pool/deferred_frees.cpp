@@ -1,0 +1,136 @@
+// See deferred_frees.hpp for the rule and its argument.
+#include "pool/deferred_frees.hpp"
+
+#include <algorithm>
+
+namespace tidepool::pool {
+
+namespace {
+
+// Whether `stream` captures; an error other than "implicitly capturing" reads
+// as "no" only for a handle the driver does not know, which cannot take a
+// record either way.
+bool capturing(const driver::Api& api, CUstream stream) {
+  if (api.streamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = api.streamIsCapturing(stream, &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+}  // namespace
+
+DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry,
+                             EventCache& events, std::size_t batch)
+    : api_(api), context_(context), registry_(registry), events_(events), batch_(std::max<std::size_t>(batch, 1)) {
+  blocks_.reserve(batch_ * 4);
+}
+
+DeferredFrees::~DeferredFrees() {
+  // The owner waits (promote with wait) before tearing down; whatever is
+  // left here is only the events.
+  for (Fence& fence : fences_) {
+    for (CUevent e : fence.events) (void)api_.eventDestroy(e);
+  }
+}
+
+bool DeferredFrees::add(Block* block) {
+  blocks_.push_back(block);
+  bytes_ += block->size;
+  return blocks_.size() - fenced_ >= batch_;
+}
+
+bool DeferredFrees::capture_in_progress() const {
+  if (capturing(api_, nullptr)) return true;  // a blocking stream captures
+  std::vector<CUstream> streams;
+  std::vector<std::shared_ptr<RetiredStream>> retired;
+  registry_.fence_targets(context_, &streams, &retired);
+  return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return capturing(api_, s); });
+}
+
+void DeferredFrees::close_batch() {
+  if (blocks_.size() == fenced_) return;
+  Fence fence;
+  fence.end = blocks_.size();
+  fence.needs_sync = !registry_.complete();
+  auto record = [&](CUstream stream) {
+    if (capturing(api_, stream)) {
+      fence.needs_sync = true;
+      return;
+    }
+    CUevent e = events_.take();
+    if (e == nullptr) {
+      fence.needs_sync = true;
+      return;
+    }
+    if (api_.eventRecord(e, stream) != CUDA_SUCCESS) {
+      events_.give_back(e);
+      fence.needs_sync = true;
+      return;
+    }
+    fence.events.push_back(e);
+  };
+  scratch_streams_.clear();
+  registry_.fence_targets(context_, &scratch_streams_, &fence.retired);
+  record(nullptr);  // the legacy stream: covers every blocking stream
+  for (CUstream s : scratch_streams_) record(s);
+  fences_.push_back(std::move(fence));
+  fenced_ = blocks_.size();
+}
+
+bool DeferredFrees::fence_finished(Fence& fence, bool wait) {
+  if (fence.needs_sync) return false;
+  for (CUevent e : fence.events) {
+    const CUresult r = wait ? api_.eventSynchronize(e) : api_.eventQuery(e);
+    if (r == CUDA_SUCCESS) continue;
+    if (r != CUDA_ERROR_NOT_READY) fence.needs_sync = true;  // not known to be finished
+    return false;
+  }
+  for (const auto& retired : fence.retired) {
+    if (retired->finished()) continue;
+    if (wait && retired->event() != nullptr && api_.eventSynchronize(retired->event()) == CUDA_SUCCESS &&
+        retired->finished()) {
+      continue;
+    }
+    if (wait) fence.needs_sync = true;
+    return false;
+  }
+  return true;
+}
+
+bool DeferredFrees::synchronize_context() {
+  if (api_.ctxSynchronize == nullptr || capture_in_progress()) return false;
+  return api_.ctxSynchronize() == CUDA_SUCCESS;
+}
+
+std::size_t DeferredFrees::finished_prefix(bool wait) {
+  if (blocks_.empty()) return 0;
+  close_batch();
+  std::size_t done = 0;
+  while (done < fences_.size() && fence_finished(fences_[done], wait)) ++done;
+  if (done < fences_.size() && wait && fences_[done].needs_sync) {
+    // Every fence made so far predates this synchronisation: it proves all.
+    if (synchronize_context()) {
+      for (Fence& fence : fences_) {
+        for (const auto& retired : fence.retired) retired->mark_finished();
+      }
+      done = fences_.size();
+    }
+  }
+  if (done == 0) return 0;
+  const std::size_t ready = fences_[done - 1].end;
+  for (std::size_t i = 0; i < done; ++i) {
+    for (CUevent e : fences_[i].events) events_.give_back(e);
+  }
+  fences_.erase(fences_.begin(), fences_.begin() + static_cast<std::ptrdiff_t>(done));
+  for (Fence& fence : fences_) fence.end -= ready;
+  return ready;
+}
+
+void DeferredFrees::drop_prefix(std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i]->size;
+  blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(count));
+  fenced_ -= count;
+}
+
+}  // namespace tidepool::pool

@@ -1,0 +1,102 @@
+// DeferredFrees: blocks freed with cudaFree semantics, held out of the pool
+// until the work queued before their free has finished on every stream of
+// the context. Frees are fenced in batches, so no free pays for a device-wide
+// synchronisation.
+//
+// The rule, and why it is complete. A block freed at time T may be reused
+// once all work queued before T has finished. Work queued before T sits on
+//   (a) the legacy default stream;
+//   (b) blocking streams: created ones, every thread's per-thread default
+//       stream, and destroyed ones whose work still runs. The legacy stream
+//       waits for all earlier work of every blocking stream, so ONE event
+//       recorded on the legacy stream after T covers (a) and (b);
+//   (c) live non-blocking streams, which the legacy stream does not wait for:
+//       one event recorded on each, listed by the StreamRegistry;
+//   (d) destroyed non-blocking streams: the event the registry recorded on
+//       each just before it was destroyed, behind all of its work.
+// A batch's fence is those events, recorded after the batch's last free. It
+// is finished when every event reports CUDA_SUCCESS. Anything that leaves a
+// gap in that list marks the fence `needs_sync`: the registry is not known to
+// see every stream creation, a record failed, a stream (or the legacy stream,
+// implicitly) was capturing so nothing could be recorded on it, or a query
+// answered an error other than CUDA_ERROR_NOT_READY. Such a fence is proven
+// only by a cuCtxSynchronize that succeeds after the fence was made, which
+// only the waiting path performs, and never while any stream of the context
+// is capturing (the synchronisation would invalidate the capture). Until then
+// its blocks stay out of circulation: nothing is ever reused on a guess.
+//
+// Batches finish in order: a batch is promoted only after every earlier one.
+//
+// Not thread-safe: the owning pool's lock guards every call.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "pool/block.hpp"
+#include "pool/event_cache.hpp"
+#include "pool/stream_registry.hpp"
+
+namespace tidepool::pool {
+
+class DeferredFrees {
+ public:
+  DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events,
+                std::size_t batch);
+  ~DeferredFrees();
+  DeferredFrees(const DeferredFrees&) = delete;
+  DeferredFrees& operator=(const DeferredFrees&) = delete;
+
+  // Holds `block`. True when `batch` frees wait without a fence: the caller
+  // then makes the context current and closes the batch.
+  bool add(Block* block);
+  // Fences the frees not yet fenced (the context must be current).
+  void close_batch();
+  // Hands every block whose fence is known finished to `release`, in order.
+  // `wait`: block on fences still running, and prove `needs_sync` fences with
+  // a context synchronisation. Returns how many blocks were released.
+  template <typename Release>
+  std::size_t promote(bool wait, Release&& release) {
+    const std::size_t ready = finished_prefix(wait);
+    for (std::size_t i = 0; i < ready; ++i) release(blocks_[i]);
+    drop_prefix(ready);
+    return ready;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
+  // Whether any stream the fences would cover is capturing now.
+  [[nodiscard]] bool capture_in_progress() const;
+
+ private:
+  struct Fence {
+    std::vector<CUevent> events;
+    std::vector<std::shared_ptr<RetiredStream>> retired;
+    bool needs_sync = false;
+    std::size_t end = 0;  // blocks_[..end) are covered
+  };
+  // How many leading blocks have finished fences; drops those fences.
+  std::size_t finished_prefix(bool wait);
+  void drop_prefix(std::size_t count);
+  bool fence_finished(Fence& fence, bool wait);
+  bool synchronize_context();
+
+  const driver::Api& api_;
+  CUcontext context_;
+  StreamRegistry& registry_;
+  EventCache& events_;
+  std::size_t batch_;
+  std::vector<Block*> blocks_;
+  std::vector<Fence> fences_;
+  std::size_t fenced_ = 0;  // blocks_[..fenced_) have a fence
+  std::uint64_t bytes_ = 0;
+  std::vector<CUstream> scratch_streams_;
+};
+
+}  // namespace tidepool::pool

@@ -1,0 +1,97 @@
+// StreamRegistry: the streams of the process that are alive, and fences on
+// the ones destroyed while their work may still run. It is what makes a
+// cudaFree-semantics fence complete (see deferred_frees.hpp for the rule).
+//
+// Fed by the fronts: the preload's cuStreamCreate*/cuStreamDestroy hooks (every
+// route into the driver: exports, dlsym, cuGetProcAddress, and so cudart's
+// stream calls too) call created() after the driver made a stream and
+// destroying() before it is destroyed. destroying() records an event on the
+// stream first, so the work queued on it stays fenced after its handle dies.
+//
+// `complete`: every stream creation of the process passes through created().
+// The preload sets it once it knows its hooks are what the process calls.
+// Without it the registry may miss a non-blocking stream, and the fences
+// built from it fall back to a context synchronisation (see DeferredFrees).
+//
+// Lock: `lock_` (a mutex) guards the maps. It is taken after a pool's lock,
+// never before one: destroying() releases it before any pool is told.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "driver/driver.hpp"
+
+namespace tidepool::pool {
+
+// An event recorded on a stream just before it was destroyed. Shared by the
+// fences that include it; the event is destroyed with the last of them.
+class RetiredStream {
+ public:
+  // `recorded`: the event was recorded on the stream. When it was not (a
+  // driver call failed) only a context synchronisation proves the work done.
+  RetiredStream(const driver::Api& api, CUcontext context, CUevent event, bool recorded) noexcept
+      : api_(api), context_(context), event_(event), recorded_(recorded) {}
+  ~RetiredStream();
+  RetiredStream(const RetiredStream&) = delete;
+  RetiredStream& operator=(const RetiredStream&) = delete;
+  [[nodiscard]] CUevent event() const noexcept { return event_; }
+  [[nodiscard]] CUcontext context() const noexcept { return context_; }
+  // Whether the work queued before the destruction is known to be finished
+  // (an error reads as "not known").
+  bool finished();
+  // After a context synchronisation that began after the destruction.
+  void mark_finished() noexcept { finished_.store(true, std::memory_order_release); }
+
+ private:
+  const driver::Api& api_;
+  CUcontext context_;
+  CUevent event_;
+  bool recorded_;
+  std::atomic<bool> finished_{false};
+};
+
+class StreamRegistry {
+ public:
+  explicit StreamRegistry(const driver::Api& api) : api_(api) {}
+  StreamRegistry(const StreamRegistry&) = delete;
+  StreamRegistry& operator=(const StreamRegistry&) = delete;
+
+  // A stream the driver just created (its context and flags are asked of
+  // the driver). Null and the special handles are ignored.
+  void created(CUstream stream);
+  // A stream about to be destroyed: an event is recorded on it now (when it
+  // is known and not capturing) and kept until that work has finished.
+  void destroying(CUstream stream);
+
+  [[nodiscard]] bool complete() const noexcept { return complete_.load(std::memory_order_acquire); }
+  void set_complete(bool complete) noexcept { complete_.store(complete, std::memory_order_release); }
+
+  // What a cudaFree fence of `context` must cover beyond the legacy stream:
+  // the live non-blocking streams, and the destroyed streams whose work may
+  // still run. Finished retirements are dropped on the way.
+  void fence_targets(CUcontext context, std::vector<CUstream>* non_blocking,
+                     std::vector<std::shared_ptr<RetiredStream>>* retired);
+
+  // Whether `stream` is registered as alive (tests, diagnostics).
+  [[nodiscard]] bool alive(CUstream stream) const;
+
+ private:
+  struct Entry {
+    CUcontext context = nullptr;
+    bool non_blocking = false;
+  };
+  const driver::Api& api_;
+  std::atomic<bool> complete_{false};
+  mutable std::mutex lock_;
+  std::unordered_map<CUstream, Entry> streams_;
+  std::vector<std::shared_ptr<RetiredStream>> retired_;
+};
+
+}  // namespace tidepool::pool

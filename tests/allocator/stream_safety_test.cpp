@@ -1,0 +1,400 @@
+// Specification: a block is never handed to new work while work queued
+// earlier can still touch it. Each test queues a slow (gated) write on the
+// sim, frees the block the way a program would, allocates again, and checks
+// that the new owner's bytes survive the old writer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "runtime/allocator.hpp"
+#include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
+
+namespace tidepool {
+namespace {
+
+using util::MiB;
+
+// An allocator whose registry is fed by the test, as the preload's hooks feed
+// the runtime's, and known complete.
+std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
+  runtime::AllocatorOptions options;
+  options.device_limit = limit;
+  auto created = runtime::Allocator::create(testing::sim_driver(), options);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  if (!created.ok()) return nullptr;
+  created.value()->streams().set_complete(true);
+  return std::move(created.value());
+}
+
+void inject_fault(const char* name, unsigned nth, CUresult result) {
+  testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")(name, nth, result);
+}
+
+void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
+
+// Opens `gate` from another thread after `ms`, for tests whose allocation may
+// rightly wait for the gated write.
+std::thread open_later(testing::Gate& gate, int ms = 60) {
+  return std::thread([&gate, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    gate.release();
+  });
+}
+
+bool filled_with(std::uintptr_t address, std::size_t size, unsigned char value) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(address);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (bytes[i] != value) return false;
+  }
+  return true;
+}
+
+class StreamSafety : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    allocator_ = make_allocator(64 * MiB);
+    ASSERT_NE(allocator_, nullptr);
+    scope_ = std::make_unique<driver::ScopedContext>(api(), allocator_->context());
+  }
+  void TearDown() override {
+    clear_faults();
+    (void)api().ctxSynchronize();
+    scope_.reset();
+    allocator_.reset();
+  }
+  static const driver::Api& api() { return testing::sim_driver().api(); }
+  CUstream make_stream(unsigned flags) {
+    CUstream s = nullptr;
+    EXPECT_EQ(api().streamCreate(&s, flags), CUDA_SUCCESS);
+    allocator_->stream_created(s);
+    return s;
+  }
+  void destroy_stream(CUstream s) {
+    allocator_->stream_destroying(s);
+    EXPECT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+  }
+  // Under a one-page budget, frees a block with cudaFree semantics while
+  // `writer` still has a gated write of 1 to its first int queued, then
+  // allocates the same size again (cudaMalloc semantics), which can only be
+  // served from the freed page, and fills the new block with 0x5a. After the
+  // gate opens and the device is idle, the new block must be intact.
+  void expect_reuse_waits_for(CUstream writer, bool destroy_writer_first) {
+    constexpr std::size_t kSize = 2 * MiB;
+    allocator_->pool().set_device_limit(kSize);
+    auto first = allocator_->allocate(kSize, 0, false);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    testing::Gate gate;
+    ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
+    if (destroy_writer_first) destroy_stream(writer);
+    ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+    std::thread opener = open_later(gate);
+    auto second = allocator_->allocate(kSize, 0, false);
+    const bool ok = second.ok();
+    if (ok) std::memset(reinterpret_cast<void*>(second.value()), 0x5a, kSize);
+    opener.join();
+    ASSERT_TRUE(ok) << second.status().message();
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(filled_with(second.value(), kSize, 0x5a)) << "the old owner's queued write landed in the new block";
+    EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  }
+
+  std::unique_ptr<runtime::Allocator> allocator_;
+  std::unique_ptr<driver::ScopedContext> scope_;
+};
+
+TEST_F(StreamSafety, CudaFreeWaitsForANonBlockingStreamThePoolNeverSaw) {
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  expect_reuse_waits_for(side, false);
+  destroy_stream(side);
+}
+
+TEST_F(StreamSafety, CudaFreeWaitsForADestroyedNonBlockingStreamsQueuedWork) {
+  expect_reuse_waits_for(make_stream(CU_STREAM_NON_BLOCKING), true);
+}
+
+TEST_F(StreamSafety, CudaFreeWaitsForADestroyedBlockingStreamsQueuedWork) {
+  expect_reuse_waits_for(make_stream(0), true);
+}
+
+TEST_F(StreamSafety, CudaFreeWaitsForEveryStreamWhenTheRegistryIsIncomplete) {
+  allocator_->streams().set_complete(false);
+  CUstream unseen = nullptr;  // created behind tidepool's back
+  ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  expect_reuse_waits_for(unseen, false);
+  ASSERT_EQ(api().streamDestroy(unseen), CUDA_SUCCESS);
+}
+
+class FailedFenceCall : public StreamSafety, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(FailedFenceCall, IsNeverReadAsFinished) {
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  // The first call of the named function from here on fails.
+  inject_fault(GetParam(), 1, CUDA_ERROR_UNKNOWN);
+  expect_reuse_waits_for(side, false);
+  destroy_stream(side);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFenceCall, FailedFenceCall,
+                         ::testing::Values("cuEventRecord", "cuEventQuery", "cuEventSynchronize", "cuEventCreate"));
+
+TEST_F(StreamSafety, AFailedCrossStreamFenceFallsBackToASafeWait) {
+  CUstream a = make_stream(CU_STREAM_NON_BLOCKING);
+  CUstream b = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto sa = reinterpret_cast<std::uintptr_t>(a);
+  const auto sb = reinterpret_cast<std::uintptr_t>(b);
+  auto first = allocator_->allocate(4096, sa, true);
+  ASSERT_TRUE(first.ok());
+  auto* cell = reinterpret_cast<int*>(first.value());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(a, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(first.value(), sa, true).ok());
+  inject_fault("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+  std::thread opener = open_later(gate);
+  auto second = allocator_->allocate(4096, sb, true);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  if (second.value() == first.value()) {
+    // Reused: only safe because the pool waited for stream a's write.
+    EXPECT_EQ(*cell, 1) << "handed out before stream a's write ran";
+  }
+  opener.join();
+  EXPECT_TRUE(allocator_->deallocate(second.value(), sb, true).ok());
+  destroy_stream(a);
+  destroy_stream(b);
+}
+
+TEST_F(StreamSafety, StitchingNeverUnmapsPagesUnderQueuedWork) {
+  allocator_->pool().set_device_limit(8 * MiB);
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  auto first = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(first.ok());
+  testing::Gate gate;
+  int* last_word = reinterpret_cast<int*>(first.value() + 4 * MiB) - 1;
+  ASSERT_EQ(testing::launch_gated_write(side, &gate, last_word, 7), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+  std::thread opener = open_later(gate);
+  // Needs every page of the budget: the freed block's pages must be
+  // re-stitched, which may happen only after the write (a SIGSEGV otherwise).
+  auto big = allocator_->allocate(8 * MiB, 0, false);
+  opener.join();
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  std::memset(reinterpret_cast<void*>(big.value()), 0x11, 8 * MiB);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(big.value(), 8 * MiB, 0x11));
+  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
+  destroy_stream(side);
+}
+
+TEST_F(StreamSafety, ThePerThreadDefaultStreamIsAStreamPerThread) {
+  const auto per_thread = reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
+  testing::Gate gate;
+  std::uintptr_t freed = 0;
+  std::thread first([&] {
+    driver::ScopedContext scope(api(), allocator_->context());
+    auto block = allocator_->allocate(4096, per_thread, true);
+    ASSERT_TRUE(block.ok());
+    freed = block.value();
+    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1),
+              CUDA_SUCCESS);
+    ASSERT_TRUE(allocator_->deallocate(freed, per_thread, true).ok());
+  });
+  first.join();
+  // Another thread, on its own per-thread stream: reuse must wait for
+  // thread 1's write, so thread 2's later write wins.
+  std::thread second([&] {
+    driver::ScopedContext scope(api(), allocator_->context());
+    auto block = allocator_->allocate(4096, per_thread, true);
+    ASSERT_TRUE(block.ok()) << block.status().message();
+    testing::Gate open;
+    open.release();
+    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &open, reinterpret_cast<int*>(block.value()), 2),
+              CUDA_SUCCESS);
+    gate.release();
+    ASSERT_EQ(api().streamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    if (block.value() == freed) {
+      EXPECT_EQ(*reinterpret_cast<int*>(block.value()), 2) << "thread 1's queued write landed after thread 2's";
+    }
+    EXPECT_TRUE(allocator_->deallocate(block.value(), per_thread, true).ok());
+  });
+  second.join();
+}
+
+TEST_F(StreamSafety, APerThreadFreeIsFencedForACudaMallocOnAnotherThread) {
+  const auto per_thread = reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
+  testing::Gate gate;
+  std::uintptr_t freed = 0;
+  std::thread first([&] {
+    driver::ScopedContext scope(api(), allocator_->context());
+    auto block = allocator_->allocate(4096, per_thread, true);
+    ASSERT_TRUE(block.ok());
+    freed = block.value();
+    std::memset(reinterpret_cast<void*>(freed), 0, 4096);
+    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1),
+              CUDA_SUCCESS);
+    ASSERT_TRUE(allocator_->deallocate(freed, per_thread, true).ok());
+  });
+  first.join();
+  std::thread opener = open_later(gate);
+  auto block = allocator_->allocate(4096, 0, false);
+  const int seen = *reinterpret_cast<int*>(freed);
+  opener.join();
+  ASSERT_TRUE(block.ok());
+  if (block.value() == freed) {
+    EXPECT_EQ(seen, 1) << "handed out under thread 1's queued write";
+  }
+  EXPECT_TRUE(allocator_->deallocate(block.value(), 0, false).ok());
+}
+
+TEST_F(StreamSafety, BlocksFreedOnManyStreamsStayFencedPastSixtyFourStreams) {
+  CUstream a = make_stream(CU_STREAM_NON_BLOCKING);
+  CUstream b = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto sa = reinterpret_cast<std::uintptr_t>(a);
+  const auto sb = reinterpret_cast<std::uintptr_t>(b);
+  auto x = allocator_->allocate(2 * MiB, sa, true);
+  auto y = allocator_->allocate(2 * MiB, sb, true);
+  ASSERT_TRUE(x.ok() && y.ok());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(a, &gate, reinterpret_cast<int*>(x.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(x.value(), sa, true).ok());
+  ASSERT_TRUE(allocator_->deallocate(y.value(), sb, true).ok());
+  std::vector<CUstream> others;
+  for (int i = 0; i < 70; ++i) {
+    CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+    const auto key = reinterpret_cast<std::uintptr_t>(s);
+    auto r = allocator_->allocate(512, key, true);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(allocator_->deallocate(r.value(), key, true).ok());
+    others.push_back(s);
+  }
+  CUstream c = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto sc = reinterpret_cast<std::uintptr_t>(c);
+  auto z = allocator_->allocate(4 * MiB, sc, true);
+  ASSERT_TRUE(z.ok());
+  testing::Gate open;
+  open.release();
+  // Stream c writes 2 where stream a's pending write of 1 may go; c must wait.
+  int* target = reinterpret_cast<int*>(x.value());
+  const bool overlaps = z.value() <= x.value() && x.value() < z.value() + 4 * MiB;
+  if (overlaps) {
+    ASSERT_EQ(testing::launch_gated_write(c, &open, target, 2), CUDA_SUCCESS);
+  }
+  gate.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  if (overlaps) {
+    EXPECT_EQ(*target, 2) << "stream a's write landed after stream c's";
+  }
+  EXPECT_TRUE(allocator_->deallocate(z.value(), sc, true).ok());
+  for (CUstream s : others) destroy_stream(s);
+  destroy_stream(a);
+  destroy_stream(b);
+  destroy_stream(c);
+}
+
+TEST_F(StreamSafety, PagesWhoseAccessGrantFailedAreNeverHandedOut) {
+  inject_fault("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+  auto failed = allocator_->allocate(4 * MiB, 0, false);
+  EXPECT_FALSE(failed.ok());
+  auto next = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  // A page recorded as mapped but not accessible would fault here.
+  std::memset(reinterpret_cast<void*>(next.value()), 0x33, 4 * MiB);
+  EXPECT_TRUE(filled_with(next.value(), 4 * MiB, 0x33));
+  EXPECT_TRUE(allocator_->deallocate(next.value(), 0, false).ok());
+}
+
+TEST_F(StreamSafety, DestroyedAndBogusStreamHandlesAreRejectedAndChangeNothing) {
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(s);
+  auto live = allocator_->allocate(4096, key, true);
+  ASSERT_TRUE(live.ok());
+  destroy_stream(s);
+  auto on_dead = allocator_->allocate(4096, key, true);
+  ASSERT_FALSE(on_dead.ok());
+  EXPECT_EQ(on_dead.status().error(), util::Error::invalid_handle);
+  auto free_on_dead = allocator_->deallocate(live.value(), key, true);
+  EXPECT_EQ(free_on_dead.error(), util::Error::invalid_handle);
+  EXPECT_TRUE(allocator_->pool().owns(live.value())) << "a refused free must leave the block allocated";
+  auto bogus = allocator_->allocate(4096, 0xdead0000, true);
+  ASSERT_FALSE(bogus.ok());
+  EXPECT_EQ(bogus.status().error(), util::Error::invalid_handle);
+  EXPECT_TRUE(allocator_->deallocate(live.value(), 0, false).ok());
+}
+
+TEST_F(StreamSafety, FreeMemoryReportedIsServableInOneRequest) {
+  // Small blocks on every page of the budget, every other one freed: half
+  // the budget is free, but no page is wholly free.
+  std::vector<std::uintptr_t> blocks;
+  for (int i = 0; i < 128; ++i) {
+    auto r = allocator_->allocate(512 * 1024, 0, true);
+    if (!r.ok()) break;
+    blocks.push_back(r.value());
+  }
+  ASSERT_GE(blocks.size(), 64u);
+  for (std::size_t i = 0; i < blocks.size(); i += 2) ASSERT_TRUE(allocator_->deallocate(blocks[i], 0, true).ok());
+  std::size_t driver_free = 0;
+  std::size_t driver_total = 0;
+  ASSERT_EQ(api().memGetInfo(&driver_free, &driver_total), CUDA_SUCCESS);
+  const std::size_t servable = allocator_->pool().servable_bytes(driver_free);
+  if (servable > 0) {
+    auto one = allocator_->allocate(servable, 0, true);
+    EXPECT_TRUE(one.ok()) << "promised " << servable << " bytes but could not serve them";
+    if (one.ok()) {
+      EXPECT_TRUE(allocator_->deallocate(one.value(), 0, true).ok());
+    }
+  }
+  auto beyond = allocator_->allocate(servable + 2 * MiB, 0, true);
+  EXPECT_FALSE(beyond.ok()) << "the report understated what could be served";
+  if (beyond.ok()) {
+    EXPECT_TRUE(allocator_->deallocate(beyond.value(), 0, true).ok());
+  }
+  for (std::size_t i = 1; i < blocks.size(); i += 2) ASSERT_TRUE(allocator_->deallocate(blocks[i], 0, true).ok());
+}
+
+TEST_F(StreamSafety, PointerQueriesAnswerOnlyForLiveAllocationsWithUniqueBufferIds) {
+  auto a = allocator_->allocate(1000, 0, true);
+  ASSERT_TRUE(a.ok());
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id_a = 0;
+  ASSERT_TRUE(allocator_->pool().find_containing(a.value() + 999, &base, &size, &id_a));
+  EXPECT_EQ(base, a.value());
+  EXPECT_EQ(size, 1000u);
+  // Inside the block's rounding but past what was asked for: no allocation.
+  EXPECT_FALSE(allocator_->pool().find_containing(a.value() + 1000, &base, &size));
+  ASSERT_TRUE(allocator_->deallocate(a.value(), 0, true).ok());
+  EXPECT_FALSE(allocator_->pool().find_containing(a.value(), &base, &size)) << "a freed address still answers";
+  auto b = allocator_->allocate(1000, 0, true);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b.value(), a.value());
+  std::uint64_t id_b = 0;
+  ASSERT_TRUE(allocator_->pool().find_containing(b.value(), &base, &size, &id_b));
+  EXPECT_NE(id_a, id_b) << "a reused address repeated its buffer id";
+  EXPECT_TRUE(allocator_->deallocate(b.value(), 0, true).ok());
+}
+
+TEST_F(StreamSafety, TheCachedSameStreamPairMakesNoDriverCall) {
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(s);
+  auto warm = allocator_->allocate(4096, key, true);
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(allocator_->deallocate(warm.value(), key, true).ok());
+  auto count = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  const char* calls[] = {"cuEventRecord", "cuEventQuery", "cuStreamGetCtx", "cuCtxGetCurrent", "cuStreamIsCapturing"};
+  std::vector<std::uint64_t> before;
+  for (const char* c : calls) before.push_back(count(c));
+  for (int i = 0; i < 1000; ++i) {
+    auto r = allocator_->allocate(4096, key, true);
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(allocator_->deallocate(r.value(), key, true).ok());
+  }
+  for (std::size_t i = 0; i < std::size(calls); ++i) EXPECT_EQ(count(calls[i]), before[i]) << calls[i];
+  destroy_stream(s);
+}
+
+}  // namespace
+}  // namespace tidepool
