@@ -4,7 +4,9 @@
 // The exported symbol is the versioned ABI name (cuMemAlloc_v2, ...) and gives
 // the field its type; the plain name is what cuGetProcAddress resolves, which
 // returns the variant that matches the requested CUDA version. Adding an entry
-// point is one row here.
+// point is one row here. cuStreamGetCtx resolves to its 12.5 form (with a green
+// context out-parameter) on current drivers; older drivers' two-argument form
+// ignores the third argument under the platform ABI.
 #pragma once
 
 #include <cuda.h>
@@ -49,7 +51,7 @@
   X(streamQuery,                 "cuStreamQuery",                 cuStreamQuery)                 \
   X(streamWaitEvent,             "cuStreamWaitEvent",             cuStreamWaitEvent)             \
   X(streamIsCapturing,           "cuStreamIsCapturing",           cuStreamIsCapturing)           \
-  X(streamGetCtx,                "cuStreamGetCtx",                cuStreamGetCtx)                \
+  X(streamGetCtx,                "cuStreamGetCtx",                cuStreamGetCtx_v2)             \
   X(streamGetFlags,              "cuStreamGetFlags",              cuStreamGetFlags)              \
   X(eventCreate,                 "cuEventCreate",                 cuEventCreate)                 \
   X(eventDestroy,                "cuEventDestroy",                cuEventDestroy_v2)             \

@@ -129,7 +129,6 @@ std::size_t DeferredFrees::finished_prefix(bool wait) {
 
 void DeferredFrees::drop_prefix(std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i]->size;
-  blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(count));
   fenced_ -= count;
 }
 

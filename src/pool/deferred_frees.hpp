@@ -63,8 +63,9 @@ class DeferredFrees {
   template <typename Release>
   std::size_t promote(bool wait, Release&& release) {
     const std::size_t ready = finished_prefix(wait);
+    drop_prefix(ready);  // counts the bytes before release() merges blocks
     for (std::size_t i = 0; i < ready; ++i) release(blocks_[i]);
-    drop_prefix(ready);
+    blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(ready));
     return ready;
   }
 
@@ -83,6 +84,7 @@ class DeferredFrees {
   };
   // How many leading blocks have finished fences; drops those fences.
   std::size_t finished_prefix(bool wait);
+  // Forgets the first `count` blocks' bytes and fences (the caller erases them).
   void drop_prefix(std::size_t count);
   bool fence_finished(Fence& fence, bool wait);
   bool synchronize_context();

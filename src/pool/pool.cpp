@@ -178,7 +178,7 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
       case 3: {  // stitch: unmap idle pages elsewhere and back this range with them
         if (!space_.uses_vmm() || no_fit) continue;
         const std::size_t short_by = pages_short_;
-        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_) < short_by) continue;
+        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_, true) < short_by) continue;
         break;
       }
       case 4:  // without VMM: give back empty chunks and retry with a new one
@@ -220,7 +220,9 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // tracks what is live rather than the history of its layout.
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages()) {
       driver::ScopedContext scope(api_, context_);
-      reclaim_idle_pages(missing - space_.spare_pages(), begin, begin + rounded);
+      // No context synchronisation here, where the budget still has room:
+      // pages under stream-ordered frees wait for their own stream only.
+      reclaim_idle_pages(missing - space_.spare_pages(), begin, begin + rounded, false);
     }
     const std::size_t available = space_.available_pages();
     if (missing > available) {
@@ -296,7 +298,8 @@ util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
     // First sight of a handle: the driver says whether it names a stream.
     if (key != 0 && !is_per_thread_key(key) && api_.streamGetCtx != nullptr) {
       CUcontext owner = nullptr;
-      const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner);
+      CUgreenCtx green = nullptr;
+      const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner, &green);
       if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
         return util::Status(util::Error::invalid_handle, "not a live stream", r);
       }
@@ -326,6 +329,26 @@ bool Pool::synchronize_context() {
   synchronized_epoch_ = epoch_;
   unsynchronized_async_frees_ = false;
   return true;
+}
+
+bool Pool::settle_by_query(Block* block) {
+  if (settle(block)) return true;
+  const std::uintptr_t key = block->stream;
+  StreamState& state = streams_[key];
+  if (state.event == nullptr || state.recorded_epoch < block->free_epoch) {
+    const CUstream handle = fence_handle(key);
+    if (capturing(api_, handle)) return false;
+    if (state.event == nullptr) state.event = events_.take();
+    if (state.event == nullptr || api_.eventRecord(state.event, handle) != CUDA_SUCCESS) return false;
+    state.recorded_epoch = epoch_;
+  }
+  // Waits for this one stream's earlier work, never the whole device: the
+  // event was recorded a moment ago and often has yet to be reached.
+  if (api_.eventQuery(state.event) != CUDA_SUCCESS && api_.eventSynchronize(state.event) != CUDA_SUCCESS) {
+    return false;
+  }
+  state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
+  return settle(block);
 }
 
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
@@ -512,16 +535,17 @@ bool Pool::synchronize_if_needed() {
   return !unsynchronized_async_frees_ || synchronize_context();
 }
 
-std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
-  // Without the synchronisation, only blocks with nothing pending give pages.
-  const bool all_idle = synchronize_if_needed();
+std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
+                                     bool may_synchronize) {
+  // Without a synchronisation, only blocks with nothing pending give pages.
+  const bool all_idle = may_synchronize ? synchronize_if_needed() : !unsynchronized_async_frees_;
   std::size_t reclaimed = 0;
   for (Arena& arena : arenas_) {
     // Collect first: unbacking does not change the index, but keep it simple.
     std::vector<std::pair<space::Reservation*, std::size_t>> idle;
     arena.index.for_each_by_address([&](const Block* b) {
       if (reclaimed + idle.size() >= pages_needed) return;
-      if (!all_idle && b->stream != kNoPendingWork) return;
+      if (!all_idle && !settle_by_query(const_cast<Block*>(b))) return;
       space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
       const std::size_t page = r.page_size();
@@ -571,7 +595,7 @@ std::size_t Pool::trim() {
   promote_deferred(true);
   const std::size_t before = space_.device_bytes();
   if (space_.uses_vmm()) {
-    reclaim_idle_pages(std::numeric_limits<std::size_t>::max(), 0, 0);
+    reclaim_idle_pages(std::numeric_limits<std::size_t>::max(), 0, 0, true);
   } else if (synchronize_if_needed()) {
     trim_chunks();
   }

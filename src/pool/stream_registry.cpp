@@ -31,7 +31,8 @@ bool RetiredStream::finished() {
 void StreamRegistry::created(CUstream stream) {
   if (special_handle(stream)) return;
   Entry entry;
-  if (api_.streamGetCtx == nullptr || api_.streamGetCtx(stream, &entry.context) != CUDA_SUCCESS) {
+  CUgreenCtx green = nullptr;
+  if (api_.streamGetCtx == nullptr || api_.streamGetCtx(stream, &entry.context, &green) != CUDA_SUCCESS) {
     (void)api_.ctxGetCurrent(&entry.context);
   }
   unsigned flags = 0;
