@@ -178,7 +178,7 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
       case 3: {  // stitch: unmap idle pages elsewhere and back this range with them
         if (!space_.uses_vmm() || no_fit) continue;
         const std::size_t short_by = pages_short_;
-        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_, true) < short_by) continue;
+        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_, true, kNoPendingWork) < short_by) continue;
         break;
       }
       case 4:  // without VMM: give back empty chunks and retry with a new one
@@ -221,8 +221,10 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages()) {
       driver::ScopedContext scope(api_, context_);
       // No context synchronisation here, where the budget still has room:
-      // pages under stream-ordered frees wait for their own stream only.
-      reclaim_idle_pages(missing - space_.spare_pages(), begin, begin + rounded, false);
+      // pages under stream-ordered frees are taken once their stream is past
+      // them, waiting only for the requesting stream's own earlier work.
+      reclaim_idle_pages(missing - space_.spare_pages(), begin, begin + rounded, false,
+                         ordered ? stream : kNoPendingWork);
     }
     const std::size_t available = space_.available_pages();
     if (missing > available) {
@@ -331,23 +333,30 @@ bool Pool::synchronize_context() {
   return true;
 }
 
-bool Pool::settle_by_query(Block* block) {
+bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for) {
   if (settle(block)) return true;
   const std::uintptr_t key = block->stream;
   StreamState& state = streams_[key];
-  if (state.event == nullptr || state.recorded_epoch < block->free_epoch) {
-    const CUstream handle = fence_handle(key);
-    if (capturing(api_, handle)) return false;
-    if (state.event == nullptr) state.event = events_.take();
-    if (state.event == nullptr || api_.eventRecord(state.event, handle) != CUDA_SUCCESS) return false;
-    state.recorded_epoch = epoch_;
+  // A record still in flight is left to finish: recording again would only
+  // push the answer later. Its completion settles every free before it.
+  const bool may_wait = key == may_wait_for;
+  auto finished = [&] {
+    const CUresult r = api_.eventQuery(state.event);
+    if (r == CUDA_SUCCESS) return true;
+    return r == CUDA_ERROR_NOT_READY && may_wait && api_.eventSynchronize(state.event) == CUDA_SUCCESS;
+  };
+  if (state.event != nullptr && state.recorded_epoch > state.finished_epoch) {
+    if (!finished()) return false;  // not ready, or not known
+    state.finished_epoch = state.recorded_epoch;
+    if (settle(block)) return true;
   }
-  // Waits for this one stream's earlier work, never the whole device: the
-  // event was recorded a moment ago and often has yet to be reached.
-  if (api_.eventQuery(state.event) != CUDA_SUCCESS && api_.eventSynchronize(state.event) != CUDA_SUCCESS) {
-    return false;
-  }
-  state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
+  const CUstream handle = fence_handle(key);
+  if (capturing(api_, handle)) return false;
+  if (state.event == nullptr) state.event = events_.take();
+  if (state.event == nullptr || api_.eventRecord(state.event, handle) != CUDA_SUCCESS) return false;
+  state.recorded_epoch = epoch_;
+  if (!finished()) return false;
+  state.finished_epoch = state.recorded_epoch;
   return settle(block);
 }
 
@@ -536,7 +545,7 @@ bool Pool::synchronize_if_needed() {
 }
 
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                                     bool may_synchronize) {
+                                     bool may_synchronize, std::uintptr_t request_stream) {
   // Without a synchronisation, only blocks with nothing pending give pages.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !unsynchronized_async_frees_;
   std::size_t reclaimed = 0;
@@ -545,7 +554,7 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
     std::vector<std::pair<space::Reservation*, std::size_t>> idle;
     arena.index.for_each_by_address([&](const Block* b) {
       if (reclaimed + idle.size() >= pages_needed) return;
-      if (!all_idle && !settle_by_query(const_cast<Block*>(b))) return;
+      if (!all_idle && !settle_by_query(const_cast<Block*>(b), request_stream)) return;
       space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
       const std::size_t page = r.page_size();
@@ -595,7 +604,7 @@ std::size_t Pool::trim() {
   promote_deferred(true);
   const std::size_t before = space_.device_bytes();
   if (space_.uses_vmm()) {
-    reclaim_idle_pages(std::numeric_limits<std::size_t>::max(), 0, 0, true);
+    reclaim_idle_pages(std::numeric_limits<std::size_t>::max(), 0, 0, true, kNoPendingWork);
   } else if (synchronize_if_needed()) {
     trim_chunks();
   }

@@ -205,19 +205,20 @@ class Pool {
   // Whether the work pending on a free block is known finished; if so the
   // block is marked so (kNoPendingWork).
   bool settle(Block* block);
-  // settle(), and failing that, asks the driver: records an event on the
-  // block's stream when none covers its free, and waits for that event (one
-  // stream's work, never the device's).
-  bool settle_by_query(Block* block);
+  // settle(), and failing that, asks the driver: queries the stream's record
+  // in flight, or records one and queries it. Waits only when the block's
+  // stream is `may_wait_for` (the requesting stream's own earlier work).
+  bool settle_by_query(Block* block, std::uintptr_t may_wait_for);
   // After a successful context synchronisation: every free so far is safe.
   bool synchronize_context();
 
   bool promote_deferred(bool wait);
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `may_synchronize`: may wait for the whole context to free pages under
-  // stream-ordered frees; else those blocks are skipped.
+  // stream-ordered frees; else those blocks are taken once their stream is
+  // past them, waiting only on `request_stream` (a stream key).
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                                 bool may_synchronize);
+                                 bool may_synchronize, std::uintptr_t request_stream);
   // Whether no stream-ordered free can still be in use (synchronising if needed).
   bool synchronize_if_needed();
   std::size_t trim_chunks();

@@ -5,10 +5,18 @@
 // address with MAP_FIXED|MAP_SHARED, so the same physical memory mapped
 // elsewhere shows the same bytes. A mapping stays inaccessible until
 // cuMemSetAccess. Device-located memory counts against the capacity.
+//
+// During stream capture (see streams.cpp): the synchronous allocation calls
+// (cuMemAlloc, cuMemAllocPitch, cuMemFree, cuMemAllocHost, cuMemHostAlloc,
+// cuMemFreeHost) are "potentially unsafe" and checked against the capture
+// mode; cuMemAllocAsync / cuMemFreeAsync on a capturing stream become graph
+// memory nodes: the allocation is made at once, the free is recorded, not
+// performed, and is done when the graph is destroyed.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 
 #include "sim/sim.hpp"
 
@@ -32,7 +40,13 @@ bool take_device_bytes(State& s, std::size_t bytes) {
   return true;
 }
 
-CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind) {
+// The device of the calling thread's current context (0 without one).
+int current_device() {
+  Context* context = current_context();
+  return context != nullptr ? context->device : 0;
+}
+
+CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind, int device = current_device()) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   const std::size_t rounded = round_host(size);
@@ -46,7 +60,7 @@ CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind) {
     if (kind == AllocationKind::device) s.device_used -= rounded;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0};
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0, device};
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -102,6 +116,7 @@ std::vector<std::map<std::uintptr_t, Mapping>::iterator> covering(State& s, std:
 TIDEPOOL_SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, std::size_t bytes) {
   if (CUresult r = enter_initialized("cuMemAlloc_v2"); r != CUDA_SUCCESS) return r;
   if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   return allocate(dptr, bytes, AllocationKind::device);
 }
 
@@ -113,7 +128,14 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, std::size_t* pit
       (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const std::size_t row = (width + 511) / 512 * 512;
+  // Rows are padded to 512 bytes; a size that does not fit in size_t after
+  // that is an invalid request, never a small allocation.
+  constexpr std::size_t kAlign = 512;
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  if (width > kMax - (kAlign - 1)) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t row = (width + kAlign - 1) / kAlign * kAlign;
+  if (height > kMax / row) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (CUresult r = allocate(dptr, row * height, AllocationKind::device); r != CUDA_SUCCESS) return r;
   *pitch = row;
   return CUDA_SUCCESS;
@@ -121,39 +143,79 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr* dptr, std::size_t* pit
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
   if (CUresult r = enter_initialized("cuMemFree_v2"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (dptr == 0) return CUDA_SUCCESS;
   // Like the driver, freeing waits for work that may still use the memory.
   synchronize_all();
   return release(static_cast<std::uintptr_t>(dptr), AllocationKind::device);
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
-  if (CUresult r = enter_initialized("cuMemAllocAsync"); r != CUDA_SUCCESS) return r;
-  if (!resolve_stream(handle)) return CUDA_ERROR_INVALID_HANDLE;
-  return allocate(dptr, bytes, AllocationKind::device);
+namespace {
+
+CUresult alloc_async(const char* name, CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Nothing to run: the sim allocates at once. On a capturing stream this
+  // adds the graph's allocation node; the legacy-stream rules still apply.
+  const Submitted sub = submit(stream, {});
+  if (sub.result != CUDA_SUCCESS) return sub.result;
+  if (CUresult r = allocate(dptr, bytes, AllocationKind::device, stream->context()->device); r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (sub.capture) {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (sub.capture->graph) sub.capture->graph->allocations.push_back(static_cast<std::uintptr_t>(*dptr));
+  }
+  return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle) {
-  if (CUresult r = enter_initialized("cuMemFreeAsync"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+CUresult free_async(const char* name, CUdeviceptr dptr, CUstream handle) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  State& s = state();
   {
-    State& s = state();
     std::lock_guard<std::mutex> guard(s.lock);
     auto it = s.allocations.find(static_cast<std::uintptr_t>(dptr));
     if (it == s.allocations.end() || it->second.kind != AllocationKind::device) return CUDA_ERROR_INVALID_VALUE;
   }
-  // The free takes effect when the stream reaches it.
-  submit(stream, [dptr] { (void)release(static_cast<std::uintptr_t>(dptr), AllocationKind::device); });
+  // The free takes effect when the stream reaches it; captured, when the
+  // graph is destroyed (the sim never launches graphs).
+  const Submitted sub =
+      submit(stream, [dptr] { (void)release(static_cast<std::uintptr_t>(dptr), AllocationKind::device); });
+  if (sub.result != CUDA_SUCCESS) return sub.result;
+  if (sub.capture) {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (sub.capture->graph) sub.capture->graph->frees.push_back(static_cast<std::uintptr_t>(dptr));
+  }
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+namespace tidepool::sim {
+
+CUresult release_device_allocation(std::uintptr_t base) { return release(base, AllocationKind::device); }
+
+}  // namespace tidepool::sim
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
+  return alloc_async("cuMemAllocAsync", dptr, bytes, handle);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream handle) {
+  return free_async("cuMemFreeAsync", dptr, handle);
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
-  return cuMemAllocAsync(dptr, bytes, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
+  return alloc_async("cuMemAllocAsync_ptsz", dptr, bytes, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream handle) {
-  return cuMemFreeAsync(dptr, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
+  return free_async("cuMemFreeAsync_ptsz", dptr, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -169,6 +231,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemGetInfo(std::size_t* free_bytes, std::size_t* 
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemAllocHost(void** pp, std::size_t bytes) {
   if (CUresult r = enter_initialized("cuMemAllocHost_v2"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
   CUresult r = allocate(&p, bytes, AllocationKind::host);
@@ -178,6 +241,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAllocHost(void** pp, std::size_t bytes) {
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemHostAlloc(void** pp, std::size_t bytes, unsigned int /*flags*/) {
   if (CUresult r = enter_initialized("cuMemHostAlloc"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
   CUresult r = allocate(&p, bytes, AllocationKind::host);
@@ -187,6 +251,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemHostAlloc(void** pp, std::size_t bytes, unsign
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemFreeHost(void* p) {
   if (CUresult r = enter_initialized("cuMemFreeHost"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   synchronize_all();
   return release(reinterpret_cast<std::uintptr_t>(p), AllocationKind::host);
 }
@@ -267,6 +332,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
   physical->fd = fd;
   physical->size = size;
   physical->on_device = on_device;
+  physical->device = on_device ? prop->location.id : 0;
   std::lock_guard<std::mutex> guard(s.lock);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(physical.get());
   s.physicals[physical.get()] = std::move(physical);
@@ -352,8 +418,9 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
 
 namespace {
 
-// What the driver knows of `address`: its range and kind. False when nothing.
-bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, AllocationKind* kind) {
+// What the driver knows of `address`: its range, kind and device. False when nothing.
+bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, AllocationKind* kind,
+            int* device = nullptr) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   auto a = s.allocations.upper_bound(address);
@@ -363,6 +430,7 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
       *base = a->first;
       *size = a->second.size;
       *kind = a->second.kind;
+      if (device != nullptr) *device = a->second.device;
       return true;
     }
   }
@@ -373,6 +441,7 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
       *base = m->first;
       *size = m->second.size;
       *kind = m->second.physical->on_device ? AllocationKind::device : AllocationKind::host;
+      if (device != nullptr) *device = m->second.physical->device;
       return true;
     }
   }
@@ -383,11 +452,13 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   std::uintptr_t base = 0;
   std::size_t size = 0;
   AllocationKind kind{};
+  int device = 0;
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind)) return CUDA_ERROR_INVALID_VALUE;
+  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind, &device)) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(state().contexts[0].get());
+      *static_cast<CUcontext*>(data) =
+          reinterpret_cast<CUcontext>(state().contexts[static_cast<std::size_t>(device)].get());
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = kind == AllocationKind::host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
@@ -406,7 +477,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
       *static_cast<std::size_t*>(data) = size;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = 0;
+      *static_cast<int*>(data) = device;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *static_cast<unsigned*>(data) = kind == AllocationKind::managed ? 1 : 0;

@@ -6,14 +6,14 @@
 
 #include "sim/sim.hpp"
 
-// The sim's own exported entry points (declared in cuda.h under macro names).
+// The sim's own exported entry points (declared in cuda.h under macro names,
+// or only for the driver's own build; sim.hpp declares the older variants).
 TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr*, std::size_t, CUstream);
 TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
 TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetName(char*, int, CUdevice);
 TIDEPOOL_SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice, unsigned int*, int*);
 TIDEPOOL_SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream*, unsigned int, int);
 TIDEPOOL_SIM_EXPORT CUresult cuLaunchHostFunc(CUstream, CUhostFn, void*);
-TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime(float*, CUevent, CUevent);
 
 #undef cuGetProcAddress
 TIDEPOOL_SIM_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
@@ -74,6 +74,17 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuStreamQuery", 2000, cuStreamQuery),
     TIDEPOOL_SIM_PROC("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     TIDEPOOL_SIM_PROC("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    TIDEPOOL_SIM_PROC("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    TIDEPOOL_SIM_PROC("cuStreamGetCtx", 9020, cuStreamGetCtx),
+    TIDEPOOL_SIM_PROC("cuStreamGetCtx", 12050, cuStreamGetCtx_v2),
+    TIDEPOOL_SIM_PROC("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
+    TIDEPOOL_SIM_PROC("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    TIDEPOOL_SIM_PROC("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    TIDEPOOL_SIM_PROC("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo),
+    TIDEPOOL_SIM_PROC("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
+    TIDEPOOL_SIM_PROC("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
+    TIDEPOOL_SIM_PROC("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    TIDEPOOL_SIM_PROC("cuGraphDestroy", 10000, cuGraphDestroy),
     TIDEPOOL_SIM_PROC("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     TIDEPOOL_SIM_PROC("cuEventCreate", 2000, cuEventCreate),
     TIDEPOOL_SIM_PROC("cuEventDestroy", 4000, cuEventDestroy_v2),
@@ -81,6 +92,7 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuEventQuery", 2000, cuEventQuery),
     TIDEPOOL_SIM_PROC("cuEventSynchronize", 2000, cuEventSynchronize),
     TIDEPOOL_SIM_PROC("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    TIDEPOOL_SIM_PROC("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
     TIDEPOOL_SIM_PROC("cuMemcpy", 4000, cuMemcpy),
     TIDEPOOL_SIM_PROC("cuMemcpyAsync", 4000, cuMemcpyAsync),
     TIDEPOOL_SIM_PROC("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),

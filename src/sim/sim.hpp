@@ -4,6 +4,11 @@
 //
 // Device pointers are host addresses: device memory is host memory mapped
 // at the addresses the sim hands out, so tests read and write it directly.
+//
+// Contexts: one primary context per device (TIDEPOOL_SIM_DEVICES). Each has
+// its own legacy default stream; streams and events belong to the context
+// current when they were created. Stream capture is modelled as a small
+// graph of opaque nodes (see streams.cpp).
 #pragma once
 
 #include <cuda.h>
@@ -26,26 +31,72 @@
 
 #define TIDEPOOL_SIM_EXPORT extern "C" __attribute__((visibility("default")))
 
+// Older ABI variants that cuda.h hides behind macros naming the newest one;
+// the sim exports them under their own names, as the driver does.
+#undef cuEventElapsedTime
+#undef cuStreamBeginCapture
+#undef cuStreamGetCaptureInfo
+extern "C" {
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end);
+CUresult cuStreamBeginCapture(CUstream stream);
+CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id);
+CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                                   const CUgraphNode** dependencies, std::size_t* count);
+}
+
 namespace tidepool::sim {
+
+class Stream;
 
 struct Context {
   int device = 0;
   int retain_count = 0;
+  std::shared_ptr<Stream> legacy;  // this context's legacy default stream
 };
 
-class Stream;
+// A captured operation: an opaque graph node with its dependencies.
+// CUgraphNode handles are Node pointers.
+struct Node {
+  std::vector<CUgraphNode> dependencies;
+};
+
+// What cuStreamEndCapture hands out. Memory nodes are kept so that
+// destroying the graph can release what the graph both allocated and freed.
+struct Graph {
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<std::uintptr_t> allocations;  // cuMemAllocAsync during capture
+  std::vector<std::uintptr_t> frees;        // cuMemFreeAsync during capture
+};
+
+// One capture sequence: begun on `origin`, joined by streams that waited on
+// an event recorded in it, ended by cuStreamEndCapture on `origin`.
+struct Capture {
+  std::uint64_t id = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread;  // the thread that began it
+  Context* context = nullptr;
+  Stream* origin = nullptr;
+  bool invalidated = false;
+  bool ended = false;
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  std::vector<std::weak_ptr<Stream>> streams;  // origin and joined streams
+};
 
 // Where an event was recorded: complete when the stream finished `sequence`.
+// An event recorded during capture is part of the capture instead.
 struct Event {
+  Context* context = nullptr;
   std::shared_ptr<Stream> stream;
   std::uint64_t sequence = 0;
+  std::shared_ptr<Capture> capture;   // set when last recorded in a capture
+  std::vector<CUgraphNode> frontier;  // the captured work the record covers
   std::atomic<std::int64_t> completed_at_ns{0};
   unsigned flags = 0;
 };
 
 class Stream : public std::enable_shared_from_this<Stream> {
  public:
-  Stream(unsigned flags, bool legacy);
+  Stream(unsigned flags, bool legacy, Context* context);
   ~Stream();
   // Enqueues work; returns its sequence number (1-based).
   std::uint64_t enqueue(std::function<void()> work);
@@ -55,13 +106,22 @@ class Stream : public std::enable_shared_from_this<Stream> {
   void synchronize() const { wait_for(enqueued()); }
   [[nodiscard]] bool blocking() const noexcept { return (flags_ & CU_STREAM_NON_BLOCKING) == 0; }
   [[nodiscard]] bool legacy() const noexcept { return legacy_; }
+  [[nodiscard]] unsigned flags() const noexcept { return flags_; }
+  [[nodiscard]] Context* context() const noexcept { return context_; }
   void stop();
-  std::atomic<int> capturing{0};
+  // The status tidepool_sim_set_capturing forces cuStreamIsCapturing to report.
+  std::atomic<int> forced_capture{0};
+  // The capture this stream takes part in, and the captured nodes its next
+  // captured operation depends on. Guarded by State::lock.
+  std::shared_ptr<Capture> capture;
+  std::vector<CUgraphNode> frontier;
+  std::vector<CUgraphEdgeData> edge_data;  // zeroed, parallel to frontier, for cuStreamGetCaptureInfo_v3
 
  private:
   void run();
   unsigned flags_;
   bool legacy_;
+  Context* context_;
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
   std::deque<std::function<void()>> queue_;
@@ -75,6 +135,7 @@ struct Physical {
   int fd = -1;
   std::size_t size = 0;
   bool on_device = true;
+  int device = 0;  // where device-located memory lives
   int maps = 0;
   bool released = false;
 };
@@ -91,6 +152,7 @@ struct Allocation {
   std::size_t size = 0;
   AllocationKind kind = AllocationKind::device;
   std::size_t pitch = 0;
+  int device = 0;  // the device of the context it was made in
 };
 
 struct Kernel {
@@ -105,6 +167,8 @@ struct Fault {
   CUresult result = CUDA_SUCCESS;
 };
 
+// Leaked on purpose (see state()): stream workers use it until the process
+// is gone, so nothing here may be destroyed at exit.
 struct State {
   std::mutex lock;
   bool initialized = false;
@@ -118,16 +182,21 @@ struct State {
   std::map<std::uintptr_t, std::size_t> reservations;             // VA reservations by base
   std::map<std::uintptr_t, Mapping> mappings;                     // VMM mappings by base
   std::unordered_map<Physical*, std::unique_ptr<Physical>> physicals;
-  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;   // created streams
+  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;   // created streams (and per-thread ones)
   // Destroyed streams whose queued work has yet to finish: the driver
-  // returns from cuStreamDestroy at once, and a context synchronisation
-  // still waits for that work.
+  // returns from cuStreamDestroy at once, yet a context synchronisation and
+  // the legacy stream (for blocking streams) still wait for that work.
   std::vector<std::shared_ptr<Stream>> retiring;
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
+  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;      // ended captures' graphs
+  std::vector<std::shared_ptr<Capture>> captures;                 // capture sequences in progress
+  std::uint64_t next_capture_id = 0;
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, std::uint64_t> calls;
-  std::shared_ptr<Stream> legacy;
+  // Signalled whenever any stream finishes an item; waiters re-check.
+  std::mutex progress_lock;
+  std::condition_variable progress;
 };
 
 State& state();
@@ -137,13 +206,41 @@ CUresult enter(const char* name);
 CUresult enter_initialized(const char* name);
 // The context current on this thread, or null.
 Context*& current_context();
-// The stream a handle names: null, CU_STREAM_LEGACY -> legacy; CU_STREAM_PER_THREAD
-// -> this thread's stream. Null result for an unknown handle.
-std::shared_ptr<Stream> resolve_stream(CUstream handle);
-// Enqueues `work` on `stream` with legacy-stream ordering applied.
-std::uint64_t submit(const std::shared_ptr<Stream>& stream, std::function<void()> work);
-// Waits for all work on every stream.
+// The stream a handle names: null, CU_STREAM_LEGACY -> the current context's
+// legacy stream; CU_STREAM_PER_THREAD -> this thread's stream in the current
+// context. CUDA_ERROR_INVALID_CONTEXT for those without a current context,
+// CUDA_ERROR_INVALID_HANDLE for an unknown handle.
+CUresult resolve_stream(CUstream handle, std::shared_ptr<Stream>* out);
+
+// How a stream operation went: run (enqueued as `sequence`) or captured
+// into `capture`'s graph as `node`, or refused with `result`.
+struct Submitted {
+  CUresult result = CUDA_SUCCESS;
+  std::uint64_t sequence = 0;
+  std::shared_ptr<Capture> capture;
+  Node* node = nullptr;
+};
+// Submits `work` to `stream`: enqueued with legacy-stream ordering applied,
+// or captured (not run) while the stream captures. Refused with
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED on an invalidated capture, and with
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (invalidating the captures) on the
+// legacy stream while a blocking stream of its context captures.
+Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work);
+// Stream capture checks for calls the driver calls "potentially unsafe"
+// during capture (cuMemAlloc, cuMemFree, ...), per the calling thread's
+// capture interaction mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with the
+// conflicting captures invalidated, or CUDA_SUCCESS.
+CUresult check_unsafe_call();
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (invalidating them) while a stream
+// of `context` captures, whatever the mode: synchronising the context would
+// wait on a capture.
+CUresult check_context_sync(Context* context);
+// Waits for all work on every stream of `context`, or of all contexts.
+void synchronize_context(Context* context);
 void synchronize_all();
+// Releases a device allocation made by cuMemAlloc/cuMemAllocAsync
+// (memory.cpp); graph destruction uses it for its memory nodes.
+CUresult release_device_allocation(std::uintptr_t base);
 std::int64_t now_ns();
 
 }  // namespace tidepool::sim

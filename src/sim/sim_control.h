@@ -37,7 +37,9 @@ CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn
 /* Counts of calls made to `name` since the process started. */
 uint64_t tidepool_sim_call_count(const char* name);
 
-/* Forces the capture status cuStreamIsCapturing reports for `stream`. */
+/* Forces the capture status cuStreamIsCapturing and cuStreamGetCaptureInfo
+ * report for `stream` (non-zero: active). Only the report changes: work on
+ * the stream still runs. A real capture is cuStreamBeginCapture. */
 void tidepool_sim_set_capturing(CUstream stream, int capturing);
 
 #ifdef __cplusplus

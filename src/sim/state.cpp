@@ -1,5 +1,6 @@
-// The sim's global state, environment, fault injection, devices, contexts,
-// error names and the control API.
+// The sim's global state, environment, fault injection, devices, contexts
+// (one primary context per device, each with its legacy stream), error names
+// and the control API.
 //
 // Environment (read at cuInit):
 //   TIDEPOOL_SIM_MEMORY       device capacity, e.g. 16GiB (default 16 GiB)
@@ -69,14 +70,17 @@ void configure_from_environment(State& s) {
 }  // namespace
 
 State& state() {
-  // Leaked: driver calls may come from static destructors of the host.
+  // Leaked: driver calls may come from static destructors of the host, and
+  // stream workers use it (progress, streams, events) until the process is
+  // gone, so nothing they touch is destroyed at exit.
   static State* s = [] {
     auto* created = new State();
     configure_from_environment(*created);
-    created->legacy = std::make_shared<Stream>(0, true);
     for (int d = 0; d < created->device_count; ++d) {
       created->contexts.push_back(std::make_unique<Context>());
-      created->contexts.back()->device = d;
+      Context* context = created->contexts.back().get();
+      context->device = d;
+      context->legacy = std::make_shared<Stream>(0, true, context);
     }
     return created;
   }();
@@ -259,7 +263,11 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
-  return cuCtxSetCurrent(ctx);  // the sim keeps a one-deep stack: enough for tidepool and its tests
+  if (CUresult r = enter_initialized("cuCtxPushCurrent_v2"); r != CUDA_SUCCESS) return r;
+  // The sim keeps a one-deep stack: enough for tidepool and its tests.
+  if (ctx != nullptr && !valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  current_context() = reinterpret_cast<Context*>(ctx);
+  return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuCtxPopCurrent(CUcontext* ctx) {
@@ -280,14 +288,21 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
 
 TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
   if (CUresult r = enter_initialized("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
-  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  synchronize_all();
+  Context* context = current_context();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // Potentially unsafe during capture; and it would wait on any capture of
+  // this context, whatever the mode.
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_context_sync(context); r != CUDA_SUCCESS) return r;
+  synchronize_context(context);
   return CUDA_SUCCESS;
 }
 
 // --- errors ----------------------------------------------------------------------------------
 
-TIDEPOOL_SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
+namespace {
+
+CUresult error_name(CUresult error, const char** name) {
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (error) {
     case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; break;
@@ -302,13 +317,31 @@ TIDEPOOL_SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
     case CUDA_ERROR_NOT_SUPPORTED: *name = "CUDA_ERROR_NOT_SUPPORTED"; break;
     case CUDA_ERROR_ALREADY_MAPPED: *name = "CUDA_ERROR_ALREADY_MAPPED"; break;
     case CUDA_ERROR_NOT_MAPPED: *name = "CUDA_ERROR_NOT_MAPPED"; break;
+    case CUDA_ERROR_ILLEGAL_STATE: *name = "CUDA_ERROR_ILLEGAL_STATE"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: *name = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE: *name = "CUDA_ERROR_STREAM_CAPTURE_MERGE"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION: *name = "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: *name = "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"; break;
+    case CUDA_ERROR_CAPTURED_EVENT: *name = "CUDA_ERROR_CAPTURED_EVENT"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: *name = "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"; break;
     default: *name = "CUDA_ERROR_UNKNOWN"; return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
+  if (CUresult r = enter("cuGetErrorName"); r != CUDA_SUCCESS) return r;
+  return error_name(error, name);
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
-  return cuGetErrorName(error, text);
+  if (CUresult r = enter("cuGetErrorString"); r != CUDA_SUCCESS) return r;
+  return error_name(error, text);
 }
 
 // --- control API --------------------------------------------------------------------------------

@@ -1,26 +1,59 @@
-// Streams, events, kernels and copies. Each stream runs its work in order on
-// a worker thread of its own, asynchronously to the caller, so a missing
-// event or synchronisation in the code under test shows up as a wrong result.
+// Streams, events, kernels, copies and stream capture. Each stream runs its
+// work in order on a worker thread of its own, asynchronously to the caller,
+// so a missing event or synchronisation in the code under test shows up as a
+// wrong result.
 //
-// Legacy default stream (null / CU_STREAM_LEGACY): work on it waits for all
-// work queued before it on blocking streams, and later work on blocking
+// Streams belong to the context current at cuStreamCreate; so do events (at
+// cuEventCreate), and an event may only be recorded on a stream of its own
+// context. Waiting on an event of another context is allowed.
+//
+// Legacy default stream (null / CU_STREAM_LEGACY), one per context: work on
+// it waits for all work queued before it on the context's blocking streams,
+// including destroyed ones whose work still runs, and later work on blocking
 // streams waits for it. CU_STREAM_NON_BLOCKING streams are exempt.
 // CU_STREAM_PER_THREAD names a blocking stream of the calling thread.
+//
+// Stream capture (cuStreamBeginCapture .. cuStreamEndCapture): work sent to a
+// capturing stream is not run but recorded as a node of the capture's graph.
+// What the sim enforces, after the driver's documentation:
+//  - cuStreamSynchronize / cuStreamQuery of a capturing stream fail with
+//    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate its capture; so does
+//    cuCtxSynchronize while a stream of the context captures;
+//  - the legacy stream, while a blocking stream of its context captures:
+//    using it (work or synchronisation) fails with
+//    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates those captures;
+//    cuStreamIsCapturing / cuStreamGetCaptureInfo on it answer
+//    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT without invalidating;
+//  - an event recorded in a capture is part of it: cuEventQuery,
+//    cuEventSynchronize and cuEventElapsedTime answer CUDA_ERROR_CAPTURED_EVENT
+//    while the capture lasts; cuStreamWaitEvent on it joins the waiting stream
+//    into the capture (CUDA_ERROR_STREAM_CAPTURE_MERGE if that stream is in
+//    another capture); a capturing stream waiting on an event recorded outside
+//    the capture fails with CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+//  - "potentially unsafe" calls (check_unsafe_call: cuMemAlloc, cuMemAllocPitch,
+//    cuMemFree, cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost, cuCtxSynchronize)
+//    fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the
+//    conflicting captures per the thread's cuThreadExchangeStreamCaptureMode;
+//  - work on an invalidated capture fails with
+//    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and so does cuStreamEndCapture
+//    (returning a null graph); a stream forked into the capture and not
+//    joined back into the origin makes it CUDA_ERROR_STREAM_CAPTURE_UNJOINED.
+//  - cuMemAllocAsync / cuMemFreeAsync stay legal (graph memory nodes): the
+//    allocation is made at once (its address stands for the graph's), the
+//    free is recorded and not performed; destroying the graph (or a failed
+//    capture) releases what the graph both allocated and freed.
+// tidepool_sim_set_capturing only forces the status cuStreamIsCapturing and
+// cuStreamGetCaptureInfo report; work still runs.
+#include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "sim/sim.hpp"
 
 namespace tidepool::sim {
 
-namespace {
-
-// Signalled whenever any stream finishes an item; waiters re-check.
-std::mutex progress_lock;
-std::condition_variable progress;
-
-}  // namespace
-
-Stream::Stream(unsigned flags, bool legacy) : flags_(flags), legacy_(legacy), worker_([this] { run(); }) {}
+Stream::Stream(unsigned flags, bool legacy, Context* context)
+    : flags_(flags), legacy_(legacy), context_(context), worker_([this] { run(); }) {}
 
 Stream::~Stream() { stop(); }
 
@@ -31,7 +64,15 @@ void Stream::stop() {
     stopping_ = true;
   }
   work_ready_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (!worker_.joinable()) return;
+  // Work items drop what they hold before they count as done (see run()), so
+  // the last reference should never go on the worker itself; never join it
+  // from itself should that change.
+  if (worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();
+  } else {
+    worker_.join();
+  }
 }
 
 std::uint64_t Stream::enqueue(std::function<void()> work) {
@@ -48,11 +89,13 @@ std::uint64_t Stream::enqueued() const {
 }
 
 void Stream::wait_for(std::uint64_t sequence) const {
-  std::unique_lock<std::mutex> guard(progress_lock);
-  progress.wait(guard, [&] { return completed() >= sequence; });
+  State& s = state();
+  std::unique_lock<std::mutex> guard(s.progress_lock);
+  s.progress.wait(guard, [&] { return completed() >= sequence; });
 }
 
 void Stream::run() {
+  State& s = state();  // leaked: safe to use until the process is gone
   for (;;) {
     std::function<void()> work;
     {
@@ -63,60 +106,246 @@ void Stream::run() {
       queue_.pop_front();
     }
     work();
+    work = nullptr;  // release what the work holds (streams, too) before it counts as done
     {
-      std::lock_guard<std::mutex> guard(progress_lock);
+      std::lock_guard<std::mutex> guard(s.progress_lock);
       completed_.fetch_add(1, std::memory_order_release);
     }
-    progress.notify_all();
+    s.progress.notify_all();
   }
 }
 
-std::shared_ptr<Stream> resolve_stream(CUstream handle) {
+CUresult resolve_stream(CUstream handle, std::shared_ptr<Stream>* out) {
   State& s = state();
-  if (handle == nullptr || handle == CU_STREAM_LEGACY) return s.legacy;
-  if (handle == CU_STREAM_PER_THREAD) {
-    thread_local std::shared_ptr<Stream> per_thread;
-    if (!per_thread) {
-      per_thread = std::make_shared<Stream>(0, false);
-      std::lock_guard<std::mutex> guard(s.lock);
-      s.streams[per_thread.get()] = per_thread;
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    Context* context = current_context();
+    if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (handle != CU_STREAM_PER_THREAD) {
+      *out = context->legacy;
+      return CUDA_SUCCESS;
     }
-    return per_thread;
+    // One per thread and context. The map goes at thread exit; the stream
+    // stays registered in State, so no worker is joined then.
+    thread_local std::unordered_map<Context*, std::shared_ptr<Stream>> per_thread;
+    std::shared_ptr<Stream>& stream = per_thread[context];
+    if (!stream) {
+      stream = std::make_shared<Stream>(0, false, context);
+      std::lock_guard<std::mutex> guard(s.lock);
+      s.streams[stream.get()] = stream;
+    }
+    *out = stream;
+    return CUDA_SUCCESS;
   }
   std::lock_guard<std::mutex> guard(s.lock);
   auto it = s.streams.find(reinterpret_cast<Stream*>(handle));
-  return it == s.streams.end() ? nullptr : it->second;
+  if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *out = it->second;
+  return CUDA_SUCCESS;
 }
 
-std::uint64_t submit(const std::shared_ptr<Stream>& stream, std::function<void()> work) {
+namespace {
+
+Node* node_of(CUgraphNode handle) { return reinterpret_cast<Node*>(handle); }
+
+void set_frontier(Stream& stream, std::vector<CUgraphNode> frontier) {
+  stream.frontier = std::move(frontier);
+  stream.edge_data.assign(stream.frontier.size(), CUgraphEdgeData{});
+}
+
+// Adds a node after the stream's frontier and makes it the frontier. Locked.
+Node* add_node(Stream& stream) {
+  auto node = std::make_unique<Node>();
+  node->dependencies = stream.frontier;
+  Node* raw = node.get();
+  stream.capture->graph->nodes.push_back(std::move(node));
+  set_frontier(stream, {reinterpret_cast<CUgraphNode>(raw)});
+  return raw;
+}
+
+// Blocking streams of `context` in capture mode. Locked.
+std::vector<std::shared_ptr<Capture>> blocking_captures(State& s, const Context* context) {
+  std::vector<std::shared_ptr<Capture>> out;
+  for (auto& [raw, stream] : s.streams) {
+    if (stream->blocking() && stream->context() == context && stream->capture) out.push_back(stream->capture);
+  }
+  return out;
+}
+
+// The legacy stream of `context` is unusable while a blocking stream of the
+// context captures: using it invalidates those captures. Locked.
+bool invalidate_implicit(State& s, const Context* context) {
+  auto captures = blocking_captures(s, context);
+  for (auto& c : captures) c->invalidated = true;
+  return !captures.empty();
+}
+
+// Memory of a discarded graph: what it both allocated and freed.
+std::vector<std::uintptr_t> graph_memory(const Graph& graph) {
+  std::vector<std::uintptr_t> out;
+  for (std::uintptr_t p : graph.frees) {
+    if (std::find(graph.allocations.begin(), graph.allocations.end(), p) != graph.allocations.end()) out.push_back(p);
+  }
+  return out;
+}
+
+void release_all(const std::vector<std::uintptr_t>& addresses) {
+  for (std::uintptr_t p : addresses) (void)release_device_allocation(p);
+}
+
+// Ends `capture`: its streams leave capture mode. Returns its graph. Locked.
+std::unique_ptr<Graph> end_capture(State& s, const std::shared_ptr<Capture>& capture) {
+  capture->ended = true;
+  for (auto& weak : capture->streams) {
+    if (auto stream = weak.lock(); stream && stream->capture == capture) {
+      stream->capture.reset();
+      set_frontier(*stream, {});
+    }
+  }
+  std::erase(s.captures, capture);
+  return std::move(capture->graph);
+}
+
+// True when every node on a forked stream's frontier precedes (or is) a
+// node on the origin's frontier. Locked.
+bool joined(const Capture& capture) {
+  auto origin_it = std::find_if(capture.streams.begin(), capture.streams.end(), [&](const std::weak_ptr<Stream>& w) {
+    auto stream = w.lock();
+    return stream && stream.get() == capture.origin;
+  });
+  if (origin_it == capture.streams.end()) return true;
+  std::unordered_set<const Node*> reached;
+  std::vector<const Node*> todo;
+  for (CUgraphNode n : origin_it->lock()->frontier) todo.push_back(node_of(n));
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!reached.insert(n).second) continue;
+    for (CUgraphNode d : n->dependencies) todo.push_back(node_of(d));
+  }
+  for (auto& weak : capture.streams) {
+    auto stream = weak.lock();
+    if (!stream || stream.get() == capture.origin || stream->capture.get() != &capture) continue;
+    for (CUgraphNode n : stream->frontier) {
+      if (reached.count(node_of(n)) == 0) return false;
+    }
+  }
+  return true;
+}
+
+// Whether `*mode` holds one of the three modes. Read as an integer: a C
+// caller may pass any value, which is not a valid value of the C++ enum.
+bool valid_mode(const CUstreamCaptureMode* mode) {
+  int raw = -1;
+  static_assert(sizeof raw == sizeof *mode);
+  std::memcpy(&raw, mode, sizeof raw);
+  return raw == CU_STREAM_CAPTURE_MODE_GLOBAL || raw == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+         raw == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+CUstreamCaptureMode& thread_capture_mode() {
+  thread_local CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return mode;
+}
+
+}  // namespace
+
+Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work) {
   State& s = state();
+  Submitted out;
+  // Held across the enqueue, so that the legacy stream and a blocking stream
+  // submitted to at once never wait on each other.
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (stream->capture) {
+    if (stream->capture->invalidated) {
+      out.result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      return out;
+    }
+    out.capture = stream->capture;
+    out.node = add_node(*stream);
+    return out;  // captured: the work is dropped, never run
+  }
   // Collect what this work must wait for, per the legacy-stream rules.
   std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> waits;
+  auto wait_on = [&](const std::shared_ptr<Stream>& other) {
+    const std::uint64_t sequence = other->enqueued();
+    if (other->completed() < sequence) waits.emplace_back(other, sequence);
+  };
   if (stream->legacy()) {
-    std::lock_guard<std::mutex> guard(s.lock);
+    if (invalidate_implicit(s, stream->context())) {
+      out.result = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      return out;
+    }
     for (auto& [raw, other] : s.streams) {
-      if (other->blocking()) waits.emplace_back(other, other->enqueued());
+      if (other->blocking() && other->context() == stream->context()) wait_on(other);
+    }
+    for (auto& other : s.retiring) {
+      if (other->blocking() && other->context() == stream->context()) wait_on(other);
     }
   } else if (stream->blocking()) {
-    waits.emplace_back(s.legacy, s.legacy->enqueued());
+    wait_on(stream->context()->legacy);
   }
-  if (waits.empty()) return stream->enqueue(std::move(work));
-  return stream->enqueue([waits = std::move(waits), work = std::move(work)] {
-    for (const auto& [other, sequence] : waits) other->wait_for(sequence);
-    work();
-  });
+  if (!work) return out;  // nothing to run: only the capture rules applied
+  if (waits.empty()) {
+    out.sequence = stream->enqueue(std::move(work));
+  } else {
+    out.sequence = stream->enqueue([waits = std::move(waits), work = std::move(work)] {
+      for (const auto& [other, sequence] : waits) other->wait_for(sequence);
+      work();
+    });
+  }
+  return out;
 }
 
-void synchronize_all() {
+CUresult check_unsafe_call() {
+  const CUstreamCaptureMode mode = thread_capture_mode();
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
   State& s = state();
-  std::vector<std::shared_ptr<Stream>> all{s.legacy};
+  std::lock_guard<std::mutex> guard(s.lock);
+  bool conflict = false;
+  for (auto& c : s.captures) {
+    const bool mine = c->thread == std::this_thread::get_id();
+    // Own captures unless relaxed; in global mode, other threads' global ones.
+    if ((mine && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        (!mine && mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      c->invalidated = true;
+      conflict = true;
+    }
+  }
+  return conflict ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult check_context_sync(Context* context) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  bool conflict = false;
+  for (auto& c : s.captures) {
+    if (c->context == context) {
+      c->invalidated = true;
+      conflict = true;
+    }
+  }
+  return conflict ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+void synchronize_context(Context* context) {
+  State& s = state();
+  std::vector<std::shared_ptr<Stream>> all;
   {
     std::lock_guard<std::mutex> guard(s.lock);
-    for (auto& [raw, stream] : s.streams) all.push_back(stream);
-    all.insert(all.end(), s.retiring.begin(), s.retiring.end());
+    for (auto& c : s.contexts) {
+      if (context == nullptr || c.get() == context) all.push_back(c->legacy);
+    }
+    for (auto& [raw, stream] : s.streams) {
+      if (context == nullptr || stream->context() == context) all.push_back(stream);
+    }
+    for (auto& stream : s.retiring) {
+      if (context == nullptr || stream->context() == context) all.push_back(stream);
+    }
   }
   for (auto& stream : all) stream->synchronize();
 }
+
+void synchronize_all() { synchronize_context(nullptr); }
 
 }  // namespace tidepool::sim
 
@@ -131,15 +360,123 @@ Event* find_event(CUevent handle) {
   return it == s.events.end() ? nullptr : it->second.get();
 }
 
-bool event_complete(const Event& e) { return !e.stream || e.stream->completed() >= e.sequence; }
+// An event's state, read under the lock.
+struct EventView {
+  std::shared_ptr<Stream> stream;
+  std::uint64_t sequence = 0;
+  bool captured = false;  // last recorded in a capture still in progress
+  [[nodiscard]] bool complete() const { return !stream || stream->completed() >= sequence; }
+};
+
+EventView view(const Event& e) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  EventView v;
+  v.captured = e.capture && !e.capture->ended;
+  if (!e.capture) {
+    v.stream = e.stream;
+    v.sequence = e.sequence;
+  }
+  return v;
+}
 
 CUresult stream_create(CUstream* out, unsigned flags) {
   if (out == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
-  auto stream = std::make_shared<Stream>(flags, false);
+  Context* context = current_context();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto stream = std::make_shared<Stream>(flags, false, context);
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   s.streams[stream.get()] = stream;
   *out = reinterpret_cast<CUstream>(stream.get());
+  return CUDA_SUCCESS;
+}
+
+// The legacy stream as a barrier: itself and the blocking streams of its
+// context, live or retiring, with what each has queued now. Locked.
+std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> legacy_barrier(State& s, const Stream& legacy) {
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> out;
+  out.emplace_back(legacy.context()->legacy, legacy.context()->legacy->enqueued());
+  for (auto& [raw, other] : s.streams) {
+    if (other->blocking() && other->context() == legacy.context()) out.emplace_back(other, other->enqueued());
+  }
+  for (auto& other : s.retiring) {
+    if (other->blocking() && other->context() == legacy.context()) out.emplace_back(other, other->enqueued());
+  }
+  return out;
+}
+
+// Synchronising or querying a stream: refused while it captures (and the
+// capture invalidated), or, for the legacy stream, while a blocking stream
+// of its context captures. Otherwise the (stream, sequence) pairs it covers.
+CUresult sync_targets(const std::shared_ptr<Stream>& stream,
+                      std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>>* targets) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (stream->capture) {
+    stream->capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (stream->legacy()) {
+    if (invalidate_implicit(s, stream->context())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    *targets = legacy_barrier(s, *stream);
+  } else {
+    targets->emplace_back(stream, stream->enqueued());
+  }
+  return CUDA_SUCCESS;
+}
+
+CUstreamCaptureStatus capture_status(const Stream& stream) {
+  if (stream.forced_capture.load() != 0) return CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (!stream.capture) return CU_STREAM_CAPTURE_STATUS_NONE;
+  return stream.capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+// `mode` by address: it is validated before it is read as the enum.
+CUresult begin_capture(CUstream handle, const CUstreamCaptureMode* mode) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (!valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+  if (stream->legacy()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot capture
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (stream->capture) return CUDA_ERROR_ILLEGAL_STATE;  // already capturing
+  auto capture = std::make_shared<Capture>();
+  capture->id = ++s.next_capture_id;
+  capture->mode = *mode;
+  capture->thread = std::this_thread::get_id();
+  capture->context = stream->context();
+  capture->origin = stream.get();
+  capture->streams.push_back(stream);
+  stream->capture = capture;
+  set_frontier(*stream, {});
+  s.captures.push_back(std::move(capture));
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_info(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                      const CUgraphNode** dependencies, const CUgraphEdgeData** edge_data, std::size_t* count) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (status == nullptr || (edge_data != nullptr && dependencies == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (stream->legacy() && !blocking_captures(s, stream->context()).empty()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  *status = capture_status(*stream);
+  const bool active = stream->capture && !stream->capture->invalidated;
+  if (id != nullptr) *id = active ? stream->capture->id : 0;
+  if (graph != nullptr) *graph = active ? reinterpret_cast<CUgraph>(stream->capture->graph.get()) : nullptr;
+  if (dependencies != nullptr) *dependencies = active ? stream->frontier.data() : nullptr;
+  if (edge_data != nullptr) *edge_data = active ? stream->edge_data.data() : nullptr;
+  if (count != nullptr) *count = active ? stream->frontier.size() : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_get_ctx(CUstream handle, CUcontext* ctx) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = reinterpret_cast<CUcontext>(stream->context());
   return CUDA_SUCCESS;
 }
 
@@ -159,68 +496,245 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamDestroy(CUstream handle) {
   if (CUresult r = enter_initialized("cuStreamDestroy_v2"); r != CUDA_SUCCESS) return r;
   State& s = state();
   std::shared_ptr<Stream> stream;
+  std::vector<std::uintptr_t> discarded;
   {
     std::lock_guard<std::mutex> guard(s.lock);
     auto it = s.streams.find(reinterpret_cast<Stream*>(handle));
     if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
     stream = it->second;
     s.streams.erase(it);
+    // A capture loses the stream: its origin gone, it can never be ended,
+    // so it is discarded; a forked stream gone invalidates it.
+    if (auto capture = stream->capture) {
+      if (capture->origin == stream.get()) {
+        discarded = graph_memory(*end_capture(s, capture));
+      } else {
+        capture->invalidated = true;
+        stream->capture.reset();
+      }
+    }
     // Like the driver, return at once: queued work still runs, and the
     // worker ends once it has. Streams retired earlier and now idle go.
     std::erase_if(s.retiring, [](const std::shared_ptr<Stream>& r) { return r->completed() >= r->enqueued(); });
     if (stream->completed() < stream->enqueued()) s.retiring.push_back(stream);
   }
+  release_all(discarded);
   return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamSynchronize(CUstream handle) {
   if (CUresult r = enter_initialized("cuStreamSynchronize"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  if (stream->legacy()) {
-    synchronize_all();  // the legacy stream's work waits for every blocking stream's
-  } else {
-    stream->synchronize();
-  }
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
+  if (CUresult r = sync_targets(stream, &targets); r != CUDA_SUCCESS) return r;
+  for (const auto& [target, sequence] : targets) target->wait_for(sequence);
   return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamQuery(CUstream handle) {
   if (CUresult r = enter_initialized("cuStreamQuery"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  return stream->completed() >= stream->enqueued() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
+  if (CUresult r = sync_targets(stream, &targets); r != CUDA_SUCCESS) return r;
+  for (const auto& [target, sequence] : targets) {
+    if (target->completed() < sequence) return CUDA_ERROR_NOT_READY;
+  }
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetFlags(CUstream handle, unsigned int* flags) {
+  if (CUresult r = enter_initialized("cuStreamGetFlags"); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = stream->flags();  // 0 for the legacy and per-thread streams
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCtx(CUstream handle, CUcontext* ctx) {
+  if (CUresult r = enter_initialized("cuStreamGetCtx"); r != CUDA_SUCCESS) return r;
+  return stream_get_ctx(handle, ctx);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCtx_v2(CUstream handle, CUcontext* ctx, CUgreenCtx* green) {
+  if (CUresult r = enter_initialized("cuStreamGetCtx_v2"); r != CUDA_SUCCESS) return r;
+  if (green == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = stream_get_ctx(handle, ctx); r != CUDA_SUCCESS) return r;
+  *green = nullptr;  // the sim has no green contexts
+  return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitEvent(CUstream handle, CUevent event, unsigned int flags) {
   if (CUresult r = enter_initialized("cuStreamWaitEvent"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   Event* e = find_event(event);
-  if (!stream || e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> source = e->stream;
-  const std::uint64_t sequence = e->sequence;
-  if (!source) return CUDA_SUCCESS;  // never recorded: nothing to wait for
-  submit(stream, [source, sequence] { source->wait_for(sequence); });
-  return CUDA_SUCCESS;
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::shared_ptr<Stream> source;
+  std::uint64_t sequence = 0;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    std::shared_ptr<Capture> recorded_in = e->capture && !e->capture->ended ? e->capture : nullptr;
+    if (auto capture = stream->capture) {
+      if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      if ((flags & CU_EVENT_WAIT_EXTERNAL) != 0) {
+        add_node(*stream);  // an external event wait node
+        return CUDA_SUCCESS;
+      }
+      if (recorded_in == capture) {  // a join: the next node depends on the event's work too
+        std::vector<CUgraphNode> frontier = stream->frontier;
+        for (CUgraphNode n : e->frontier) {
+          if (std::find(frontier.begin(), frontier.end(), n) == frontier.end()) frontier.push_back(n);
+        }
+        set_frontier(*stream, std::move(frontier));
+        return CUDA_SUCCESS;
+      }
+      if (recorded_in) {
+        capture->invalidated = true;
+        recorded_in->invalidated = true;
+        return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+      }
+      if (e->stream) {
+        capture->invalidated = true;
+        return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;  // a dependency on uncaptured work
+      }
+      return CUDA_SUCCESS;  // never recorded: nothing to wait for
+    }
+    if ((flags & CU_EVENT_WAIT_EXTERNAL) != 0) return CUDA_ERROR_INVALID_VALUE;  // only valid in capture
+    if (recorded_in) {
+      if (stream->legacy()) {
+        // The legacy stream cannot join a capture.
+        if (invalidate_implicit(s, stream->context())) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        recorded_in->invalidated = true;
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+      }
+      if (recorded_in->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      // Fork: the stream joins the capture, its next node after the event's work.
+      stream->capture = recorded_in;
+      set_frontier(*stream, e->frontier);
+      recorded_in->streams.push_back(stream);
+      return CUDA_SUCCESS;
+    }
+    source = e->stream;
+    sequence = e->sequence;
+  }
+  if (!source) return submit(stream, {}).result;  // never recorded: nothing to wait for
+  return submit(stream, [source, sequence] { source->wait_for(sequence); }).result;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamIsCapturing(CUstream handle, CUstreamCaptureStatus* status) {
   if (CUresult r = enter_initialized("cuStreamIsCapturing"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *status = stream->capturing.load() != 0 ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  // The legacy stream while a blocking stream captures: an implicit
+  // dependency on the capture. Reported, not invalidated.
+  if (stream->legacy() && !blocking_captures(s, stream->context()).empty()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  *status = capture_status(*stream);
+  return CUDA_SUCCESS;
+}
+
+// --- stream capture ---------------------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture(CUstream handle) {
+  if (CUresult r = enter_initialized("cuStreamBeginCapture"); r != CUDA_SUCCESS) return r;
+  const CUstreamCaptureMode global = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return begin_capture(handle, &global);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture_v2(CUstream handle, CUstreamCaptureMode mode) {
+  if (CUresult r = enter_initialized("cuStreamBeginCapture_v2"); r != CUDA_SUCCESS) return r;
+  return begin_capture(handle, &mode);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph* graph) {
+  if (CUresult r = enter_initialized("cuStreamEndCapture"); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::vector<std::uintptr_t> discarded;
+  CUresult result = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto capture = stream->capture;
+    if (!capture) return CUDA_ERROR_ILLEGAL_STATE;  // not capturing
+    if (capture->origin != stream.get()) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    if (capture->mode != CU_STREAM_CAPTURE_MODE_RELAXED && capture->thread != std::this_thread::get_id()) {
+      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    *graph = nullptr;
+    if (capture->invalidated) {
+      result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else if (!joined(*capture)) {
+      result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
+    std::unique_ptr<Graph> owned = end_capture(s, capture);
+    if (result == CUDA_SUCCESS) {
+      Graph* raw = owned.get();
+      s.graphs[raw] = std::move(owned);
+      *graph = reinterpret_cast<CUgraph>(raw);
+    } else {
+      discarded = graph_memory(*owned);
+    }
+  }
+  release_all(discarded);
+  return result;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  if (CUresult r = enter_initialized("cuStreamGetCaptureInfo"); r != CUDA_SUCCESS) return r;
+  return capture_info(handle, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                       CUgraph* graph, const CUgraphNode** dependencies,
+                                                       std::size_t* count) {
+  if (CUresult r = enter_initialized("cuStreamGetCaptureInfo_v2"); r != CUDA_SUCCESS) return r;
+  return capture_info(handle, status, id, graph, dependencies, nullptr, count);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                       CUgraph* graph, const CUgraphNode** dependencies,
+                                                       const CUgraphEdgeData** edge_data, std::size_t* count) {
+  if (CUresult r = enter_initialized("cuStreamGetCaptureInfo_v3"); r != CUDA_SUCCESS) return r;
+  return capture_info(handle, status, id, graph, dependencies, edge_data, count);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (CUresult r = enter_initialized("cuThreadExchangeStreamCaptureMode"); r != CUDA_SUCCESS) return r;
+  if (mode == nullptr || !valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, thread_capture_mode());
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  if (CUresult r = enter_initialized("cuGraphDestroy"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::unique_ptr<Graph> owned;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
+    if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+    owned = std::move(it->second);
+    s.graphs.erase(it);
+  }
+  release_all(graph_memory(*owned));
   return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuLaunchHostFunc(CUstream handle, CUhostFn fn, void* user_data) {
   if (CUresult r = enter_initialized("cuLaunchHostFunc"); r != CUDA_SUCCESS) return r;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  submit(stream, [fn, user_data] { fn(user_data); });
-  return CUDA_SUCCESS;
+  return submit(stream, [fn, user_data] { fn(user_data); }).result;
 }
 
 // --- events --------------------------------------------------------------------------------------
@@ -228,8 +742,11 @@ TIDEPOOL_SIM_EXPORT CUresult cuLaunchHostFunc(CUstream handle, CUhostFn fn, void
 TIDEPOOL_SIM_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
   if (CUresult r = enter_initialized("cuEventCreate"); r != CUDA_SUCCESS) return r;
   if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* context = current_context();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   auto e = std::make_unique<Event>();
   e->flags = flags;
+  e->context = context;
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   *event = reinterpret_cast<CUevent>(e.get());
@@ -256,14 +773,42 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventDestroy(CUevent event) {
 TIDEPOOL_SIM_EXPORT CUresult cuEventRecord(CUevent event, CUstream handle) {
   if (CUresult r = enter_initialized("cuEventRecord"); r != CUDA_SUCCESS) return r;
   Event* e = find_event(event);
-  auto stream = resolve_stream(handle);
-  if (e == nullptr || !stream) return CUDA_ERROR_INVALID_HANDLE;
-  e->completed_at_ns.store(0);
-  const std::uint64_t sequence = submit(stream, [e] { e->completed_at_ns.store(now_ns()); });
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  // The event and the stream must be of one context, as the driver requires.
+  if (e->context != stream->context()) return CUDA_ERROR_INVALID_HANDLE;
   State& s = state();
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (auto capture = stream->capture) {
+      // Captured: the event now stands for the stream's captured work so far.
+      if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      e->stream.reset();
+      e->sequence = 0;
+      e->capture = capture;
+      e->frontier = stream->frontier;
+      return CUDA_SUCCESS;
+    }
+  }
+  const std::int64_t before = e->completed_at_ns.exchange(0);
+  Submitted sub = submit(stream, [e] { e->completed_at_ns.store(now_ns()); });
+  if (sub.result != CUDA_SUCCESS) {
+    e->completed_at_ns.store(before);
+    return sub.result;
+  }
   std::lock_guard<std::mutex> guard(s.lock);
-  e->stream = stream;
-  e->sequence = sequence;
+  if (sub.capture) {  // the stream began capturing meanwhile
+    e->stream.reset();
+    e->sequence = 0;
+    e->capture = sub.capture;
+    e->frontier = stream->frontier;
+  } else {
+    e->stream = stream;
+    e->sequence = sub.sequence;
+    e->capture.reset();
+    e->frontier.clear();
+  }
   return CUDA_SUCCESS;
 }
 
@@ -271,26 +816,46 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventQuery(CUevent event) {
   if (CUresult r = enter_initialized("cuEventQuery"); r != CUDA_SUCCESS) return r;
   Event* e = find_event(event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return event_complete(*e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  const EventView v = view(*e);
+  if (v.captured) return CUDA_ERROR_CAPTURED_EVENT;
+  return v.complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuEventSynchronize(CUevent event) {
   if (CUresult r = enter_initialized("cuEventSynchronize"); r != CUDA_SUCCESS) return r;
   Event* e = find_event(event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (e->stream) e->stream->wait_for(e->sequence);
+  const EventView v = view(*e);
+  if (v.captured) return CUDA_ERROR_CAPTURED_EVENT;
+  if (v.stream) v.stream->wait_for(v.sequence);
   return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
-  if (CUresult r = enter_initialized("cuEventElapsedTime"); r != CUDA_SUCCESS) return r;
+namespace {
+
+CUresult elapsed_time(float* ms, CUevent start, CUevent end) {
   Event* a = find_event(start);
   Event* b = find_event(end);
   if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (a == nullptr || b == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (!event_complete(*a) || !event_complete(*b)) return CUDA_ERROR_NOT_READY;
+  const EventView va = view(*a);
+  const EventView vb = view(*b);
+  if (va.captured || vb.captured) return CUDA_ERROR_CAPTURED_EVENT;
+  if (!va.complete() || !vb.complete()) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(b->completed_at_ns.load() - a->completed_at_ns.load()) / 1e6F;
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  if (CUresult r = enter_initialized("cuEventElapsedTime"); r != CUDA_SUCCESS) return r;
+  return elapsed_time(ms, start, end);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+  if (CUresult r = enter_initialized("cuEventElapsedTime_v2"); r != CUDA_SUCCESS) return r;
+  return elapsed_time(ms, start, end);
 }
 
 // --- kernels --------------------------------------------------------------------------------------
@@ -348,20 +913,21 @@ TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned 
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (gx * gy * gz == 0 || bx * by * bz == 0 || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!k->sizes.empty() && params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   // Arguments are copied at launch, as the driver does.
   std::vector<std::vector<unsigned char>> copies;
   for (std::size_t i = 0; i < k->sizes.size(); ++i) {
     const auto* bytes = static_cast<const unsigned char*>(params[i]);
     copies.emplace_back(bytes, bytes + k->sizes[i]);
   }
-  submit(stream, [k, copies = std::move(copies)]() mutable {
-    std::vector<void*> pointers;
-    for (auto& c : copies) pointers.push_back(c.data());
-    k->fn(pointers.data(), k->user_data);
-  });
-  return CUDA_SUCCESS;
+  return submit(stream,
+                [k, copies = std::move(copies)]() mutable {
+                  std::vector<void*> pointers;
+                  for (auto& c : copies) pointers.push_back(c.data());
+                  k->fn(pointers.data(), k->user_data);
+                })
+      .result;
 }
 
 // --- copies and sets ---------------------------------------------------------------------------------
@@ -371,21 +937,21 @@ namespace {
 CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  const std::uint64_t sequence = submit(stream, [dst, src, n] { std::memmove(dst, src, n); });
-  if (wait) stream->wait_for(sequence);
-  return CUDA_SUCCESS;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  const Submitted sub = submit(stream, [dst, src, n] { std::memmove(dst, src, n); });
+  if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
+  return sub.result;
 }
 
 CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t n, CUstream handle, bool wait) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   if (dst == nullptr && n > 0) return CUDA_ERROR_INVALID_VALUE;
-  auto stream = resolve_stream(handle);
-  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  const std::uint64_t sequence = submit(stream, [dst, value, n] { std::memset(dst, value, n); });
-  if (wait) stream->wait_for(sequence);
-  return CUDA_SUCCESS;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  const Submitted sub = submit(stream, [dst, value, n] { std::memset(dst, value, n); });
+  if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
+  return sub.result;
 }
 
 void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
@@ -424,5 +990,6 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char valu
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_capturing(CUstream handle, int capturing) {
-  if (auto stream = resolve_stream(handle)) stream->capturing.store(capturing);
+  std::shared_ptr<Stream> stream;
+  if (resolve_stream(handle, &stream) == CUDA_SUCCESS) stream->forced_capture.store(capturing);
 }

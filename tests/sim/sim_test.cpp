@@ -1,14 +1,27 @@
 // Specification of the simulated driver's semantics, exercised through the
 // driver table exactly as tidepool calls it.
+#include <elf.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
 #include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
@@ -16,6 +29,14 @@
 
 namespace tidepool {
 namespace {
+
+// Two simulated devices unless the environment says otherwise, so that the
+// context tests have a second context. Static initialisation runs before
+// main, before the sim is first opened and reads its environment.
+[[maybe_unused]] const bool kTwoDevices = [] {
+  ::setenv("TIDEPOOL_SIM_DEVICES", "2", 0);
+  return true;
+}();
 
 using testing::Gate;
 using testing::gated_write_kernel;
@@ -323,6 +344,962 @@ TEST_F(Sim, PointerAttributesDescribeOnlyWhatTheSimAllocated) {
   EXPECT_EQ(api().pointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(&on_host)),
             CUDA_ERROR_INVALID_VALUE);
   api().memFree(p);
+}
+
+// --- helpers for the entry points outside the driver table ----------------------------------------
+
+// Entry points tidepool's table lacks, resolved from the sim by ABI name.
+template <typename Fn>
+Fn entry(const char* name) {
+  return sim_control<Fn>(name);
+}
+
+// Older ABI variants cuda.h names only through macros for the newest one.
+using BeginCaptureV1 = CUresult (*)(CUstream);
+using CaptureInfoV1 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*);
+using CaptureInfoV2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
+                                   std::size_t*);
+using ElapsedTimeV1 = CUresult (*)(float*, CUevent, CUevent);
+using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+using AllocAsync = CUresult (*)(CUdeviceptr*, std::size_t, CUstream);
+using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
+
+struct CaptureApi {
+  decltype(&::cuStreamBeginCapture_v2) begin = entry<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+  decltype(&::cuStreamEndCapture) end = entry<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
+  decltype(&::cuStreamGetCaptureInfo_v3) info =
+      entry<decltype(&::cuStreamGetCaptureInfo_v3)>("cuStreamGetCaptureInfo_v3");
+  decltype(&::cuThreadExchangeStreamCaptureMode) exchange_mode =
+      entry<decltype(&::cuThreadExchangeStreamCaptureMode)>("cuThreadExchangeStreamCaptureMode");
+  decltype(&::cuGraphDestroy) destroy_graph = entry<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
+  decltype(&::cuLaunchHostFunc) launch_host_func = entry<decltype(&::cuLaunchHostFunc)>("cuLaunchHostFunc");
+};
+
+const CaptureApi& capture_api() {
+  static const CaptureApi api;
+  return api;
+}
+
+// True once `condition` holds, polling for up to five seconds.
+bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 500; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+CUstreamCaptureStatus capture_status(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  EXPECT_EQ(sim_driver().api().streamIsCapturing(stream, &status), CUDA_SUCCESS);
+  return status;
+}
+
+cuuint64_t capture_id(CUstream stream) {
+  CUstreamCaptureStatus status{};
+  cuuint64_t id = 0;
+  EXPECT_EQ(capture_api().info(stream, &status, &id, nullptr, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  return id;
+}
+
+// Ends a capture expected to succeed and destroys its graph.
+void end_and_destroy(CUstream stream) {
+  CUgraph graph = nullptr;
+  ASSERT_EQ(capture_api().end(stream, &graph), CUDA_SUCCESS);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_SUCCESS);
+}
+
+// Ends a capture expected to have been invalidated.
+void end_invalidated(CUstream stream) {
+  CUgraph graph = reinterpret_cast<CUgraph>(std::uintptr_t{1});
+  EXPECT_EQ(capture_api().end(stream, &graph), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(graph, nullptr);
+}
+
+void count_call(void* counter) { ++*static_cast<std::atomic<int>*>(counter); }
+
+// --- the legacy stream and destroyed streams ------------------------------------------------------------
+
+TEST_F(Sim, LegacyStreamWaitsForDestroyedBlockingStreamsStillRunning) {
+  CUstream blocking = nullptr;
+  ASSERT_EQ(api().streamCreate(&blocking, 0), CUDA_SUCCESS);
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(blocking, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamDestroy(blocking), CUDA_SUCCESS);  // returns at once; the work still runs
+  CUevent on_legacy = nullptr;
+  ASSERT_EQ(api().eventCreate(&on_legacy, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(on_legacy, nullptr), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room to run ahead, were it not held back
+  EXPECT_EQ(api().eventQuery(on_legacy), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(api().streamQuery(nullptr), CUDA_ERROR_NOT_READY);
+  gate.release();
+  ASSERT_EQ(api().eventSynchronize(on_legacy), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 1);
+  EXPECT_EQ(api().eventDestroy(on_legacy), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, LegacyStreamNeverWaitsForNonBlockingStreamsLiveOrDestroyed) {
+  CUstream live = nullptr;
+  CUstream gone = nullptr;
+  ASSERT_EQ(api().streamCreate(&live, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&gone, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  int a = 0;
+  int b = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(live, &gate, &a, 1), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_write(gone, &gate, &b, 2), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamDestroy(gone), CUDA_SUCCESS);
+  CUevent on_legacy = nullptr;
+  ASSERT_EQ(api().eventCreate(&on_legacy, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(on_legacy, nullptr), CUDA_SUCCESS);
+  // Both gated kernels are still blocked, yet the legacy stream's work runs.
+  EXPECT_TRUE(eventually([&] { return api().eventQuery(on_legacy) == CUDA_SUCCESS; }));
+  EXPECT_TRUE(eventually([&] { return api().streamQuery(nullptr) == CUDA_SUCCESS; }));
+  EXPECT_EQ(a + b, 0);
+  gate.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);  // the context's streams, destroyed ones too
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(api().eventDestroy(on_legacy), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(live), CUDA_SUCCESS);
+}
+
+// --- contexts ------------------------------------------------------------------------------------------
+
+TEST_F(Sim, StreamGetFlagsReportsTheCreationFlags) {
+  auto get_flags = entry<decltype(&::cuStreamGetFlags)>("cuStreamGetFlags");
+  CUstream blocking = nullptr;
+  CUstream non_blocking = nullptr;
+  ASSERT_EQ(api().streamCreate(&blocking, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&non_blocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  unsigned flags = 99;
+  ASSERT_EQ(get_flags(non_blocking, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  ASSERT_EQ(get_flags(blocking, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, 0u);
+  for (CUstream special : {static_cast<CUstream>(nullptr), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    flags = 99;
+    ASSERT_EQ(get_flags(special, &flags), CUDA_SUCCESS);
+    EXPECT_EQ(flags, 0u);
+  }
+  EXPECT_EQ(get_flags(blocking, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api().streamDestroy(blocking), CUDA_SUCCESS);
+  EXPECT_EQ(get_flags(blocking, &flags), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().streamDestroy(non_blocking), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, StreamsAndEventsNeedACurrentContext) {
+  auto get_ctx = entry<decltype(&::cuStreamGetCtx)>("cuStreamGetCtx");
+  auto get_flags = entry<decltype(&::cuStreamGetFlags)>("cuStreamGetFlags");
+  ASSERT_EQ(api().ctxSetCurrent(nullptr), CUDA_SUCCESS);
+  CUstream stream = nullptr;
+  CUevent event = nullptr;
+  CUcontext ctx = nullptr;
+  unsigned flags = 0;
+  EXPECT_EQ(api().streamCreate(&stream, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(api().eventCreate(&event, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_ctx(nullptr, &ctx), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_ctx(CU_STREAM_PER_THREAD, &ctx), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_flags(CU_STREAM_LEGACY, &flags), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&stream, 0), CUDA_SUCCESS);
+  ASSERT_EQ(get_ctx(stream, &ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, context_);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+class SimTwoContexts : public Sim {
+ protected:
+  void SetUp() override {
+    Sim::SetUp();
+    int count = 0;
+    ASSERT_EQ(api().deviceGetCount(&count), CUDA_SUCCESS);
+    if (count < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+    ASSERT_EQ(api().devicePrimaryCtxRetain(&other_, 1), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    api().ctxSetCurrent(context_);
+    if (other_ != nullptr) api().devicePrimaryCtxRelease(1);
+    Sim::TearDown();
+  }
+  CUcontext other_ = nullptr;
+};
+
+TEST_F(SimTwoContexts, StreamsBelongToTheContextCurrentAtCreation) {
+  auto get_ctx = entry<decltype(&::cuStreamGetCtx)>("cuStreamGetCtx");
+  auto get_ctx_v2 = entry<decltype(&::cuStreamGetCtx_v2)>("cuStreamGetCtx_v2");
+  ASSERT_NE(other_, context_);
+  CUstream first = nullptr;
+  CUstream second = nullptr;
+  ASSERT_EQ(api().streamCreate(&first, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&second, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(get_ctx(first, &ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, context_);  // where it was created, not what is current now
+  ASSERT_EQ(get_ctx(second, &ctx), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, other_);
+  // The special handles name the calling thread's current context.
+  for (CUstream special : {static_cast<CUstream>(nullptr), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    ctx = nullptr;
+    ASSERT_EQ(get_ctx(special, &ctx), CUDA_SUCCESS);
+    EXPECT_EQ(ctx, other_);
+  }
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(std::uintptr_t{1});
+  ASSERT_EQ(get_ctx_v2(first, &ctx, &green), CUDA_SUCCESS);
+  EXPECT_EQ(ctx, context_);
+  EXPECT_EQ(green, nullptr);
+  EXPECT_EQ(api().streamDestroy(first), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(second), CUDA_SUCCESS);
+}
+
+TEST_F(SimTwoContexts, EventsRecordOnlyOnStreamsOfTheirContextButAreWaitedOnAcrossContexts) {
+  CUstream here = nullptr;
+  ASSERT_EQ(api().streamCreate(&here, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  CUstream there = nullptr;
+  CUevent event = nullptr;
+  ASSERT_EQ(api().streamCreate(&there, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&event, 0), CUDA_SUCCESS);  // belongs to the other context
+  EXPECT_EQ(api().eventRecord(event, here), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api().eventRecord(event, nullptr), CUDA_SUCCESS);  // the other context's legacy stream
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(there, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(event, there), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventRecord(event, nullptr), CUDA_ERROR_INVALID_HANDLE);  // this context's legacy stream
+  // Waiting across contexts is allowed, and orders the work.
+  ASSERT_EQ(api().streamWaitEvent(here, event, 0), CUDA_SUCCESS);
+  Gate open;
+  open.release();
+  ASSERT_EQ(launch_gated_write(here, &open, &cell, 2), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0);
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(here), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2);
+  EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(here), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(there), CUDA_SUCCESS);
+}
+
+TEST_F(SimTwoContexts, EachContextHasItsOwnLegacyStream) {
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  CUstream blocking_there = nullptr;
+  CUevent legacy_there = nullptr;
+  ASSERT_EQ(api().streamCreate(&blocking_there, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&legacy_there, 0), CUDA_SUCCESS);
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(blocking_there, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(legacy_there, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  CUevent legacy_here = nullptr;
+  ASSERT_EQ(api().eventCreate(&legacy_here, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(legacy_here, nullptr), CUDA_SUCCESS);
+  // This context's legacy stream does not wait for the other context's blocking stream.
+  EXPECT_TRUE(eventually([&] { return api().eventQuery(legacy_here) == CUDA_SUCCESS; }));
+  EXPECT_EQ(api().eventQuery(legacy_there), CUDA_ERROR_NOT_READY);
+  gate.release();
+  ASSERT_EQ(api().eventSynchronize(legacy_there), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 1);
+  EXPECT_EQ(api().eventDestroy(legacy_here), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventDestroy(legacy_there), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(blocking_there), CUDA_SUCCESS);
+}
+
+TEST_F(SimTwoContexts, PointerAttributesNameTheAllocatingContextAndDevice) {
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  CUcontext owner = nullptr;
+  int ordinal = -1;
+  ASSERT_EQ(api().pointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p), CUDA_SUCCESS);
+  ASSERT_EQ(api().pointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p), CUDA_SUCCESS);
+  EXPECT_EQ(owner, other_);
+  EXPECT_EQ(ordinal, 1);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+}
+
+// --- stream capture --------------------------------------------------------------------------------------
+
+TEST_F(Sim, CapturedWorkIsRecordedNotRun) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  CUdeviceptr other = 0;
+  ASSERT_EQ(api().memAlloc(&other, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(other, 0x5A, 4096), CUDA_SUCCESS);
+  CUevent event = nullptr;
+  ASSERT_EQ(api().eventCreate(&event, 0), CUDA_SUCCESS);
+  int cell = 0;
+  Gate open;
+  open.release();
+  std::atomic<int> host_calls{0};
+  const int source = 0x11223344;
+
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(launch_gated_write(stream, &open, &cell, 7), CUDA_SUCCESS);
+  EXPECT_EQ(api().memsetD8Async(p, 0xAB, 16, stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memcpyHtoDAsync(p + 16, &source, sizeof source, stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memcpyDtoDAsync(p + 32, other, 16, stream), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().launch_host_func(stream, count_call, &host_calls), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventRecord(event, stream), CUDA_SUCCESS);
+  end_and_destroy(stream);
+
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(cell, 0);
+  EXPECT_EQ(host_calls.load(), 0);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p);
+  EXPECT_TRUE(std::all_of(bytes, bytes + 64, [](unsigned char c) { return c == 0; }));
+  // Once capture ends, work runs again.
+  ASSERT_EQ(launch_gated_write(stream, &open, &cell, 7), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 7);
+  EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(other), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, CaptureInfoReportsStatusIdGraphAndDependencies) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate open;
+  open.release();
+  int cell = 0;
+  CUstreamCaptureStatus status{};
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  std::size_t count = 99;
+  ASSERT_EQ(capture_api().info(stream, &status, &id, &graph, &deps, &edges, &count), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().info(stream, &status, &id, &graph, &deps, &edges, &count), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  const cuuint64_t first_id = id;
+  EXPECT_NE(first_id, 0u);
+  EXPECT_NE(graph, nullptr);
+  EXPECT_EQ(count, 0u);
+  ASSERT_EQ(launch_gated_write(stream, &open, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().info(stream, &status, &id, &graph, &deps, &edges, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 1u);  // the next node depends on the captured kernel
+  EXPECT_NE(deps[0], nullptr);
+  EXPECT_NE(edges, nullptr);
+  EXPECT_EQ(capture_api().info(stream, &status, &id, &graph, nullptr, &edges, &count), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(capture_api().info(stream, nullptr, &id, nullptr, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // The older variants answer the same.
+  auto info_v1 = entry<CaptureInfoV1>("cuStreamGetCaptureInfo");
+  auto info_v2 = entry<CaptureInfoV2>("cuStreamGetCaptureInfo_v2");
+  cuuint64_t other_id = 0;
+  ASSERT_EQ(info_v1(stream, &status, &other_id), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(other_id, first_id);
+  ASSERT_EQ(info_v2(stream, &status, &other_id, &graph, &deps, &count), CUDA_SUCCESS);
+  EXPECT_EQ(other_id, first_id);
+  EXPECT_EQ(count, 1u);
+  end_and_destroy(stream);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_NONE);
+
+  // Each capture sequence has an id of its own.
+  ASSERT_EQ(entry<BeginCaptureV1>("cuStreamBeginCapture")(stream), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_NE(capture_id(stream), first_id);
+  end_and_destroy(stream);
+  EXPECT_EQ(cell, 0);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, CaptureBeginsAndEndsOnlyWhereTheDriverAllows) {
+  CUstream stream = nullptr;
+  CUstream side = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&side, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  EXPECT_EQ(capture_api().end(stream, &graph), CUDA_ERROR_ILLEGAL_STATE);  // not capturing
+  EXPECT_EQ(capture_api().begin(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_api().begin(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_api().begin(stream, static_cast<CUstreamCaptureMode>(3)), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(capture_api().end(stream, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // A global capture ends on the thread that began it.
+  CUresult other_thread = CUDA_SUCCESS;
+  std::thread([&] { other_thread = capture_api().end(stream, &graph); }).join();
+  EXPECT_EQ(other_thread, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  // A stream forked into the capture cannot end it.
+  CUevent fork = nullptr;
+  CUevent join = nullptr;
+  ASSERT_EQ(api().eventCreate(&fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&join, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(fork, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamWaitEvent(side, fork, 0), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().end(side, &graph), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+  ASSERT_EQ(api().eventRecord(join, side), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamWaitEvent(stream, join, 0), CUDA_SUCCESS);
+  end_and_destroy(stream);
+  // A relaxed capture may end on any thread.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  graph = nullptr;
+  std::thread([&] { other_thread = capture_api().end(stream, &graph); }).join();
+  EXPECT_EQ(other_thread, CUDA_SUCCESS);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_ERROR_INVALID_VALUE);  // gone
+  EXPECT_EQ(api().eventDestroy(fork), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventDestroy(join), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(side), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, SynchronizingOrQueryingACapturingStreamFailsAndInvalidatesTheCapture) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  EXPECT_EQ(api().memsetD8Async(p, 1, 1, stream), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  end_invalidated(stream);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);  // usable again
+
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamQuery(stream), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(stream);
+  EXPECT_EQ(api().streamQuery(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, LegacyStreamUseWhileABlockingStreamCapturesIsImplicitAndInvalidates) {
+  CUstream blocking = nullptr;
+  CUstream non_blocking = nullptr;
+  ASSERT_EQ(api().streamCreate(&blocking, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&non_blocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+
+  ASSERT_EQ(capture_api().begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  // Asking is answered, and does not invalidate.
+  CUstreamCaptureStatus status{};
+  EXPECT_EQ(api().streamIsCapturing(nullptr, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(api().streamIsCapturing(CU_STREAM_LEGACY, &status), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(capture_api().info(nullptr, &status, nullptr, nullptr, nullptr, nullptr, nullptr),
+            CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(capture_status(blocking), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  // Using it is refused, not run, and invalidates the capture.
+  EXPECT_EQ(api().memsetD8Async(p, 1, 1, nullptr), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(capture_status(blocking), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(blocking);
+  EXPECT_EQ(capture_status(nullptr), CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<const unsigned char*>(p), 0);
+
+  // Synchronising it, or a synchronous copy on it, the same.
+  ASSERT_EQ(capture_api().begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(nullptr), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(capture_status(blocking), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(blocking);
+  ASSERT_EQ(capture_api().begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(api().memsetD8(p, 2, 1), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  end_invalidated(blocking);
+  EXPECT_EQ(*reinterpret_cast<const unsigned char*>(p), 0);
+
+  // A non-blocking stream's capture leaves the legacy stream alone.
+  ASSERT_EQ(capture_api().begin(non_blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(nullptr), CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(api().memsetD8(p, 3, 1), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(non_blocking), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  end_and_destroy(non_blocking);
+  EXPECT_EQ(*reinterpret_cast<const unsigned char*>(p), 3);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(blocking), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(non_blocking), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, EventRecordedInCaptureCannotBeQueriedOrSynchronized) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent event = nullptr;
+  CUevent plain = nullptr;
+  ASSERT_EQ(api().eventCreate(&event, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&plain, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(plain, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventSynchronize(plain), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(event, stream), CUDA_SUCCESS);  // captured
+  EXPECT_EQ(api().eventQuery(event), CUDA_ERROR_CAPTURED_EVENT);
+  EXPECT_EQ(api().eventSynchronize(event), CUDA_ERROR_CAPTURED_EVENT);
+  float ms = 0;
+  EXPECT_EQ(entry<ElapsedTimeV1>("cuEventElapsedTime")(&ms, plain, event), CUDA_ERROR_CAPTURED_EVENT);
+  EXPECT_EQ(api().eventQuery(plain), CUDA_SUCCESS);  // recorded before the capture: unaffected
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  end_and_destroy(stream);
+  EXPECT_EQ(api().eventQuery(event), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventDestroy(plain), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, WaitingOnACapturedEventJoinsTheStreamIntoTheCapture) {
+  CUstream origin = nullptr;
+  CUstream side = nullptr;
+  ASSERT_EQ(api().streamCreate(&origin, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamCreate(&side, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent fork = nullptr;
+  CUevent join = nullptr;
+  ASSERT_EQ(api().eventCreate(&fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&join, 0), CUDA_SUCCESS);
+  int cell = 0;
+  Gate open;
+  open.release();
+
+  ASSERT_EQ(capture_api().begin(origin, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_write(origin, &open, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(fork, origin), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamWaitEvent(side, fork, 0), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(side), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(capture_id(side), capture_id(origin));
+  ASSERT_EQ(launch_gated_write(side, &open, &cell, 2), CUDA_SUCCESS);  // captured too
+  ASSERT_EQ(api().eventRecord(join, side), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamWaitEvent(origin, join, 0), CUDA_SUCCESS);
+  end_and_destroy(origin);
+  EXPECT_EQ(capture_status(side), CU_STREAM_CAPTURE_STATUS_NONE);  // the capture ended for both
+  ASSERT_EQ(api().streamSynchronize(side), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 0);
+
+  // A fork never joined back: the capture fails to end, and ends for both.
+  ASSERT_EQ(capture_api().begin(origin, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(fork, origin), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamWaitEvent(side, fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_write(side, &open, &cell, 3), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  EXPECT_EQ(capture_api().end(origin, &graph), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  EXPECT_EQ(graph, nullptr);
+  EXPECT_EQ(capture_status(side), CU_STREAM_CAPTURE_STATUS_NONE);
+
+  // Two capture sequences do not merge.
+  ASSERT_EQ(capture_api().begin(origin, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(side, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(fork, origin), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamWaitEvent(side, fork, 0), CUDA_ERROR_STREAM_CAPTURE_MERGE);
+  end_invalidated(side);
+  end_invalidated(origin);
+
+  // A capturing stream cannot depend on work outside the capture.
+  ASSERT_EQ(api().eventRecord(join, side), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(origin, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamWaitEvent(origin, join, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+  end_invalidated(origin);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 0);
+
+  EXPECT_EQ(api().eventDestroy(fork), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventDestroy(join), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(origin), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(side), CUDA_SUCCESS);
+}
+
+// cuMemAlloc from another thread of the test, with this test's context.
+CUresult alloc_and_free_on_another_thread(CUcontext context, CUstreamCaptureMode mode) {
+  CUresult result = CUDA_SUCCESS;
+  std::thread([&] {
+    const driver::Api& api = sim_driver().api();
+    api.ctxSetCurrent(context);
+    CUstreamCaptureMode previous = mode;
+    capture_api().exchange_mode(&previous);
+    CUdeviceptr p = 0;
+    result = api.memAlloc(&p, 4096);
+    if (result == CUDA_SUCCESS) result = api.memFree(p);
+    capture_api().exchange_mode(&previous);
+  }).join();
+  return result;
+}
+
+TEST_F(Sim, UnsafeCallsDuringCaptureFollowTheThreadsCaptureMode) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  void* host = nullptr;
+
+  // Global capture: refused on this thread, and invalidates the capture.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAlloc(&p, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(stream);
+  for (auto unsafe : std::vector<std::function<CUresult()>>{
+           [&] { return api().memFree(p); },
+           [&] { return api().memAllocHost(&host, 4096); },
+           [&] {
+             std::size_t pitch = 0;
+             return api().memAllocPitch(&p, &pitch, 64, 64, 4);
+           },
+           [&] { return api().ctxSynchronize(); },
+       }) {
+    ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    EXPECT_EQ(unsafe(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    end_invalidated(stream);
+  }
+  // ... and on another thread in global mode, not on one in thread-local or relaxed mode.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(alloc_and_free_on_another_thread(context_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  EXPECT_EQ(alloc_and_free_on_another_thread(context_, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(alloc_and_free_on_another_thread(context_, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(stream);
+
+  // Thread-local capture: other threads are free, this one is not.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+  EXPECT_EQ(alloc_and_free_on_another_thread(context_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(api().memAlloc(&p, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  end_invalidated(stream);
+
+  // Relaxed capture: allowed.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(alloc_and_free_on_another_thread(context_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  end_and_destroy(stream);
+
+  // A thread that switches itself to relaxed may make them during its own global capture.
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_EQ(capture_api().exchange_mode(&mode), CUDA_SUCCESS);
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);  // the previous mode
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().exchange_mode(&mode), CUDA_SUCCESS);
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_RELAXED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  end_and_destroy(stream);
+  EXPECT_EQ(capture_api().exchange_mode(nullptr), CUDA_ERROR_INVALID_VALUE);
+  mode = static_cast<CUstreamCaptureMode>(3);
+  EXPECT_EQ(capture_api().exchange_mode(&mode), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, ContextSynchronizeDuringACaptureOfItsContextFailsInEveryMode) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(api().ctxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  end_invalidated(stream);
+  EXPECT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, StreamOrderedAllocationStaysLegalDuringCaptureAsGraphMemoryNodes) {
+  auto in_use = sim_control<std::size_t (*)()>("tidepool_sim_device_bytes_in_use");
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const std::size_t before = in_use();
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAllocAsync(&p, 1 << 20, stream), CUDA_SUCCESS);
+  EXPECT_NE(p, 0u);
+  std::size_t count = 0;
+  CUstreamCaptureStatus status{};
+  ASSERT_EQ(capture_api().info(stream, &status, nullptr, nullptr, nullptr, nullptr, &count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 1u);  // the allocation node
+  ASSERT_EQ(api().memFreeAsync(p, stream), CUDA_SUCCESS);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(capture_api().end(stream, &graph), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(in_use(), before + (1 << 20));  // the captured free was not performed
+  ASSERT_EQ(capture_api().destroy_graph(graph), CUDA_SUCCESS);
+  EXPECT_EQ(in_use(), before);  // the graph both allocated and freed it
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(Sim, ForcedCaptureStatusChangesOnlyWhatIsReported) {
+  auto set_capturing = sim_control<void (*)(CUstream, int)>("tidepool_sim_set_capturing");
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  set_capturing(stream, 1);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  int cell = 0;
+  Gate open;
+  open.release();
+  ASSERT_EQ(launch_gated_write(stream, &open, &cell, 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 4);
+  set_capturing(stream, 0);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+// --- pitched allocations -----------------------------------------------------------------------------
+
+TEST_F(Sim, MemAllocPitchRejectsOverflowingSizesAndBadElementSizes) {
+  CUdeviceptr p = 0;
+  std::size_t pitch = 0;
+  for (unsigned element : {0u, 1u, 2u, 3u, 12u, 32u}) {
+    EXPECT_EQ(api().memAllocPitch(&p, &pitch, 100, 10, element), CUDA_ERROR_INVALID_VALUE) << element;
+  }
+  for (unsigned element : {4u, 8u, 16u}) {
+    ASSERT_EQ(api().memAllocPitch(&p, &pitch, 100, 10, element), CUDA_SUCCESS) << element;
+    EXPECT_GE(pitch, 100u);
+    EXPECT_EQ(pitch % element, 0u);
+    EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  }
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  // Rounding the width up to the pitch overflows.
+  EXPECT_EQ(api().memAllocPitch(&p, &pitch, kMax - 100, 1, 4), CUDA_ERROR_INVALID_VALUE);
+  // pitch * height overflows to a small size.
+  EXPECT_EQ(api().memAllocPitch(&p, &pitch, 512, (kMax / 512) + 2, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memAllocPitch(&p, &pitch, std::size_t{1} << 40, (std::size_t{1} << 24) + 1, 4),
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// --- fault injection reaches every entry point ---------------------------------------------------------
+
+// The driver symbols (cu*) the sim library defines and exports, read from
+// its dynamic symbol table.
+std::vector<std::string> exported_driver_symbols() {
+  std::ifstream file(TIDEPOOL_SIM_LIBRARY, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  Elf64_Ehdr header{};
+  if (bytes.size() < sizeof header) return out;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  auto section = [&](std::size_t i) {
+    Elf64_Shdr s{};
+    std::memcpy(&s, bytes.data() + header.e_shoff + i * sizeof(Elf64_Shdr), sizeof s);
+    return s;
+  };
+  for (std::size_t i = 0; i < header.e_shnum; ++i) {
+    const Elf64_Shdr dynsym = section(i);
+    if (dynsym.sh_type != SHT_DYNSYM) continue;
+    const Elf64_Shdr strings = section(dynsym.sh_link);
+    for (std::size_t k = 0; k < dynsym.sh_size / sizeof(Elf64_Sym); ++k) {
+      Elf64_Sym sym{};
+      std::memcpy(&sym, bytes.data() + dynsym.sh_offset + k * sizeof sym, sizeof sym);
+      const int bind = ELF64_ST_BIND(sym.st_info);
+      if (sym.st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) continue;
+      std::string name(bytes.data() + strings.sh_offset + sym.st_name);
+      if (name.rfind("cu", 0) == 0) out.push_back(name);
+    }
+  }
+  return out;
+}
+
+TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
+  auto inject = sim_control<void (*)(const char*, unsigned, CUresult)>("tidepool_sim_inject_fault");
+  constexpr CUresult kFault = CUDA_ERROR_ECC_UNCORRECTABLE;
+  // Arguments are chosen so that a call the fault misses does no harm.
+  const CUstream bogus = reinterpret_cast<CUstream>(std::uintptr_t{0x10});
+  int i = 0;
+  unsigned u = 0;
+  char name[64];
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUgreenCtx green = nullptr;
+  CUdeviceptr dptr = 0;
+  std::size_t size = 0;
+  std::size_t size2 = 0;
+  void* host = nullptr;
+  void* fn = nullptr;
+  const char* text = nullptr;
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemAllocationProp prop = device_prop();
+  CUstream stream = nullptr;
+  CUstreamCaptureStatus status{};
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  float ms = 0;
+  const CUcontext context = context_;
+#define TIDEPOOL_FAULT_CASE(symbol, ...) \
+  {#symbol, [&] { return entry<decltype(&::symbol)>(#symbol)(__VA_ARGS__); }}
+#define TIDEPOOL_FAULT_CASE_T(symbol, type, ...) \
+  {symbol, [&] { return entry<type>(symbol)(__VA_ARGS__); }}
+  const std::vector<std::pair<std::string, std::function<CUresult()>>> cases = {
+      TIDEPOOL_FAULT_CASE(cuInit, 0),
+      TIDEPOOL_FAULT_CASE(cuDriverGetVersion, &i),
+      TIDEPOOL_FAULT_CASE(cuDeviceGet, &dev, 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceGetCount, &i),
+      TIDEPOOL_FAULT_CASE(cuDeviceGetName, name, static_cast<int>(sizeof name), 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceGetAttribute, &i, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceTotalMem_v2, &size, 0),
+      TIDEPOOL_FAULT_CASE(cuDevicePrimaryCtxRetain, &ctx, -1),
+      TIDEPOOL_FAULT_CASE(cuDevicePrimaryCtxRelease_v2, -1),
+      TIDEPOOL_FAULT_CASE(cuDevicePrimaryCtxGetState, 0, &u, &i),
+      TIDEPOOL_FAULT_CASE(cuCtxGetCurrent, &ctx),
+      TIDEPOOL_FAULT_CASE(cuCtxSetCurrent, context),
+      TIDEPOOL_FAULT_CASE(cuCtxPushCurrent_v2, context),
+      TIDEPOOL_FAULT_CASE(cuCtxPopCurrent_v2, &ctx),
+      TIDEPOOL_FAULT_CASE(cuCtxGetDevice, &dev),
+      TIDEPOOL_FAULT_CASE(cuCtxSynchronize),
+      TIDEPOOL_FAULT_CASE(cuMemAlloc_v2, &dptr, 0),
+      TIDEPOOL_FAULT_CASE(cuMemFree_v2, 0),
+      TIDEPOOL_FAULT_CASE(cuMemAllocPitch_v2, &dptr, &size, 0, 0, 4),
+      TIDEPOOL_FAULT_CASE(cuMemGetInfo_v2, &size, &size2),
+      TIDEPOOL_FAULT_CASE(cuMemGetAddressRange_v2, &dptr, &size, 0),
+      TIDEPOOL_FAULT_CASE(cuMemAllocAsync, &dptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemAllocAsync_ptsz", AllocAsync, &dptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemFreeAsync, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemFreeAsync_ptsz", FreeAsync, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemAllocHost_v2, &host, 0),
+      TIDEPOOL_FAULT_CASE(cuMemHostAlloc, &host, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemFreeHost, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemAddressReserve, &dptr, 0, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemAddressFree, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemCreate, &handle, 0, &prop, 0),
+      TIDEPOOL_FAULT_CASE(cuMemRelease, 0),
+      TIDEPOOL_FAULT_CASE(cuMemMap, 0, 0, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemUnmap, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemSetAccess, 0, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuMemGetAllocationGranularity, &size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      TIDEPOOL_FAULT_CASE(cuStreamCreate, &stream, 0xFFu),
+      TIDEPOOL_FAULT_CASE(cuStreamCreateWithPriority, &stream, 0xFFu, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamDestroy_v2, bogus),
+      TIDEPOOL_FAULT_CASE(cuStreamSynchronize, bogus),
+      TIDEPOOL_FAULT_CASE(cuStreamQuery, bogus),
+      TIDEPOOL_FAULT_CASE(cuStreamWaitEvent, bogus, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamIsCapturing, bogus, &status),
+      TIDEPOOL_FAULT_CASE(cuStreamGetFlags, bogus, &u),
+      TIDEPOOL_FAULT_CASE(cuStreamGetCtx, bogus, &ctx),
+      TIDEPOOL_FAULT_CASE(cuStreamGetCtx_v2, bogus, &ctx, &green),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture", BeginCaptureV1, bogus),
+      TIDEPOOL_FAULT_CASE(cuStreamBeginCapture_v2, bogus, CU_STREAM_CAPTURE_MODE_GLOBAL),
+      TIDEPOOL_FAULT_CASE(cuStreamEndCapture, bogus, &graph),
+      TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo", CaptureInfoV1, bogus, &status, &id),
+      TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo_v2", CaptureInfoV2, bogus, &status, &id, &graph, &deps, &size),
+      TIDEPOOL_FAULT_CASE(cuStreamGetCaptureInfo_v3, bogus, &status, &id, &graph, &deps, &edges, &size),
+      TIDEPOOL_FAULT_CASE(cuThreadExchangeStreamCaptureMode, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuLaunchHostFunc, bogus, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuEventCreate, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuEventDestroy_v2, nullptr),
+      TIDEPOOL_FAULT_CASE(cuEventRecord, nullptr, bogus),
+      TIDEPOOL_FAULT_CASE(cuEventQuery, nullptr),
+      TIDEPOOL_FAULT_CASE(cuEventSynchronize, nullptr),
+      TIDEPOOL_FAULT_CASE_T("cuEventElapsedTime", ElapsedTimeV1, &ms, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuEventElapsedTime_v2, &ms, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuFuncGetParamInfo, nullptr, 0, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuLaunchKernel, nullptr, 1, 1, 1, 1, 1, 1, 0, bogus, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemcpy, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyAsync, 0, 0, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemcpyHtoD_v2, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyDtoH_v2, nullptr, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyDtoD_v2, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyHtoDAsync_v2, 0, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemcpyDtoHAsync_v2, nullptr, 0, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemcpyDtoDAsync_v2, 0, 0, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemsetD8_v2, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemsetD8Async, 0, 0, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuPointerGetAttribute, nullptr, CU_POINTER_ATTRIBUTE_CONTEXT, 0),
+      TIDEPOOL_FAULT_CASE(cuPointerGetAttributes, 0, nullptr, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuGetErrorName, CUDA_SUCCESS, &text),
+      TIDEPOOL_FAULT_CASE(cuGetErrorString, CUDA_SUCCESS, &text),
+      TIDEPOOL_FAULT_CASE_T("cuGetProcAddress", GetProcAddressV1, "cuInit", &fn, 12000, 0),
+      TIDEPOOL_FAULT_CASE(cuGetProcAddress_v2, "cuInit", &fn, 12000, 0, nullptr),
+  };
+#undef TIDEPOOL_FAULT_CASE
+#undef TIDEPOOL_FAULT_CASE_T
+  std::set<std::string> covered;
+  for (const auto& [symbol, call] : cases) {
+    covered.insert(symbol);
+    inject(symbol.c_str(), 1, kFault);
+    EXPECT_EQ(call(), kFault) << symbol << " ignores a fault injected under its exported name";
+  }
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);  // should a missed fault have changed it
+  // Every exported driver entry point is in the list above.
+  const std::vector<std::string> exported = exported_driver_symbols();
+  EXPECT_GT(exported.size(), 50u);
+  for (const std::string& symbol : exported) EXPECT_EQ(covered.count(symbol), 1u) << symbol << " is not covered";
+}
+
+TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
+  auto resolve = [&](const char* name, int version) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    EXPECT_EQ(api().getProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS) << name;
+    return fn;
+  };
+  auto exported = [&](const char* symbol) { return ::dlsym(sim_driver().handle(), symbol); };
+  EXPECT_EQ(resolve("cuStreamGetFlags", 12000), exported("cuStreamGetFlags"));
+  EXPECT_EQ(resolve("cuStreamGetCtx", 12000), exported("cuStreamGetCtx"));
+  EXPECT_EQ(resolve("cuStreamGetCtx", 12050), exported("cuStreamGetCtx_v2"));
+  EXPECT_EQ(resolve("cuStreamBeginCapture", 10000), exported("cuStreamBeginCapture"));
+  EXPECT_EQ(resolve("cuStreamBeginCapture", 12000), exported("cuStreamBeginCapture_v2"));
+  EXPECT_EQ(resolve("cuStreamEndCapture", 12000), exported("cuStreamEndCapture"));
+  EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 11000), exported("cuStreamGetCaptureInfo"));
+  EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 12000), exported("cuStreamGetCaptureInfo_v2"));
+  EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 13000), exported("cuStreamGetCaptureInfo_v3"));
+  EXPECT_EQ(resolve("cuThreadExchangeStreamCaptureMode", 12000), exported("cuThreadExchangeStreamCaptureMode"));
+  EXPECT_EQ(resolve("cuGraphDestroy", 12000), exported("cuGraphDestroy"));
+  EXPECT_EQ(resolve("cuEventElapsedTime", 12000), exported("cuEventElapsedTime"));
+  EXPECT_EQ(resolve("cuEventElapsedTime", 12080), exported("cuEventElapsedTime_v2"));
+}
+
+// --- exit ------------------------------------------------------------------------------------------------
+
+// The child of ExitWhileAWorkerWaitsOnAnotherStreamIsClean: this binary run
+// again with TIDEPOOL_SIM_EXIT_CHILD set does this before main, and exits.
+[[maybe_unused]] const bool kExitChild = [] {
+  if (std::getenv("TIDEPOOL_SIM_EXIT_CHILD") == nullptr) return false;
+  alarm(10);  // a hang at exit dies of SIGALRM
+  const driver::Api& api = sim_driver().api();
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUstream waiting = nullptr;
+  CUstream blocked = nullptr;
+  CUevent event = nullptr;
+  // Never opened, and leaked: the blocked worker waits on it through exit.
+  Gate& never = *new Gate;
+  static int cell = 0;
+  if (api.init(0) != CUDA_SUCCESS || api.deviceGet(&device, 0) != CUDA_SUCCESS ||
+      api.devicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS || api.ctxSetCurrent(context) != CUDA_SUCCESS ||
+      api.streamCreate(&waiting, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      api.streamCreate(&blocked, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      api.eventCreate(&event, 0) != CUDA_SUCCESS || launch_gated_write(blocked, &never, &cell, 1) != CUDA_SUCCESS ||
+      api.eventRecord(event, blocked) != CUDA_SUCCESS || api.streamWaitEvent(waiting, event, 0) != CUDA_SUCCESS) {
+    _exit(3);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the waiting worker is now asleep in the sim
+  std::exit(0);  // static destructors run while both workers still wait
+}();
+
+TEST_F(Sim, ExitWhileAWorkerWaitsOnAnotherStreamIsClean) {
+  std::vector<std::string> env_strings{"TIDEPOOL_SIM_EXIT_CHILD=1"};
+  for (char** e = ::environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
 }
 
 TEST(Driver, OpeningAMissingLibraryIsAClearError) {
