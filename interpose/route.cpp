@@ -41,7 +41,7 @@ Route route_allocation(CUstream stream, bool ordered) {
   CUdevice device = 0;
   // No current context: the driver's own answer (CUDA_ERROR_INVALID_CONTEXT).
   if (const CUresult r = Runtime::get().driver()->api().ctxGetDevice(&device); r != CUDA_SUCCESS) {
-    return {nullptr, r, false};
+    return {nullptr, r};
   }
   return route_allocation_on(device, stream, ordered);
 }
@@ -50,19 +50,21 @@ Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
   if (address == 0 || !serving()) return {};
   Runtime& rt = Runtime::get();
   if (runtime::Allocator* owner = rt.owner_of(address)) {
-    // Freeing into the pool now would let later work reuse memory the graph
-    // has yet to touch; the block stays allocated instead.
+    // During capture a stream-ordered free becomes a graph free node, which
+    // the driver accepts only for the graph's own allocations: a pool block
+    // is refused as the driver refuses it, and stays allocated (the program
+    // frees it outside the capture).
     if (ordered && capturing(rt.driver()->api(), stream)) {
-      runtime::log_debug("free of {:#x} during stream capture: kept allocated", address);
-      return {nullptr, CUDA_SUCCESS, true};
+      runtime::log_debug("free of {:#x} during stream capture: not a graph allocation", address);
+      return {nullptr, CUDA_ERROR_INVALID_VALUE};
     }
-    return {owner, CUDA_SUCCESS, false};
+    return {owner, CUDA_SUCCESS};
   }
   // Inside a pool segment but not a live block: a double free or an interior
   // pointer. Nothing changes; the caller hears what the driver would say.
   if (rt.segment_owner_of(address) != nullptr) {
     runtime::log_debug("free of {:#x}: not a live tidepool block", address);
-    return {nullptr, CUDA_ERROR_INVALID_VALUE, false};
+    return {nullptr, CUDA_ERROR_INVALID_VALUE};
   }
   return {};
 }

@@ -20,8 +20,6 @@ struct Route {
   // With no allocator: CUDA_SUCCESS means "forward to the driver", anything
   // else is the caller's answer.
   CUresult error = CUDA_SUCCESS;
-  // A free of a pool block during capture: answered, neither freed nor forwarded.
-  bool keep = false;
 };
 
 // Whether tidepool serves allocations at all (a good configuration and a driver).

@@ -73,10 +73,6 @@ bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, c
 // Frees a pool block. Returns false when the pointer is not tidepool's.
 bool release(void* ptr, cudaStream_t stream, bool ordered, cudaError_t* status) {
   const Route route = route_free(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<CUstream>(stream), ordered);
-  if (route.keep) {
-    *status = cudaSuccess;
-    return true;
-  }
   if (route.allocator == nullptr) {
     if (route.error == CUDA_SUCCESS) return false;
     *status = record(to_cuda_error(route.error));

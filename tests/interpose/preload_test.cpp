@@ -72,9 +72,10 @@ class Preload : public ::testing::Test {
   }
 
   // Runs with and without the preload and checks what must not change.
-  ProgramRun both(const std::string& program, const std::string& mode, ProgramRun* without = nullptr) {
+  ProgramRun both(const std::string& program, const std::string& mode, ProgramRun* without = nullptr,
+                  const char* conf = "") {
     ProgramRun plain = run(program, mode, nullptr);
-    ProgramRun hooked = run(program, mode, "");
+    ProgramRun hooked = run(program, mode, conf);
     EXPECT_EQ(plain.status, 42) << plain.err;
     EXPECT_EQ(hooked.status, plain.status) << hooked.err;
     EXPECT_EQ(hooked.out, plain.out) << "tidepool must never write to the program's stdout";
@@ -119,6 +120,11 @@ TEST_F(Preload, ThreadsOnStreamsOfTheirOwnShareThePool) {
   EXPECT_EQ(r.report.value("allocations", -1), 8 * 300);
   EXPECT_EQ(r.report.value("frees", -1), 8 * 300);
   EXPECT_EQ(r.report.value("live_bytes", -1), 0);
+}
+
+TEST_F(Preload, CudaFreeUnderASideStreamsQueuedWriteIsNotReusedUntilItLands) {
+  const ProgramRun r = both(PROBE_LINKED, "sidestream", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 6);
 }
 
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {

@@ -6,12 +6,17 @@
 //   driver   the driver exports, foreign pointers and stream capture
 //   threads  several threads allocating on streams of their own
 //   fork     allocations on both sides of a fork
+//   sidestream  cuMemFree while a slow kernel on a non-blocking stream (live,
+//            or destroyed) still writes the block; run under a tight budget
+//            so that reuse of the freed pages is forced
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -256,6 +261,56 @@ int fork_route(const char* report_path) {
   return probe::finish("fork");
 }
 
+// A "kernel" that sleeps, then fills its block with 0xAA: a late writer.
+void slow_fill(void** params, void* /*user*/) {
+  const auto address = *static_cast<CUdeviceptr*>(params[0]);
+  const auto size = *static_cast<std::size_t*>(params[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::memset(reinterpret_cast<void*>(address), 0xAA, size);
+}
+
+int sidestream_route() {
+  make_context_current();
+  CUfunction kernel = nullptr;
+  const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&kernel, &slow_fill, nullptr, 2, sizes) == CUDA_SUCCESS);
+  auto launch = [&](CUstream stream, CUdeviceptr address, std::size_t size) {
+    void* params[] = {&address, &size};
+    PROBE_CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  };
+  constexpr std::size_t kBlock = 2 * MiB;
+  CUstream live_side = nullptr;
+  CUstream dying_side = nullptr;
+  PROBE_CHECK(cuStreamCreate(&live_side, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamCreate(&dying_side, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  PROBE_CHECK(cuMemAlloc(&a, kBlock) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAlloc(&b, kBlock) == CUDA_SUCCESS);
+  launch(live_side, a, kBlock);
+  launch(dying_side, b, kBlock);
+  PROBE_CHECK(cuStreamDestroy(dying_side) == CUDA_SUCCESS);  // its write still queued
+  PROBE_CHECK(cuMemFree(a) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(b) == CUDA_SUCCESS);
+  // The budget (device_limit:8MiB under the preload) leaves only the freed
+  // pages for two of these four blocks.
+  std::vector<CUdeviceptr> blocks;
+  for (unsigned i = 0; i < 4; ++i) {
+    CUdeviceptr p = 0;
+    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
+    if (p == 0) continue;
+    fill(p, kBlock, 20 + i);
+    blocks.push_back(p);
+  }
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  for (unsigned i = 0; i < blocks.size(); ++i) {
+    PROBE_CHECK(holds(blocks[i], kBlock, 20 + i));  // a late write would have left 0xAA
+    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
+  }
+  PROBE_CHECK(cuStreamDestroy(live_side) == CUDA_SUCCESS);
+  return probe::finish("sidestream");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -264,6 +319,7 @@ int main(int argc, char** argv) {
   if (mode == "driver") return driver_route();
   if (mode == "threads") return threads_route();
   if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
+  if (mode == "sidestream") return sidestream_route();
   std::fprintf(stderr, "usage: probe_linked runtime|driver|threads|fork [report-path]\n");
   return 2;
 }
