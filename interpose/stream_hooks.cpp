@@ -29,9 +29,7 @@ bool stream_hooks_in_front() {
          real(RTLD_DEFAULT, "dlsym") == reinterpret_cast<void*>(&::dlsym);
 }
 
-__attribute__((constructor)) void register_stream_probe() {
-  runtime::set_interposition_probe(&stream_hooks_in_front);
-}
+__attribute__((constructor)) void register_stream_probe() { runtime::set_interposition_probe(&stream_hooks_in_front); }
 
 void created(CUresult result, const CUstream* stream) {
   if (result == CUDA_SUCCESS && stream != nullptr && serving()) runtime::Runtime::get().stream_created(*stream);

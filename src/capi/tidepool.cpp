@@ -1,10 +1,11 @@
 // The C API of tidepool.h over the runtime: translate, call, translate back.
 // No exception escapes: each entry point catches everything at its boundary.
+#include "tidepool/tidepool.h"
+
 #include <exception>
 #include <limits>
 
 #include "runtime/runtime.hpp"
-#include "tidepool/tidepool.h"
 
 namespace {
 
@@ -69,8 +70,8 @@ tidepool_status release(void* ptr, void* stream, bool ordered) {
   Runtime& runtime = Runtime::get();
   Allocator* owner = runtime.owner_of(reinterpret_cast<std::uintptr_t>(ptr));
   if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
-  return to_c(owner->deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream),
-                                ordered));
+  return to_c(
+      owner->deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream), ordered));
 }
 
 }  // namespace

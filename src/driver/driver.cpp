@@ -46,22 +46,19 @@ util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, Symb
   driver->path_ = path;
   Api& api = driver->api_;
 
-  api.driverGetVersion =
-      reinterpret_cast<decltype(api.driverGetVersion)>(lookup(handle, "cuDriverGetVersion"));
+  api.driverGetVersion = reinterpret_cast<decltype(api.driverGetVersion)>(lookup(handle, "cuDriverGetVersion"));
   if (api.driverGetVersion == nullptr || api.driverGetVersion(&driver->version_) != CUDA_SUCCESS) {
     return util::Status(util::Error::driver_error, "the driver library has no working cuDriverGetVersion");
   }
   const int request_version = std::min(driver->version_, CUDA_VERSION);
 
-  api.getProcAddress =
-      reinterpret_cast<decltype(api.getProcAddress)>(lookup(handle, "cuGetProcAddress_v2"));
+  api.getProcAddress = reinterpret_cast<decltype(api.getProcAddress)>(lookup(handle, "cuGetProcAddress_v2"));
 
   auto resolve = [&](const char* name, const char* symbol) -> void* {
     if (api.getProcAddress != nullptr) {
       void* fn = nullptr;
       CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-      if (api.getProcAddress(name, &fn, request_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) ==
-              CUDA_SUCCESS &&
+      if (api.getProcAddress(name, &fn, request_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&
           found == CU_GET_PROC_ADDRESS_SUCCESS && fn != nullptr) {
         return fn;
       }
@@ -75,10 +72,10 @@ util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, Symb
 
   // Without these nothing tidepool does can work.
   if (api.init == nullptr || api.deviceGet == nullptr || api.deviceGetAttribute == nullptr ||
-      api.devicePrimaryCtxRetain == nullptr || api.ctxGetCurrent == nullptr ||
-      api.ctxSetCurrent == nullptr || api.memAlloc == nullptr || api.memFree == nullptr ||
-      api.memGetInfo == nullptr || api.streamSynchronize == nullptr || api.eventCreate == nullptr ||
-      api.eventRecord == nullptr || api.eventQuery == nullptr) {
+      api.devicePrimaryCtxRetain == nullptr || api.ctxGetCurrent == nullptr || api.ctxSetCurrent == nullptr ||
+      api.memAlloc == nullptr || api.memFree == nullptr || api.memGetInfo == nullptr ||
+      api.streamSynchronize == nullptr || api.eventCreate == nullptr || api.eventRecord == nullptr ||
+      api.eventQuery == nullptr) {
     return util::Status(util::Error::driver_error, "the driver library lacks required entry points");
   }
   return driver;
@@ -91,22 +88,15 @@ Driver::~Driver() {
 
 util::Status check(CUresult result, const char* what) noexcept {
   switch (result) {
-    case CUDA_SUCCESS:
-      return util::Status::success();
-    case CUDA_ERROR_OUT_OF_MEMORY:
-      return {util::Error::out_of_memory, what, result};
-    case CUDA_ERROR_INVALID_VALUE:
-      return {util::Error::invalid_value, what, result};
-    case CUDA_ERROR_INVALID_HANDLE:
-      return {util::Error::invalid_handle, what, result};
-    case CUDA_ERROR_NOT_SUPPORTED:
-      return {util::Error::not_supported, what, result};
+    case CUDA_SUCCESS: return util::Status::success();
+    case CUDA_ERROR_OUT_OF_MEMORY: return {util::Error::out_of_memory, what, result};
+    case CUDA_ERROR_INVALID_VALUE: return {util::Error::invalid_value, what, result};
+    case CUDA_ERROR_INVALID_HANDLE: return {util::Error::invalid_handle, what, result};
+    case CUDA_ERROR_NOT_SUPPORTED: return {util::Error::not_supported, what, result};
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_INVALID_CONTEXT:
-      return {util::Error::not_initialized, what, result};
-    default:
-      return {util::Error::driver_error, what, result};
+    case CUDA_ERROR_INVALID_CONTEXT: return {util::Error::not_initialized, what, result};
+    default: return {util::Error::driver_error, what, result};
   }
 }
 
@@ -122,15 +112,12 @@ util::Result<Capabilities> probe(const Driver& driver, int device) {
     int value = 0;
     return api.deviceGetAttribute(&value, attr, dev) == CUDA_SUCCESS ? value : 0;
   };
-  const bool vmm_entries = api.memAddressReserve != nullptr && api.memCreate != nullptr &&
-                           api.memMap != nullptr && api.memUnmap != nullptr &&
-                           api.memSetAccess != nullptr && api.memRelease != nullptr &&
-                           api.memAddressFree != nullptr &&
-                           api.memGetAllocationGranularity != nullptr;
+  const bool vmm_entries = api.memAddressReserve != nullptr && api.memCreate != nullptr && api.memMap != nullptr &&
+                           api.memUnmap != nullptr && api.memSetAccess != nullptr && api.memRelease != nullptr &&
+                           api.memAddressFree != nullptr && api.memGetAllocationGranularity != nullptr;
   caps.vmm = vmm_entries && attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
   caps.host_vmm = caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
-  caps.host_numa_vmm =
-      caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+  caps.host_numa_vmm = caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
   {
     int numa = -1;
     if (api.deviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) == CUDA_SUCCESS) {
@@ -144,8 +131,7 @@ util::Result<Capabilities> probe(const Driver& driver, int device) {
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     std::size_t granularity = 0;
-    if (api.memGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
-            CUDA_SUCCESS &&
+    if (api.memGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS &&
         granularity != 0) {
       caps.granularity = granularity;
     } else {

@@ -16,9 +16,9 @@ struct Segment;
 
 struct Block {
   std::uintptr_t address = 0;
-  std::size_t size = 0;          // bytes of the range, a multiple of 512
-  std::size_t requested = 0;     // bytes the user asked for; 0 while free
-  Block* prev = nullptr;         // address neighbour in the same segment
+  std::size_t size = 0;       // bytes of the range, a multiple of 512
+  std::size_t requested = 0;  // bytes the user asked for; 0 while free
+  Block* prev = nullptr;      // address neighbour in the same segment
   Block* next = nullptr;
   Segment* segment = nullptr;
   std::uintptr_t stream = 0;     // stream key of the last free with work pending, or kNoPendingWork

@@ -20,8 +20,8 @@ bool capturing(const driver::Api& api, CUstream stream) {
 
 }  // namespace
 
-DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry,
-                             EventCache& events, std::size_t batch)
+DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events,
+                             std::size_t batch)
     : api_(api), context_(context), registry_(registry), events_(events), batch_(std::max<std::size_t>(batch, 1)) {
   blocks_.reserve(batch_ * 4);
 }

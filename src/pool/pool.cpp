@@ -148,8 +148,7 @@ Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, boo
   }
 }
 
-Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered,
-                          util::Status* error) {
+Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
   Arena& arena = arenas_[arena_id];
 
   // The common case: a cached block, backed, same stream.
@@ -178,7 +177,8 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
       case 3: {  // stitch: unmap idle pages elsewhere and back this range with them
         if (!space_.uses_vmm() || no_fit) continue;
         const std::size_t short_by = pages_short_;
-        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_, true, kNoPendingWork) < short_by) continue;
+        if (short_by == 0 || reclaim_idle_pages(short_by, keep_begin_, keep_end_, true, kNoPendingWork) < short_by)
+          continue;
         break;
       }
       case 4:  // without VMM: give back empty chunks and retry with a new one

@@ -75,26 +75,26 @@ struct Segment {
 
 struct PoolOptions {
   std::string policy = "best_fit";
-  std::size_t small_size = util::MiB;       // requests up to this go to the small arena
-  std::size_t small_alignment = 512;        // small requests round to this
+  std::size_t small_size = util::MiB;           // requests up to this go to the small arena
+  std::size_t small_alignment = 512;            // small requests round to this
   std::size_t large_alignment = 4 * util::KiB;  // large requests round to this: no slivers
-  std::size_t segment_bytes = 0;            // VA per segment; 0: twice the device limit
-  std::size_t deferred_batch = 256;         // deferred frees per fence
-  bool stitch_before_grow = true;           // reuse idle pages before creating new ones
+  std::size_t segment_bytes = 0;                // VA per segment; 0: twice the device limit
+  std::size_t deferred_batch = 256;             // deferred frees per fence
+  bool stitch_before_grow = true;               // reuse idle pages before creating new ones
 };
 
 struct PoolStats {
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
-  std::uint64_t live_bytes = 0;           // requested bytes in live blocks
+  std::uint64_t live_bytes = 0;  // requested bytes in live blocks
   std::uint64_t peak_live_bytes = 0;
-  std::uint64_t handed_out_bytes = 0;     // block bytes in live blocks
-  std::uint64_t reserved_bytes = 0;       // physical device bytes held
+  std::uint64_t handed_out_bytes = 0;  // block bytes in live blocks
+  std::uint64_t reserved_bytes = 0;    // physical device bytes held
   std::uint64_t peak_reserved_bytes = 0;
-  std::uint64_t spare_bytes = 0;          // physical bytes held but unmapped
-  std::uint64_t free_bytes = 0;           // reserved bytes not under live blocks
-  std::uint64_t largest_free_block = 0;   // largest allocation servable without new memory
-  std::uint64_t deferred_bytes = 0;       // freed, waiting for their fence
+  std::uint64_t spare_bytes = 0;         // physical bytes held but unmapped
+  std::uint64_t free_bytes = 0;          // reserved bytes not under live blocks
+  std::uint64_t largest_free_block = 0;  // largest allocation servable without new memory
+  std::uint64_t deferred_bytes = 0;      // freed, waiting for their fence
   std::uint64_t ooms = 0;
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
@@ -108,9 +108,9 @@ struct PoolStats {
                                     : static_cast<double>(peak_live_bytes) / static_cast<double>(peak_reserved_bytes);
   }
   [[nodiscard]] double external_fragmentation() const noexcept {
-    return free_bytes == 0 ? 0.0
-                           : 1.0 - static_cast<double>(std::min(largest_free_block, free_bytes)) /
-                                       static_cast<double>(free_bytes);
+    return free_bytes == 0
+               ? 0.0
+               : 1.0 - static_cast<double>(std::min(largest_free_block, free_bytes)) / static_cast<double>(free_bytes);
   }
 };
 
@@ -180,16 +180,15 @@ class Pool {
   };
   // Pending-work bookkeeping of one stream key (see stream_key()).
   struct StreamState {
-    CUevent event = nullptr;            // recorded after frees up to recorded_epoch
+    CUevent event = nullptr;  // recorded after frees up to recorded_epoch
     std::uint64_t recorded_epoch = 0;
-    std::uint64_t finished_epoch = 0;   // frees up to this epoch are known finished
+    std::uint64_t finished_epoch = 0;  // frees up to this epoch are known finished
   };
 
   Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
-  Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered,
-                         util::Status* error);
+  Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   // try_place, again while the chosen block's pending work cannot be fenced.
   Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
@@ -237,21 +236,21 @@ class Pool {
   BlockStore blocks_;
   util::AddressMap<Block> live_;
   EventCache events_;
-  DeferredFrees deferred_;                 // cudaFree-semantics frees awaiting a fence
+  DeferredFrees deferred_;                                   // cudaFree-semantics frees awaiting a fence
   std::unordered_map<std::uintptr_t, StreamState> streams_;  // by stream key
-  std::uintptr_t last_key_ = kNoPendingWork;  // a one-entry cache in front of streams_
+  std::uintptr_t last_key_ = kNoPendingWork;                 // a one-entry cache in front of streams_
   StreamState* last_state_ = nullptr;
-  std::uint64_t epoch_ = 0;                // counts stream-ordered frees
-  std::uint64_t synchronized_epoch_ = 0;   // frees up to this epoch are known finished everywhere
+  std::uint64_t epoch_ = 0;               // counts stream-ordered frees
+  std::uint64_t synchronized_epoch_ = 0;  // frees up to this epoch are known finished everywhere
   std::uint64_t next_buffer_id_ = 0;
-  std::uint64_t buffer_id_base_ = 0;       // this pool's share of the process-wide id space
+  std::uint64_t buffer_id_base_ = 0;  // this pool's share of the process-wide id space
   std::uint64_t sequence_ = 0;
   bool unsynchronized_async_frees_ = false;
   // Set by try_place: no free block was large enough; the chosen block's
   // pending work could not be fenced (it went to unsafe_).
   bool no_fit_ = false;
   bool fence_failed_ = false;
-  std::vector<Block*> unsafe_;             // set aside during one allocation
+  std::vector<Block*> unsafe_;  // set aside during one allocation
   // Set by try_place when backing failed for lack of pages: how many more
   // pages the chosen range needs, and the range, which reclaiming must spare.
   std::size_t pages_short_ = 0;

@@ -77,7 +77,8 @@ void Runtime::stream_destroying(CUstream stream) {
   if (streams_ == nullptr) return;
   streams_->destroying(stream);
   for (auto& slot : allocators_) {
-    if (Allocator* a = slot.load(std::memory_order_acquire)) a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
+    if (Allocator* a = slot.load(std::memory_order_acquire))
+      a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
   }
 }
 

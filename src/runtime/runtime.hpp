@@ -97,7 +97,7 @@ class Runtime {
   Config config_;
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
-  std::unique_ptr<TraceRecorder> trace_;  // outlives the allocators: ~Runtime deletes them first
+  std::unique_ptr<TraceRecorder> trace_;           // outlives the allocators: ~Runtime deletes them first
   std::unique_ptr<pool::StreamRegistry> streams_;  // likewise
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};

@@ -385,8 +385,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
   // Back to an inaccessible reservation at the same addresses.
-  ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-         0);
+  ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   for (auto it : pieces) {
     Physical* physical = it->second.physical;
     s.mappings.erase(it);
@@ -463,9 +462,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = kind == AllocationKind::host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      *static_cast<CUdeviceptr*>(data) = ptr;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       if (kind != AllocationKind::host) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
@@ -473,23 +470,14 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = static_cast<CUdeviceptr>(base);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<std::size_t*>(data) = size;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = device;
-      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = size; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = device; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *static_cast<unsigned*>(data) = kind == AllocationKind::managed ? 1 : 0;
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-      *static_cast<unsigned*>(data) = 1;
-      return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = base;
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
 }
 

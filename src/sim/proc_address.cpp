@@ -22,13 +22,15 @@ namespace {
 
 struct ProcEntry {
   const char* name;
-  int since;       // the CUDA version this variant belongs to
-  bool per_thread; // the _ptsz/_ptds variant
+  int since;        // the CUDA version this variant belongs to
+  bool per_thread;  // the _ptsz/_ptds variant
   void* fn;
 };
 
-#define TIDEPOOL_SIM_PROC(name, since, fn) {name, since, false, reinterpret_cast<void*>(&fn)}
-#define TIDEPOOL_SIM_PROC_PT(name, since, fn) {name, since, true, reinterpret_cast<void*>(&fn)}
+#define TIDEPOOL_SIM_PROC(name, since, fn) \
+  { name, since, false, reinterpret_cast<void*>(&fn) }
+#define TIDEPOOL_SIM_PROC_PT(name, since, fn) \
+  { name, since, true, reinterpret_cast<void*>(&fn) }
 
 const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuInit", 2000, cuInit),
@@ -113,7 +115,8 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuGetProcAddress", 11030, cuGetProcAddress),
 };
 
-CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+CUresult resolve(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                 CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;

@@ -177,20 +177,20 @@ struct State {
   std::size_t granularity = 0;
   std::size_t device_used = 0;
   std::size_t host_used = 0;
-  std::vector<std::unique_ptr<Context>> contexts;                  // primary context per device
-  std::map<std::uintptr_t, Allocation> allocations;               // cuMemAlloc / host allocations by base
-  std::map<std::uintptr_t, std::size_t> reservations;             // VA reservations by base
-  std::map<std::uintptr_t, Mapping> mappings;                     // VMM mappings by base
+  std::vector<std::unique_ptr<Context>> contexts;      // primary context per device
+  std::map<std::uintptr_t, Allocation> allocations;    // cuMemAlloc / host allocations by base
+  std::map<std::uintptr_t, std::size_t> reservations;  // VA reservations by base
+  std::map<std::uintptr_t, Mapping> mappings;          // VMM mappings by base
   std::unordered_map<Physical*, std::unique_ptr<Physical>> physicals;
-  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;   // created streams (and per-thread ones)
+  std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // created streams (and per-thread ones)
   // Destroyed streams whose queued work has yet to finish: the driver
   // returns from cuStreamDestroy at once, yet a context synchronisation and
   // the legacy stream (for blocking streams) still wait for that work.
   std::vector<std::shared_ptr<Stream>> retiring;
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
-  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;      // ended captures' graphs
-  std::vector<std::shared_ptr<Capture>> captures;                 // capture sequences in progress
+  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;  // ended captures' graphs
+  std::vector<std::shared_ptr<Capture>> captures;             // capture sequences in progress
   std::uint64_t next_capture_id = 0;
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, std::uint64_t> calls;

@@ -31,8 +31,8 @@ size_t tidepool_sim_device_bytes_in_use(void);
 size_t tidepool_sim_host_bytes_in_use(void);
 
 /* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */
-CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data,
-                                      size_t num_params, const size_t* param_sizes);
+CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data, size_t num_params,
+                                      const size_t* param_sizes);
 
 /* Counts of calls made to `name` since the process started. */
 uint64_t tidepool_sim_call_count(const char* name);

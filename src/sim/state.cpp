@@ -27,14 +27,22 @@ std::size_t parse_bytes(const char* text, std::size_t fallback) {
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   double scale = 1;
-  if (unit == "KiB" || unit == "K") scale = 1024.0;
-  else if (unit == "MiB" || unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (!unit.empty() && unit != "B") return fallback;
+  if (unit == "KiB" || unit == "K")
+    scale = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
+  else if (!unit.empty() && unit != "B")
+    return fallback;
   return static_cast<std::size_t>(value * scale);
 }
 
@@ -202,9 +210,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
-      *value = 1;
-      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = 0; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; return CUDA_SUCCESS;

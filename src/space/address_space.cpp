@@ -17,15 +17,13 @@ constexpr std::size_t kFallbackPageSize = 2 * util::MiB;
 
 }  // namespace
 
-util::Result<std::unique_ptr<AddressSpace>> AddressSpace::create(const driver::Driver& driver,
-                                                                 const Options& options) {
+util::Result<std::unique_ptr<AddressSpace>> AddressSpace::create(const driver::Driver& driver, const Options& options) {
   auto caps = driver::probe(driver, options.device);
   if (!caps) return caps.status();
   return std::unique_ptr<AddressSpace>(new AddressSpace(driver, options, caps.value()));
 }
 
-AddressSpace::AddressSpace(const driver::Driver& driver, const Options& options,
-                           const driver::Capabilities& caps)
+AddressSpace::AddressSpace(const driver::Driver& driver, const Options& options, const driver::Capabilities& caps)
     : driver_(driver),
       api_(driver.api()),
       caps_(caps),
@@ -50,8 +48,7 @@ util::Result<Reservation*> AddressSpace::reserve(std::size_t bytes) {
   const std::size_t size = util::round_up(std::max<std::size_t>(bytes, 1), page_size_);
   CUdeviceptr base = 0;
   if (vmm_) {
-    if (auto s = driver::check(api_.memAddressReserve(&base, size, page_size_, 0, 0), "cuMemAddressReserve");
-        !s) {
+    if (auto s = driver::check(api_.memAddressReserve(&base, size, page_size_, 0, 0), "cuMemAddressReserve"); !s) {
       return s;
     }
     reservations_.push_back(std::make_unique<Reservation>(base, size, page_size_, false));
@@ -69,8 +66,8 @@ util::Result<Reservation*> AddressSpace::reserve(std::size_t bytes) {
 }
 
 util::Status AddressSpace::unreserve(Reservation* r) {
-  auto it = std::find_if(reservations_.begin(), reservations_.end(),
-                         [r](const auto& owned) { return owned.get() == r; });
+  auto it =
+      std::find_if(reservations_.begin(), reservations_.end(), [r](const auto& owned) { return owned.get() == r; });
   if (it == reservations_.end()) return {util::Error::invalid_value, "unknown reservation"};
   util::Status result;
   if (r->is_chunk()) {
@@ -82,8 +79,7 @@ util::Status AddressSpace::unreserve(Reservation* r) {
       if (r->page(p).residency == Residency::unmapped) continue;
       if (auto s = unback(*r, p, 1); !s && result.ok()) result = s;
     }
-    if (auto s = driver::check(api_.memAddressFree(r->base(), r->size()), "cuMemAddressFree");
-        !s && result.ok()) {
+    if (auto s = driver::check(api_.memAddressFree(r->base(), r->size()), "cuMemAddressFree"); !s && result.ok()) {
       result = s;
     }
   }

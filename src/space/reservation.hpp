@@ -29,8 +29,7 @@ struct PageEntry {
 class Reservation {
  public:
   Reservation(std::uintptr_t base, std::size_t size, std::size_t page_size, bool backed_by_chunk)
-      : base_(base), size_(size), page_size_(page_size), chunk_(backed_by_chunk),
-        pages_(size / page_size) {
+      : base_(base), size_(size), page_size_(page_size), chunk_(backed_by_chunk), pages_(size / page_size) {
     if (chunk_) {
       for (PageEntry& p : pages_) p.residency = Residency::device;
     }
@@ -47,12 +46,8 @@ class Reservation {
     return address >= base_ && address < base_ + size_;
   }
 
-  [[nodiscard]] std::size_t page_of(std::uintptr_t address) const noexcept {
-    return (address - base_) / page_size_;
-  }
-  [[nodiscard]] std::uintptr_t page_address(std::size_t page) const noexcept {
-    return base_ + page * page_size_;
-  }
+  [[nodiscard]] std::size_t page_of(std::uintptr_t address) const noexcept { return (address - base_) / page_size_; }
+  [[nodiscard]] std::uintptr_t page_address(std::size_t page) const noexcept { return base_ + page * page_size_; }
   [[nodiscard]] const PageEntry& page(std::size_t index) const noexcept { return pages_[index]; }
   PageEntry& page(std::size_t index) noexcept { return pages_[index]; }
   // One past the highest page ever mapped: pages from here on are unmapped,

@@ -15,16 +15,16 @@ namespace tidepool::util {
 
 enum class Error : std::uint8_t {
   ok = 0,
-  out_of_memory,      // the device, the budget or the host could not supply the bytes
-  invalid_value,      // a bad argument: unknown pointer, double free, zero size where not allowed
-  invalid_handle,     // a stream or event handle the driver does not know (destroyed, bogus)
-  not_supported,      // the driver or device lacks a capability
-  not_initialized,    // used before initialisation succeeded
-  driver_missing,     // libcuda.so.1 (or the configured path) could not be opened
-  driver_error,       // the driver returned an error not mapped to one of the above
-  bad_config,         // TIDEPOOL_CONF or an option value could not be parsed
-  bad_input,          // malformed external data (a trace line, a snapshot)
-  io_error,           // a file could not be read or written
+  out_of_memory,    // the device, the budget or the host could not supply the bytes
+  invalid_value,    // a bad argument: unknown pointer, double free, zero size where not allowed
+  invalid_handle,   // a stream or event handle the driver does not know (destroyed, bogus)
+  not_supported,    // the driver or device lacks a capability
+  not_initialized,  // used before initialisation succeeded
+  driver_missing,   // libcuda.so.1 (or the configured path) could not be opened
+  driver_error,     // the driver returned an error not mapped to one of the above
+  bad_config,       // TIDEPOOL_CONF or an option value could not be parsed
+  bad_input,        // malformed external data (a trace line, a snapshot)
+  io_error,         // a file could not be read or written
 };
 
 const char* error_name(Error error) noexcept;
@@ -53,14 +53,12 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}                       // NOLINT(google-explicit-constructor)
-  Result(Status status) : state_(status) {}                           // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status) : state_(status) {}      // NOLINT(google-explicit-constructor)
 
   [[nodiscard]] bool ok() const noexcept { return std::holds_alternative<T>(state_); }
   explicit operator bool() const noexcept { return ok(); }
-  [[nodiscard]] Status status() const noexcept {
-    return ok() ? Status::success() : std::get<Status>(state_);
-  }
+  [[nodiscard]] Status status() const noexcept { return ok() ? Status::success() : std::get<Status>(state_); }
   T& value() & { return std::get<T>(state_); }
   const T& value() const& { return std::get<T>(state_); }
   T&& value() && { return std::get<T>(std::move(state_)); }

@@ -101,8 +101,8 @@ TEST(StreamSafetyProperty, RandomWorkloadNeverTouchesALiveBlockWithAnOldOwnersWo
         ASSERT_EQ(api.launchHostFunc(streams[writer], &sleep_briefly, nullptr), CUDA_SUCCESS);
         ASSERT_EQ(api.memsetD8Async(block.address, block.pattern, block.size, streams[writer]), CUDA_SUCCESS);
         const bool ordered = block.ordered && rng() % 4 != 0;
-        ASSERT_TRUE(allocator.deallocate(block.address, reinterpret_cast<std::uintptr_t>(streams[writer]), ordered)
-                        .ok());
+        ASSERT_TRUE(
+            allocator.deallocate(block.address, reinterpret_cast<std::uintptr_t>(streams[writer]), ordered).ok());
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
       } else if (roll < 92) {
         // Destroy a created stream with its work still queued, and replace it.

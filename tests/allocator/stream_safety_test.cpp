@@ -198,8 +198,7 @@ TEST_F(StreamSafety, ThePerThreadDefaultStreamIsAStreamPerThread) {
     auto block = allocator_->allocate(4096, per_thread, true);
     ASSERT_TRUE(block.ok());
     freed = block.value();
-    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1),
-              CUDA_SUCCESS);
+    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1), CUDA_SUCCESS);
     ASSERT_TRUE(allocator_->deallocate(freed, per_thread, true).ok());
   });
   first.join();
@@ -234,8 +233,7 @@ TEST_F(StreamSafety, APerThreadFreeIsFencedForACudaMallocOnAnotherThread) {
     ASSERT_TRUE(block.ok());
     freed = block.value();
     std::memset(reinterpret_cast<void*>(freed), 0, 4096);
-    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1),
-              CUDA_SUCCESS);
+    ASSERT_EQ(testing::launch_gated_write(CU_STREAM_PER_THREAD, &gate, reinterpret_cast<int*>(freed), 1), CUDA_SUCCESS);
     ASSERT_TRUE(allocator_->deallocate(freed, per_thread, true).ok());
   });
   first.join();

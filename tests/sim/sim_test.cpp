@@ -1134,10 +1134,14 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
   const CUgraphEdgeData* edges = nullptr;
   float ms = 0;
   const CUcontext context = context_;
-#define TIDEPOOL_FAULT_CASE(symbol, ...) \
-  {#symbol, [&] { return entry<decltype(&::symbol)>(#symbol)(__VA_ARGS__); }}
-#define TIDEPOOL_FAULT_CASE_T(symbol, type, ...) \
-  {symbol, [&] { return entry<type>(symbol)(__VA_ARGS__); }}
+#define TIDEPOOL_FAULT_CASE(symbol, ...)                                      \
+  {                                                                           \
+#symbol, [&] { return entry<decltype(&::symbol)>(#symbol)(__VA_ARGS__); } \
+  }
+#define TIDEPOOL_FAULT_CASE_T(symbol, type, ...)             \
+  {                                                          \
+    symbol, [&] { return entry<type>(symbol)(__VA_ARGS__); } \
+  }
   const std::vector<std::pair<std::string, std::function<CUresult()>>> cases = {
       TIDEPOOL_FAULT_CASE(cuInit, 0),
       TIDEPOOL_FAULT_CASE(cuDriverGetVersion, &i),
@@ -1283,7 +1287,7 @@ TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
     _exit(3);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the waiting worker is now asleep in the sim
-  std::exit(0);  // static destructors run while both workers still wait
+  std::exit(0);                                                // static destructors run while both workers still wait
 }();
 
 TEST_F(Sim, ExitWhileAWorkerWaitsOnAnotherStreamIsClean) {
