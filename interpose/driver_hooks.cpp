@@ -23,7 +23,7 @@ CUresult allocate(CUdeviceptr* dptr, std::size_t size, CUstream stream, bool ord
     *forward = route.error == CUDA_SUCCESS;
     return route.error;
   }
-  auto result = route.allocator->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  auto result = allocate_on(*route.allocator, size, stream, ordered);
   if (!result) return to_curesult(result.status());
   *dptr = static_cast<CUdeviceptr>(result.value());
   return CUDA_SUCCESS;

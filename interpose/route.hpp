@@ -28,6 +28,10 @@ bool serving();
 Route route_allocation(CUstream stream, bool ordered);
 // An allocation on `device` (the runtime API's current device).
 Route route_allocation_on(int device, CUstream stream, bool ordered);
+// Allocates from `allocator`, or from the pool of the stream's device when
+// `stream` belongs to another device.
+util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream,
+                                         bool ordered);
 // A free of `address`.
 Route route_free(std::uintptr_t address, CUstream stream, bool ordered);
 // The pool of the current context's device, or null.

@@ -60,7 +60,7 @@ bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, c
     *status = record(to_cuda_error(route.error));
     return true;
   }
-  auto result = route.allocator->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  auto result = allocate_on(*route.allocator, size, reinterpret_cast<CUstream>(stream), ordered);
   if (!result) {
     *status = record(to_cuda_error(result.status()));
     return true;

@@ -16,6 +16,7 @@ inline CUresult to_curesult(const util::Status& s) {
     case util::Error::invalid_value:
     case util::Error::bad_input: return CUDA_ERROR_INVALID_VALUE;
     case util::Error::invalid_handle: return CUDA_ERROR_INVALID_HANDLE;
+    case util::Error::other_device: return CUDA_ERROR_INVALID_CONTEXT;
     case util::Error::not_supported: return CUDA_ERROR_NOT_SUPPORTED;
     case util::Error::not_initialized:
     case util::Error::driver_missing: return CUDA_ERROR_NOT_INITIALIZED;
@@ -30,6 +31,7 @@ inline cudaError_t to_cuda_error(const util::Status& s) {
     case util::Error::invalid_value:
     case util::Error::bad_input: return cudaErrorInvalidValue;
     case util::Error::invalid_handle: return cudaErrorInvalidResourceHandle;
+    case util::Error::other_device: return cudaErrorInvalidDevice;
     case util::Error::not_supported: return cudaErrorNotSupported;
     case util::Error::not_initialized:
     case util::Error::driver_missing: return cudaErrorInitializationError;

@@ -19,7 +19,8 @@ tidepool_status to_c(const Status& status) {
     case Error::ok: return TIDEPOOL_OK;
     case Error::out_of_memory: return TIDEPOOL_ERROR_OUT_OF_MEMORY;
     case Error::invalid_value:
-    case Error::invalid_handle: return TIDEPOOL_ERROR_INVALID_VALUE;
+    case Error::invalid_handle:
+    case Error::other_device: return TIDEPOOL_ERROR_INVALID_VALUE;
     case Error::not_supported: return TIDEPOOL_ERROR_NOT_SUPPORTED;
     case Error::not_initialized:
     case Error::driver_missing: return TIDEPOOL_ERROR_NOT_INITIALIZED;

@@ -294,23 +294,29 @@ Block* Pool::carve(Arena& arena, Block* chosen, std::size_t rounded, const Reque
 // --- streams ----------------------------------------------------------------------
 
 util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
-  if (key == last_key_) return last_state_;
-  auto it = streams_.find(key);
-  if (it == streams_.end()) {
-    // First sight of a handle: the driver says whether it names a stream.
-    if (key != 0 && !is_per_thread_key(key) && api_.streamGetCtx != nullptr) {
-      CUcontext owner = nullptr;
-      CUgreenCtx green = nullptr;
-      const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner, &green);
-      if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
-        return util::Status(util::Error::invalid_handle, "not a live stream", r);
+  StreamState* state = last_state_;
+  if (key != last_key_) {
+    auto it = streams_.find(key);
+    if (it == streams_.end()) {
+      // First sight of a handle: the driver says whether it names a stream,
+      // and of which context.
+      StreamState fresh;
+      if (key != 0 && !is_per_thread_key(key) && api_.streamGetCtx != nullptr) {
+        CUcontext owner = nullptr;
+        CUgreenCtx green = nullptr;
+        const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner, &green);
+        if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+          return util::Status(util::Error::invalid_handle, "not a live stream", r);
+        }
+        fresh.other_context = r == CUDA_SUCCESS && owner != nullptr && owner != context_;
       }
+      it = streams_.emplace(key, fresh).first;
     }
-    it = streams_.emplace(key, StreamState{}).first;
+    last_key_ = key;
+    last_state_ = state = &it->second;
   }
-  last_key_ = key;
-  last_state_ = &it->second;
-  return last_state_;
+  if (state->other_context) return util::Status(util::Error::other_device, "a stream of another device");
+  return state;
 }
 
 bool Pool::settle(Block* block) {
@@ -439,8 +445,16 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   if (block == nullptr) {
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
+  bool settled = false;  // a free on another device's stream, waited for here
   if (ordered) {
-    if (auto known = known_stream(key); !known) return known.status();
+    if (auto known = known_stream(key); !known) {
+      if (known.status().error() != util::Error::other_device) return known.status();
+      driver::ScopedContext scope(api_, context_);
+      if (auto s = driver::check(api_.streamSynchronize(reinterpret_cast<CUstream>(key)), "cuStreamSynchronize"); !s) {
+        return s;
+      }
+      settled = true;
+    }
   }
   live_.erase(address);
   stats_.frees++;
@@ -448,6 +462,11 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   stats_.handed_out_bytes -= block->size;
   block->requested = 0;
   block->buffer_id = 0;
+  if (settled) {
+    block->stream = kNoPendingWork;
+    release_to_index(arena_of(block), block);
+    return util::Status::success();
+  }
   if (ordered) {
     block->stream = key;
     block->free_epoch = ++epoch_;

@@ -140,7 +140,9 @@ class Pool {
   // Frees a block this pool returned. `ordered`: stream-ordered on `stream`;
   // else cudaFree semantics. A pointer that is not the start of a live block
   // is invalid_value, a stream the driver does not know invalid_handle; both
-  // change nothing.
+  // change nothing. A stream of another device is waited for on the host
+  // before the block goes back (rare: the pool cannot fence it), and
+  // allocate() on one is other_device: that device's pool serves it.
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
   // `stream` is about to be destroyed (the registry has fenced it already):
   // blocks still pending on it wait with the cudaFree frees.
@@ -183,6 +185,7 @@ class Pool {
     CUevent event = nullptr;  // recorded after frees up to recorded_epoch
     std::uint64_t recorded_epoch = 0;
     std::uint64_t finished_epoch = 0;  // frees up to this epoch are known finished
+    bool other_context = false;        // a stream of another device: not ours to fence
   };
 
   Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "driver/context.hpp"
+
 namespace tidepool::runtime {
 
 namespace {
@@ -67,6 +69,23 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
 
 Runtime::~Runtime() {
   for (auto& slot : allocators_) delete slot.exchange(nullptr);
+}
+
+Allocator* Runtime::allocator_of_stream(CUstream stream) {
+  if (driver_ == nullptr) return nullptr;
+  const driver::Api& api = driver_->api();
+  CUcontext context = nullptr;
+  CUgreenCtx green = nullptr;
+  if (api.streamGetCtx == nullptr || api.streamGetCtx(stream, &context, &green) != CUDA_SUCCESS || context == nullptr) {
+    return nullptr;
+  }
+  CUdevice device = -1;
+  {
+    driver::ScopedContext scope(api, context);
+    if (api.ctxGetDevice(&device) != CUDA_SUCCESS) return nullptr;
+  }
+  Allocator* owner = allocator(device);
+  return owner != nullptr && owner->context() == context ? owner : nullptr;
 }
 
 void Runtime::stream_created(CUstream stream) {

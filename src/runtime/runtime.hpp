@@ -68,6 +68,9 @@ class Runtime {
   // The allocator of `device`, creating it on first use. Null in pass-through
   // mode, for a device out of range, or when creation failed (logged once).
   Allocator* allocator(int device);
+  // The allocator of the device whose context `stream` belongs to, or null
+  // (cuMemAllocAsync takes memory from the stream's device).
+  Allocator* allocator_of_stream(CUstream stream);
   // The allocator that owns `address` (a live block's start), or null.
   Allocator* owner_of(std::uintptr_t address);
   // The allocator whose segments contain `address`, live or not, or null.

@@ -9,6 +9,7 @@ const char* error_name(Error error) noexcept {
     case Error::out_of_memory: return "out of memory";
     case Error::invalid_value: return "invalid value";
     case Error::invalid_handle: return "invalid handle";
+    case Error::other_device: return "stream of another device";
     case Error::not_supported: return "not supported";
     case Error::not_initialized: return "not initialized";
     case Error::driver_missing: return "driver missing";

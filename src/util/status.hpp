@@ -18,6 +18,7 @@ enum class Error : std::uint8_t {
   out_of_memory,    // the device, the budget or the host could not supply the bytes
   invalid_value,    // a bad argument: unknown pointer, double free, zero size where not allowed
   invalid_handle,   // a stream or event handle the driver does not know (destroyed, bogus)
+  other_device,     // a stream of another device's context: that device's pool serves it
   not_supported,    // the driver or device lacks a capability
   not_initialized,  // used before initialisation succeeded
   driver_missing,   // libcuda.so.1 (or the configured path) could not be opened

@@ -19,6 +19,14 @@ namespace {
 
 using util::MiB;
 
+// Two simulated devices unless the environment says otherwise, for the test
+// of a stream of another device. Runs before main, before the sim reads its
+// environment.
+[[maybe_unused]] const bool kTwoDevices = [] {
+  ::setenv("TIDEPOOL_SIM_DEVICES", "2", 0);
+  return true;
+}();
+
 // An allocator whose registry is fed by the test, as the preload's hooks feed
 // the runtime's, and known complete.
 std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
@@ -373,6 +381,44 @@ TEST_F(StreamSafety, PointerQueriesAnswerOnlyForLiveAllocationsWithUniqueBufferI
   ASSERT_TRUE(allocator_->pool().find_containing(b.value(), &base, &size, &id_b));
   EXPECT_NE(id_a, id_b) << "a reused address repeated its buffer id";
   EXPECT_TRUE(allocator_->deallocate(b.value(), 0, true).ok());
+}
+
+TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
+  int devices = 0;
+  ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);
+  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  CUdevice other_device = 0;
+  CUcontext other = nullptr;
+  ASSERT_EQ(api().deviceGet(&other_device, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRetain(&other, other_device), CUDA_SUCCESS);
+  CUstream foreign = nullptr;
+  {
+    driver::ScopedContext there(api(), other);
+    ASSERT_EQ(api().streamCreate(&foreign, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  }
+  const auto key = reinterpret_cast<std::uintptr_t>(foreign);
+  // cuMemAllocAsync takes memory from the stream's device: not this pool's.
+  auto refused = allocator_->allocate(4096, key, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().error(), util::Error::other_device);
+  // A free ordered on it waits for that stream's work before reuse.
+  auto block = allocator_->allocate(4096, 0, false);
+  ASSERT_TRUE(block.ok());
+  testing::Gate gate;
+  {
+    driver::ScopedContext there(api(), other);
+    ASSERT_EQ(testing::launch_gated_write(foreign, &gate, reinterpret_cast<int*>(block.value()), 1), CUDA_SUCCESS);
+  }
+  std::thread opener = open_later(gate);
+  ASSERT_TRUE(allocator_->deallocate(block.value(), key, true).ok());
+  const int seen = *reinterpret_cast<int*>(block.value());
+  opener.join();
+  EXPECT_EQ(seen, 1) << "the free returned before the other device's stream finished with the block";
+  {
+    driver::ScopedContext there(api(), other);
+    EXPECT_EQ(api().streamDestroy(foreign), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
 }
 
 TEST_F(StreamSafety, TheCachedSameStreamPairMakesNoDriverCall) {
