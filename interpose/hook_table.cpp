@@ -21,6 +21,7 @@ const HookRow kDriverHooks[] = {
     TIDEPOOL_DRIVER_HOOKS(TIDEPOOL_HOOK_ROW)
     // cuda.h renames cuGetProcAddress to its _v2; both ABI names are hooked.
     {"cuGetProcAddress", reinterpret_cast<void*>(&::tidepool_cuGetProcAddress_v1)},
+    {"cuStreamDestroy", reinterpret_cast<void*>(&::tidepool_cuStreamDestroy_v1)},
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
 };
 #undef TIDEPOOL_HOOK_ROW

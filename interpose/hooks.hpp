@@ -20,6 +20,9 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
+// The destroy of CUDA before 4.0, which cuda.h renames away; drivers still
+// export it and cuGetProcAddress hands it out for old versions.
+CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy");
 // The 4-argument resolver of CUDA 11.3 to 11.8, which cuda.h renames away.
 CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version,
                                       cuuint64_t flags) __asm__("cuGetProcAddress");
@@ -32,7 +35,7 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemAllocPitch_v2)       \
   X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)     \
   X(cuPointerGetAttributes) X(cuStreamCreate) X(cuStreamCreateWithPriority)  \
-  X(cuStreamDestroy_v2)
+  X(cuGreenCtxStreamCreate) X(cuStreamDestroy_v2)
 // clang-format on
 
 namespace tidepool::interpose {

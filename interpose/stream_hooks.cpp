@@ -1,6 +1,6 @@
-// Stream lifetime hooks: cuStreamCreate, cuStreamCreateWithPriority and
-// cuStreamDestroy_v2 (cudart's stream calls reach these through
-// cuGetProcAddress). They call the driver and tell the runtime, which keeps
+// Stream lifetime hooks: cuStreamCreate, cuStreamCreateWithPriority,
+// cuGreenCtxStreamCreate and cuStreamDestroy (both ABI versions); cudart's
+// stream calls reach these through cuGetProcAddress. They call the driver and tell the runtime, which keeps
 // the registry that makes cudaFree-semantics fences cover every stream; the
 // destroy is told before the driver destroys the stream, so the stream can
 // still take a record.
@@ -10,6 +10,8 @@
 // ahead of libcuda); only then is the registry known to be complete.
 #include <cuda.h>
 #include <dlfcn.h>
+
+#include <atomic>
 
 #include "hooks.hpp"
 #include "real_symbols.hpp"
@@ -23,10 +25,13 @@ namespace {
 bool stream_hooks_in_front() {
   DlsymFn real = real_dlsym();
   if (real == nullptr) return false;
-  return real(RTLD_DEFAULT, "cuStreamCreate") == reinterpret_cast<void*>(&::cuStreamCreate) &&
-         real(RTLD_DEFAULT, "cuStreamCreateWithPriority") == reinterpret_cast<void*>(&::cuStreamCreateWithPriority) &&
-         real(RTLD_DEFAULT, "cuStreamDestroy_v2") == reinterpret_cast<void*>(&::cuStreamDestroy_v2) &&
-         real(RTLD_DEFAULT, "dlsym") == reinterpret_cast<void*>(&::dlsym);
+  auto ours = [&](const char* name, const void* hook) { return real(RTLD_DEFAULT, name) == hook; };
+  return ours("cuStreamCreate", reinterpret_cast<void*>(&::cuStreamCreate)) &&
+         ours("cuStreamCreateWithPriority", reinterpret_cast<void*>(&::cuStreamCreateWithPriority)) &&
+         ours("cuGreenCtxStreamCreate", reinterpret_cast<void*>(&::cuGreenCtxStreamCreate)) &&
+         ours("cuStreamDestroy_v2", reinterpret_cast<void*>(&::cuStreamDestroy_v2)) &&
+         ours("cuStreamDestroy", reinterpret_cast<void*>(&::tidepool_cuStreamDestroy_v1)) &&
+         ours("dlsym", reinterpret_cast<void*>(&::dlsym));
 }
 
 __attribute__((constructor)) void register_stream_probe() { runtime::set_interposition_probe(&stream_hooks_in_front); }
@@ -55,9 +60,37 @@ TIDEPOOL_HOOK CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int
   return r;
 }
 
-TIDEPOOL_HOOK CUresult cuStreamDestroy_v2(CUstream stream) {
-  auto real = TIDEPOOL_REAL_DRIVER(cuStreamDestroy_v2);
+TIDEPOOL_HOOK CUresult cuGreenCtxStreamCreate(CUstream* stream, CUgreenCtx green, unsigned int flags, int priority) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGreenCtxStreamCreate);
+  if (real == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const CUresult r = real(stream, green, flags, priority);
+  tidepool::interpose::created(r, stream);
+  return r;
+}
+
+namespace tidepool::interpose {
+namespace {
+
+// Tells the runtime first: the stream must still exist to take a record.
+CUresult destroy(CUstream stream, CUresult (*real)(CUstream)) {
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (tidepool::interpose::serving()) tidepool::runtime::Runtime::get().stream_destroying(stream);
-  return real(stream);
+  const bool told = serving();
+  if (told) runtime::Runtime::get().stream_destroying(stream);
+  const CUresult r = real(stream);
+  if (told && r != CUDA_SUCCESS) runtime::Runtime::get().stream_destroy_failed(stream);
+  return r;
+}
+
+}  // namespace
+}  // namespace tidepool::interpose
+
+TIDEPOOL_HOOK CUresult cuStreamDestroy_v2(CUstream stream) {
+  return tidepool::interpose::destroy(stream, TIDEPOOL_REAL_DRIVER(cuStreamDestroy_v2));
+}
+
+TIDEPOOL_HOOK CUresult tidepool_cuStreamDestroy_v1(CUstream stream) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = tidepool::interpose::real_driver<CUresult (*)(CUstream)>("cuStreamDestroy", slot);
+  // A driver without the old name: the current one does the same.
+  return tidepool::interpose::destroy(stream, real != nullptr ? real : TIDEPOOL_REAL_DRIVER(cuStreamDestroy_v2));
 }

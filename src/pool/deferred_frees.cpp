@@ -48,11 +48,11 @@ bool DeferredFrees::capture_in_progress() const {
   return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return capturing(api_, s); });
 }
 
-void DeferredFrees::close_batch() {
+void DeferredFrees::close_batch(bool needs_sync) {
   if (blocks_.size() == fenced_) return;
   Fence fence;
   fence.end = blocks_.size();
-  fence.needs_sync = !registry_.complete();
+  fence.needs_sync = needs_sync || !registry_.complete();
   auto record = [&](CUstream stream) {
     if (capturing(api_, stream)) {
       fence.needs_sync = true;
@@ -120,7 +120,15 @@ std::size_t DeferredFrees::finished_prefix(bool wait) {
   if (done == 0) return 0;
   const std::size_t ready = fences_[done - 1].end;
   for (std::size_t i = 0; i < done; ++i) {
-    for (CUevent e : fences_[i].events) events_.give_back(e);
+    // An event of a fence that erred may have been recorded into a capture
+    // that began meanwhile: it is not reused.
+    for (CUevent e : fences_[i].events) {
+      if (fences_[i].needs_sync) {
+        (void)api_.eventDestroy(e);
+      } else {
+        events_.give_back(e);
+      }
+    }
   }
   fences_.erase(fences_.begin(), fences_.begin() + static_cast<std::ptrdiff_t>(done));
   for (Fence& fence : fences_) fence.end -= ready;

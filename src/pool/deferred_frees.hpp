@@ -56,7 +56,8 @@ class DeferredFrees {
   // then makes the context current and closes the batch.
   bool add(Block* block);
   // Fences the frees not yet fenced (the context must be current).
-  void close_batch();
+  // `needs_sync`: the caller knows of work the events cannot cover.
+  void close_batch(bool needs_sync = false);
   // Hands every block whose fence is known finished to `release`, in order.
   // `wait`: block on fences still running, and prove `needs_sync` fences with
   // a context synchronisation. Returns how many blocks were released.

@@ -75,6 +75,7 @@ Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext c
       context_(context),
       options_(options),
       policy_(std::move(policy)),
+      registry_(streams),
       events_(driver.api()),
       deferred_(driver.api(), context, streams, events_, options.deferred_batch) {
   const std::uint64_t serial = next_pool_serial.fetch_add(1) & 0x7fff;
@@ -309,6 +310,10 @@ util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
           return util::Status(util::Error::invalid_handle, "not a live stream", r);
         }
         fresh.other_context = r == CUDA_SUCCESS && owner != nullptr && owner != context_;
+        // A stream created behind the hooks' back: fences must cover it too.
+        if (!fresh.other_context && !registry_.alive(reinterpret_cast<CUstream>(key))) {
+          registry_.created(reinterpret_cast<CUstream>(key));
+        }
       }
       it = streams_.emplace(key, fresh).first;
     }
@@ -407,7 +412,7 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
   return util::Status::success();
 }
 
-void Pool::stream_destroyed(std::uintptr_t stream) {
+void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   const std::uintptr_t key = stream_key(stream);
   if (key == 0 || is_per_thread_key(key)) return;
   std::lock_guard<util::SpinLock> guard(lock_);
@@ -427,7 +432,7 @@ void Pool::stream_destroyed(std::uintptr_t stream) {
     arena_of(b).index.erase(b);
     (void)deferred_.add(b);
   }
-  if (!pending.empty()) deferred_.close_batch();
+  if (!pending.empty()) deferred_.close_batch(/*needs_sync=*/!retired);
   stats_.deferred_bytes = deferred_.bytes();
   events_.give_back(it->second.event);
   streams_.erase(it);

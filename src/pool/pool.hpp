@@ -144,9 +144,10 @@ class Pool {
   // before the block goes back (rare: the pool cannot fence it), and
   // allocate() on one is other_device: that device's pool serves it.
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
-  // `stream` is about to be destroyed (the registry has fenced it already):
-  // blocks still pending on it wait with the cudaFree frees.
-  void stream_destroyed(std::uintptr_t stream);
+  // `stream` is about to be destroyed: blocks still pending on it wait with
+  // the cudaFree frees. `retired`: the registry recorded a retirement for it;
+  // without one their fence can only be proven by a context synchronisation.
+  void stream_destroyed(std::uintptr_t stream, bool retired);
 
   // The live block starting at `address`, if any: its size as requested.
   [[nodiscard]] bool owns(std::uintptr_t address) const;
@@ -232,6 +233,7 @@ class Pool {
   CUcontext context_;
   PoolOptions options_;
   std::unique_ptr<PlacementPolicy> policy_;
+  StreamRegistry& registry_;
 
   mutable util::SpinLock lock_;
   Arena arenas_[2];

@@ -43,35 +43,37 @@ void StreamRegistry::created(CUstream stream) {
   streams_[stream] = entry;
 }
 
-void StreamRegistry::destroying(CUstream stream) {
-  if (special_handle(stream)) return;
+bool StreamRegistry::destroying(CUstream stream) {
+  if (special_handle(stream)) return false;
   Entry entry;
   {
     std::lock_guard<std::mutex> guard(lock_);
     auto it = streams_.find(stream);
-    if (it == streams_.end()) return;  // not a stream we saw: the driver will judge the handle
+    if (it == streams_.end()) return false;  // not a stream we saw: the driver will judge the handle
     entry = it->second;
-    streams_.erase(it);
   }
+  // The stream stays registered until its retirement is in place, so a fence
+  // made meanwhile covers it one way or the other.
   driver::ScopedContext scope(api_, entry.context);
-  // A capturing stream cannot take a record outside its graph; its captured
-  // work does not run until the graph is launched, so there is nothing of it
-  // in flight to fence.
+  // A capturing stream cannot take a record outside its graph, yet work
+  // queued before the capture began may still run: only a context
+  // synchronisation (once the capture is over) proves it finished. The same
+  // holds when the event cannot be made or recorded.
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (api_.streamIsCapturing != nullptr && api_.streamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-      status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return;
-  }
-  // When the event cannot be made or recorded, nothing fences this stream's
-  // work: fences that include the retirement wait for a context
-  // synchronisation instead (RetiredStream::finished stays false).
+  const bool capturing = api_.streamIsCapturing != nullptr && api_.streamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+                         status != CU_STREAM_CAPTURE_STATUS_NONE;
   CUevent event = nullptr;
-  if (api_.eventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) event = nullptr;
+  if (!capturing && api_.eventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) event = nullptr;
   const bool recorded = event != nullptr && api_.eventRecord(event, stream) == CUDA_SUCCESS;
   auto retired = std::make_shared<RetiredStream>(api_, entry.context, event, recorded);
   std::lock_guard<std::mutex> guard(lock_);
+  streams_.erase(stream);
+  std::erase_if(retired_, [](const std::shared_ptr<RetiredStream>& r) { return r->finished(); });
   retired_.push_back(std::move(retired));
+  return true;
 }
+
+void StreamRegistry::destroy_failed(CUstream stream) { created(stream); }
 
 void StreamRegistry::fence_targets(CUcontext context, std::vector<CUstream>* non_blocking,
                                    std::vector<std::shared_ptr<RetiredStream>>* retired) {

@@ -68,7 +68,10 @@ class StreamRegistry {
   void created(CUstream stream);
   // A stream about to be destroyed: an event is recorded on it now (when it
   // is known and not capturing) and kept until that work has finished.
-  void destroying(CUstream stream);
+  // False when the stream was not registered: nothing fences its work.
+  bool destroying(CUstream stream);
+  // The driver refused to destroy it after all: it is alive again.
+  void destroy_failed(CUstream stream);
 
   [[nodiscard]] bool complete() const noexcept { return complete_.load(std::memory_order_acquire); }
   void set_complete(bool complete) noexcept { complete_.store(complete, std::memory_order_release); }

@@ -56,8 +56,8 @@ class Allocator {
   // the pool (the Runtime does this for every allocator at once).
   void stream_created(CUstream stream) { streams_->created(stream); }
   void stream_destroying(CUstream stream) {
-    streams_->destroying(stream);
-    pool_->stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
+    const bool retired = streams_->destroying(stream);
+    pool_->stream_destroyed(reinterpret_cast<std::uintptr_t>(stream), retired);
   }
   [[nodiscard]] pool::StreamRegistry& streams() noexcept { return *streams_; }
 

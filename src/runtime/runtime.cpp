@@ -94,11 +94,16 @@ void Runtime::stream_created(CUstream stream) {
 
 void Runtime::stream_destroying(CUstream stream) {
   if (streams_ == nullptr) return;
-  streams_->destroying(stream);
+  const bool retired = streams_->destroying(stream);
   for (auto& slot : allocators_) {
-    if (Allocator* a = slot.load(std::memory_order_acquire))
-      a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream));
+    if (Allocator* a = slot.load(std::memory_order_acquire)) {
+      a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream), retired);
+    }
   }
+}
+
+void Runtime::stream_destroy_failed(CUstream stream) {
+  if (streams_ != nullptr) streams_->destroy_failed(stream);
 }
 
 void Runtime::set_streams_complete(bool complete) noexcept {

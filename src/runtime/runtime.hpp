@@ -82,6 +82,7 @@ class Runtime {
   // on destruction every allocator's pool too. No-ops in pass-through mode.
   void stream_created(CUstream stream);
   void stream_destroying(CUstream stream);
+  void stream_destroy_failed(CUstream stream);
   // Every stream creation of the process reaches stream_created() (the
   // preload's hooks are what the process calls); see StreamRegistry.
   void set_streams_complete(bool complete) noexcept;

@@ -129,6 +129,18 @@ TEST_F(StreamSafety, CudaFreeWaitsForADestroyedBlockingStreamsQueuedWork) {
   expect_reuse_waits_for(make_stream(0), true);
 }
 
+TEST_F(StreamSafety, AStreamFirstMetInAStreamOrderedCallJoinsTheFence) {
+  CUstream unseen = nullptr;  // created behind the registry's back...
+  ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto key = reinterpret_cast<std::uintptr_t>(unseen);
+  auto met = allocator_->allocate(512, key, true);  // ...but met here
+  ASSERT_TRUE(met.ok());
+  ASSERT_TRUE(allocator_->deallocate(met.value(), key, true).ok());
+  EXPECT_TRUE(allocator_->streams().alive(unseen));
+  expect_reuse_waits_for(unseen, false);
+  destroy_stream(unseen);
+}
+
 TEST_F(StreamSafety, CudaFreeWaitsForEveryStreamWhenTheRegistryIsIncomplete) {
   allocator_->streams().set_complete(false);
   CUstream unseen = nullptr;  // created behind tidepool's back
