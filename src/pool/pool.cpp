@@ -112,7 +112,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
 
   std::lock_guard<util::SpinLock> guard(lock_);
-  if (ordered) {
+  if (ordered && !cached_stream(key)) {
     if (auto known = known_stream(key); !known) return known.status();
   }
   util::Status error;
@@ -446,22 +446,25 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   if (address == 0) return util::Status::success();
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.find(address);
+  Block* block = live_.erase(address);
   if (block == nullptr) {
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
   bool settled = false;  // a free on another device's stream, waited for here
-  if (ordered) {
+  if (ordered && !cached_stream(key)) {
     if (auto known = known_stream(key); !known) {
-      if (known.status().error() != util::Error::other_device) return known.status();
-      driver::ScopedContext scope(api_, context_);
-      if (auto s = driver::check(api_.streamSynchronize(reinterpret_cast<CUstream>(key)), "cuStreamSynchronize"); !s) {
-        return s;
+      util::Status refused = known.status();
+      if (refused.error() == util::Error::other_device) {
+        driver::ScopedContext scope(api_, context_);
+        refused = driver::check(api_.streamSynchronize(reinterpret_cast<CUstream>(key)), "cuStreamSynchronize");
+      }
+      if (!refused) {
+        live_.insert(address, block);  // refused: the block stays allocated
+        return refused;
       }
       settled = true;
     }
   }
-  live_.erase(address);
   stats_.frees++;
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;

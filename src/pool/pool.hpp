@@ -205,6 +205,10 @@ class Pool {
   // The state of a stream key the pool may use; checks a handle it has not
   // met with the driver (invalid_handle when the driver does not know it).
   util::Result<StreamState*> known_stream(std::uintptr_t key);
+  // The hot path's check: `key` is the stream met last, and ours to fence.
+  [[nodiscard]] bool cached_stream(std::uintptr_t key) const noexcept {
+    return last_state_ != nullptr && key == last_key_ && !last_state_->other_context;
+  }
   // Whether the work pending on a free block is known finished; if so the
   // block is marked so (kNoPendingWork).
   bool settle(Block* block);
