@@ -9,16 +9,6 @@ namespace {
 
 using runtime::Runtime;
 
-// The real driver reports CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy
-// stream while a blocking stream captures: that is a capture too.
-bool capturing(const driver::Api& api, CUstream stream) {
-  if (api.streamIsCapturing == nullptr) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult r = api.streamIsCapturing(stream, &status);
-  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
-  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 }  // namespace
 
 bool serving() {
@@ -29,7 +19,7 @@ bool serving() {
 Route route_allocation_on(int device, CUstream stream, bool ordered) {
   Runtime& rt = Runtime::get();
   if (!serving()) return {};
-  if (capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
+  if (driver::capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
   Route route;
   route.allocator = rt.allocator(device);
   if (route.allocator == nullptr) rt.note_passthrough_allocation(device);
@@ -63,7 +53,7 @@ Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
     // the driver accepts only for the graph's own allocations: a pool block
     // is refused as the driver refuses it, and stays allocated (the program
     // frees it outside the capture).
-    if (ordered && capturing(rt.driver()->api(), stream)) {
+    if (ordered && driver::capturing(rt.driver()->api(), stream)) {
       runtime::log_debug("free of {:#x} during stream capture: not a graph allocation", address);
       return {nullptr, CUDA_ERROR_INVALID_VALUE};
     }

@@ -86,6 +86,14 @@ Driver::~Driver() {
   // the program) shares the same loaded driver, and callbacks may still run.
 }
 
+bool capturing(const Api& api, CUstream stream) noexcept {
+  if (api.streamIsCapturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = api.streamIsCapturing(stream, &status);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 util::Status check(CUresult result, const char* what) noexcept {
   switch (result) {
     case CUDA_SUCCESS: return util::Status::success();

@@ -36,8 +36,7 @@ class Driver {
   // Opens the driver at `path` (see default_driver_path) and resolves the
   // table. Fails with driver_missing when the library cannot be opened, and
   // with driver_error when it lacks an entry point tidepool cannot do without.
-  static util::Result<std::unique_ptr<Driver>> open(const std::string& path,
-                                                    SymbolLookup lookup = nullptr);
+  static util::Result<std::unique_ptr<Driver>> open(const std::string& path, SymbolLookup lookup = nullptr);
   ~Driver();
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
@@ -65,12 +64,18 @@ std::string default_driver_path();
 // driver_error. `what` must be a static string naming the failed operation.
 util::Status check(CUresult result, const char* what) noexcept;
 
+// Whether `stream` is capturing (the legacy stream counts as capturing while
+// a blocking stream of its context captures: the driver's
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT). Work recorded on it would join the
+// capture, so tidepool records nothing there.
+bool capturing(const Api& api, CUstream stream) noexcept;
+
 // What a device can do, read once per device. Requires a current context.
 struct Capabilities {
   int device = 0;
-  bool vmm = false;             // cuMemCreate/cuMemMap and friends
-  bool host_vmm = false;        // CU_MEM_LOCATION_TYPE_HOST physical memory
-  bool host_numa_vmm = false;   // CU_MEM_LOCATION_TYPE_HOST_NUMA physical memory
+  bool vmm = false;            // cuMemCreate/cuMemMap and friends
+  bool host_vmm = false;       // CU_MEM_LOCATION_TYPE_HOST physical memory
+  bool host_numa_vmm = false;  // CU_MEM_LOCATION_TYPE_HOST_NUMA physical memory
   int host_numa_id = -1;
   std::size_t granularity = 0;  // minimum VMM granularity for device memory, 0 without VMM
   std::size_t total_bytes = 0;

@@ -5,21 +5,6 @@
 
 namespace tidepool::pool {
 
-namespace {
-
-// Whether `stream` captures; an error other than "implicitly capturing" reads
-// as "no" only for a handle the driver does not know, which cannot take a
-// record either way.
-bool capturing(const driver::Api& api, CUstream stream) {
-  if (api.streamIsCapturing == nullptr) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult r = api.streamIsCapturing(stream, &status);
-  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
-  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-}  // namespace
-
 DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events,
                              std::size_t batch)
     : api_(api), context_(context), registry_(registry), events_(events), batch_(std::max<std::size_t>(batch, 1)) {
@@ -41,11 +26,11 @@ bool DeferredFrees::add(Block* block) {
 }
 
 bool DeferredFrees::capture_in_progress() const {
-  if (capturing(api_, nullptr)) return true;  // a blocking stream captures
+  if (driver::capturing(api_, nullptr)) return true;  // a blocking stream captures
   std::vector<CUstream> streams;
   std::vector<std::shared_ptr<RetiredStream>> retired;
   registry_.fence_targets(context_, &streams, &retired);
-  return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return capturing(api_, s); });
+  return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return driver::capturing(api_, s); });
 }
 
 void DeferredFrees::close_batch(bool needs_sync) {
@@ -54,7 +39,7 @@ void DeferredFrees::close_batch(bool needs_sync) {
   fence.end = blocks_.size();
   fence.needs_sync = needs_sync || !registry_.complete();
   auto record = [&](CUstream stream) {
-    if (capturing(api_, stream)) {
+    if (driver::capturing(api_, stream)) {
       fence.needs_sync = true;
       return;
     }

@@ -16,7 +16,7 @@ class Binned final : public PlacementPolicy {
   std::size_t round(std::size_t size) const noexcept override {
     if (size <= 4096) return (size + 511) & ~std::size_t{511};
     const unsigned top = static_cast<unsigned>(std::bit_width(size - 1)) - 1;  // 2^top < size <= 2^(top+1)
-    const std::size_t step = std::size_t{1} << (top - 2);                     // a quarter of 2^top
+    const std::size_t step = std::size_t{1} << (top - 2);                      // a quarter of 2^top
     return ((size + step - 1) / step) * step;
   }
   Block* choose(const FreeIndex& index, const Request& r) noexcept override { return index.best_fit(r.size); }

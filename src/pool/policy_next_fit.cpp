@@ -8,9 +8,7 @@ namespace {
 class NextFit final : public PlacementPolicy {
  public:
   const char* name() const noexcept override { return "next_fit"; }
-  Block* choose(const FreeIndex& index, const Request& r) noexcept override {
-    return index.next_fit(r.size, cursor_);
-  }
+  Block* choose(const FreeIndex& index, const Request& r) noexcept override { return index.next_fit(r.size, cursor_); }
   void on_carved(const Block& allocated) noexcept override { cursor_ = allocated.address + allocated.size; }
 
  private:

@@ -45,14 +45,6 @@ CUstream fence_handle(std::uintptr_t key) {
   return reinterpret_cast<CUstream>(key);
 }
 
-bool capturing(const driver::Api& api, CUstream stream) {
-  if (api.streamIsCapturing == nullptr) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const CUresult r = api.streamIsCapturing(stream, &status);
-  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
-  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // Buffer ids: the top bit keeps them apart from the driver's own (small
 // counters), the next 15 bits name the pool, the rest count its allocations.
 std::atomic<std::uint64_t> next_pool_serial{0};
@@ -362,7 +354,7 @@ bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for) {
     if (settle(block)) return true;
   }
   const CUstream handle = fence_handle(key);
-  if (capturing(api_, handle)) return false;
+  if (driver::capturing(api_, handle)) return false;
   if (state.event == nullptr) state.event = events_.take();
   if (state.event == nullptr || api_.eventRecord(state.event, handle) != CUDA_SUCCESS) return false;
   state.recorded_epoch = epoch_;
@@ -384,7 +376,7 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     if (state.event == nullptr || state.recorded_epoch < block->free_epoch) {
       // The last record predates this free: record now. It covers the free
       // and perhaps later work too, which is safe, only conservative.
-      if (capturing(api_, handle)) return {util::Error::driver_error, "the stream is capturing"};
+      if (driver::capturing(api_, handle)) return {util::Error::driver_error, "the stream is capturing"};
       if (state.event == nullptr) state.event = events_.take();
       if (state.event == nullptr) return {util::Error::driver_error, "cuEventCreate failed"};
       if (auto s = driver::check(api_.eventRecord(state.event, handle), "cuEventRecord"); !s) return s;

@@ -59,9 +59,7 @@ bool StreamRegistry::destroying(CUstream stream) {
   // queued before the capture began may still run: only a context
   // synchronisation (once the capture is over) proves it finished. The same
   // holds when the event cannot be made or recorded.
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const bool capturing = api_.streamIsCapturing != nullptr && api_.streamIsCapturing(stream, &status) == CUDA_SUCCESS &&
-                         status != CU_STREAM_CAPTURE_STATUS_NONE;
+  const bool capturing = driver::capturing(api_, stream);
   CUevent event = nullptr;
   if (!capturing && api_.eventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) event = nullptr;
   const bool recorded = event != nullptr && api_.eventRecord(event, stream) == CUDA_SUCCESS;
