@@ -207,6 +207,17 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   const std::uintptr_t begin = high ? chosen->address + chosen->size - rounded : chosen->address;
   space::Reservation& reservation = *chosen->segment->reservation;
   const std::size_t missing = space_.unbacked_pages(reservation, begin, rounded);
+  if (missing > 0 && !deferred_.empty() && !promoting_) {
+    // Freed memory is reused before new memory is created: cudaFree frees
+    // whose fences have finished go back first, and the request looks again.
+    driver::ScopedContext scope(api_, context_);
+    if (promote_deferred(false)) {
+      promoting_ = true;
+      Block* again = try_place(arena, rounded, stream, ordered, error);
+      promoting_ = false;
+      return again;
+    }
+  }
   if (missing > 0) {
     // Stitch before growing: idle cached pages elsewhere back this range
     // before any new physical memory is created, so what the pool holds

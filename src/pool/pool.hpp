@@ -259,6 +259,7 @@ class Pool {
   // pending work could not be fenced (it went to unsafe_).
   bool no_fit_ = false;
   bool fence_failed_ = false;
+  bool promoting_ = false;                 // try_place is retrying after promoting deferred frees
   std::vector<Block*> unsafe_;  // set aside during one allocation
   // Set by try_place when backing failed for lack of pages: how many more
   // pages the chosen range needs, and the range, which reclaiming must spare.

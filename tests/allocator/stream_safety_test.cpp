@@ -433,6 +433,21 @@ TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
   EXPECT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
 }
 
+TEST_F(StreamSafety, ACudaFreeLoopReusesFreedMemoryBeforeCreatingMore) {
+  allocator_->pool().set_device_limit(1024 * MiB);
+  for (int i = 0; i < 200; ++i) {
+    auto r = allocator_->allocate(8 * MiB, 0, false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_TRUE(allocator_->deallocate(r.value(), 0, false).ok());
+    // The device catches up between steps (as it does in a training loop):
+    // the fences made so far finish, and their blocks must be reused.
+    ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);
+  }
+  // A fence is made when an allocation would need new pages and finishes
+  // after it, so two blocks at most are held; without reuse, 200.
+  EXPECT_LE(allocator_->pool().stats().peak_reserved_bytes, 16 * MiB);
+}
+
 TEST_F(StreamSafety, TheCachedSameStreamPairMakesNoDriverCall) {
   CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
   const auto key = reinterpret_cast<std::uintptr_t>(s);
