@@ -60,7 +60,7 @@ CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind, int d
     if (kind == AllocationKind::device) s.device_used -= rounded;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0, device};
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0, device, ++s.next_buffer_id};
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -374,7 +374,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
                         static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   physical->maps++;
-  s.mappings[address] = Mapping{size, physical, offset, false};
+  s.mappings[address] = Mapping{size, physical, offset, false, ++s.next_buffer_id};
   return CUDA_SUCCESS;
 }
 
@@ -419,7 +419,7 @@ namespace {
 
 // What the driver knows of `address`: its range, kind and device. False when nothing.
 bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, AllocationKind* kind,
-            int* device = nullptr) {
+            int* device = nullptr, std::uint64_t* buffer_id = nullptr) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   auto a = s.allocations.upper_bound(address);
@@ -430,6 +430,7 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
       *size = a->second.size;
       *kind = a->second.kind;
       if (device != nullptr) *device = a->second.device;
+      if (buffer_id != nullptr) *buffer_id = a->second.buffer_id;
       return true;
     }
   }
@@ -441,6 +442,7 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
       *size = m->second.size;
       *kind = m->second.physical->on_device ? AllocationKind::device : AllocationKind::host;
       if (device != nullptr) *device = m->second.physical->device;
+      if (buffer_id != nullptr) *buffer_id = m->second.buffer_id;
       return true;
     }
   }
@@ -453,7 +455,10 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   AllocationKind kind{};
   int device = 0;
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind, &device)) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t buffer_id = 0;
+  if (!lookup(static_cast<std::uintptr_t>(ptr), &base, &size, &kind, &device, &buffer_id)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       *static_cast<CUcontext*>(data) =
@@ -476,7 +481,7 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
       *static_cast<unsigned*>(data) = kind == AllocationKind::managed ? 1 : 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = buffer_id; return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }

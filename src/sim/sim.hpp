@@ -145,6 +145,7 @@ struct Mapping {
   Physical* physical = nullptr;
   std::size_t offset = 0;
   bool accessible = false;
+  std::uint64_t buffer_id = 0;  // unique for the life of the process, as the driver promises
 };
 
 enum class AllocationKind { device, host, managed };
@@ -152,7 +153,8 @@ struct Allocation {
   std::size_t size = 0;
   AllocationKind kind = AllocationKind::device;
   std::size_t pitch = 0;
-  int device = 0;  // the device of the context it was made in
+  int device = 0;               // the device of the context it was made in
+  std::uint64_t buffer_id = 0;  // unique for the life of the process, as the driver promises
 };
 
 struct Kernel {
@@ -170,6 +172,7 @@ struct Fault {
 // Leaked on purpose (see state()): stream workers use it until the process
 // is gone, so nothing here may be destroyed at exit.
 struct State {
+  std::uint64_t next_buffer_id = 0;  // CU_POINTER_ATTRIBUTE_BUFFER_ID: never repeats
   std::mutex lock;
   bool initialized = false;
   int device_count = 1;

@@ -109,7 +109,7 @@ TEST_F(Preload, SharedCudartCallsAreServedByTheRuntimeHooks) {
 TEST_F(Preload, DriverExportsAreServedAndForeignPointersPassThrough) {
   ProgramRun plain;
   const ProgramRun r = both(PROBE_LINKED, "driver", &plain);
-  expect_all_returned(r, 3);
+  expect_all_returned(r, 5);
   EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
   EXPECT_GT(count(plain, "sim_cuMemAlloc"), 0);
 }

@@ -147,6 +147,28 @@ int driver_route() {
   std::size_t total_bytes = 0;
   PROBE_CHECK(cuMemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS && free_bytes <= total_bytes);
 
+  // What the driver says, either way: an overflowing pitched request is
+  // invalid, a freed address answers no attribute, a buffer id never repeats.
+  PROBE_CHECK(cuMemAllocPitch(&pitched, &pitch, SIZE_MAX / 2, 4, 4) == CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr c = 0;
+  unsigned long long id_c = 0;
+  PROBE_CHECK(cuMemAlloc(&c, 1000) == CUDA_SUCCESS);
+  PROBE_CHECK(cuPointerGetAttribute(&id_c, CU_POINTER_ATTRIBUTE_BUFFER_ID, c) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(c) == CUDA_SUCCESS);
+  CUdeviceptr freed_start = 0;
+  PROBE_CHECK(cuPointerGetAttribute(&freed_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, c) != CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  unsigned long long id_d = 0;
+  PROBE_CHECK(cuMemAlloc(&d, 1000) == CUDA_SUCCESS);
+  PROBE_CHECK(cuPointerGetAttribute(&id_d, CU_POINTER_ATTRIBUTE_BUFFER_ID, d) == CUDA_SUCCESS);
+  PROBE_CHECK(id_c != id_d);
+  CUdeviceptr range_base = 0;
+  std::size_t range_size = 0;
+  if (cuMemGetAddressRange(&range_base, &range_size, d + 999) == CUDA_SUCCESS) {
+    PROBE_CHECK(range_base <= d + 999 && d + 999 < range_base + range_size);
+  }
+  PROBE_CHECK(cuMemFree(d) == CUDA_SUCCESS);
+
   PROBE_CHECK(cuMemFree(a) == CUDA_SUCCESS);
   PROBE_CHECK(cuMemFree(a) == CUDA_ERROR_INVALID_VALUE);  // double free
   CUdeviceptr oom = 0;
