@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""gpu/check.py: run.sh's helpers, standard library only.
+
+  check.py detect                 exit 0 when a real GPU answers through libcuda.so.1
+  check.py probe DIR              DIR/probe.out -> figures
+  check.py correctness DIR        compares native and preloaded outputs, reads the reports
+  check.py hotpath DIR            the C and Python timings, with tidepool's speedups
+  check.py train DIR              losses per step against native, step times, peaks
+  check.py trace DIR              replay results of the snapshot and tidepool's own trace
+  check.py record OUT PART RC SECONDS [NOTE]   OUT/parts/PART.json
+  check.py summary OUT SECONDS    OUT/summary.json from OUT/parts; exit 1 if a part failed
+
+Part commands print the figures as JSON (run.sh keeps them in PART.figures.json)
+and exit non-zero when the part's check fails.
+"""
+import ctypes
+import glob
+import json
+import os
+import sys
+
+
+def load_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def last_json_line(path):
+    """The last line of a file that parses as a JSON object, else None."""
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def read(path):
+    try:
+        return open(path, errors="replace").read()
+    except OSError:
+        return None
+
+
+def detect():
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        print(f"no GPU: libcuda.so.1 does not load ({e})")
+        return 1
+    if hasattr(cuda, "tidepool_sim_capacity"):
+        print("no GPU: libcuda.so.1 is tidepool's simulated driver")
+        return 1
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        print("no GPU: the driver loads but reports no device")
+        return 1
+    print(f"{count.value} device(s)")
+    return 0
+
+
+def probe(d):
+    figures = last_json_line(os.path.join(d, "probe.out")) or {"status": "no output"}
+    print(json.dumps(figures))
+    return 0 if figures.get("status") == "ok" else 1
+
+
+def correctness(d):
+    figures, ok = {"programs": {}}, True
+    for native in sorted(glob.glob(os.path.join(d, "*.native.out"))):
+        name = os.path.basename(native)[: -len(".native.out")]
+        base = os.path.join(d, name)
+        out_n, out_p = read(base + ".native.out"), read(base + ".preload.out")
+        rc_n, rc_p = ((read(base + s) or "").strip() for s in (".native.rc", ".preload.rc"))
+        report = load_json(base + ".report.json", {}) or {}
+        dev = (report.get("devices") or [{}])[0]
+        row = {"native_rc": rc_n, "preload_rc": rc_p, "same_output": out_n is not None and out_n == out_p,
+               "output": (out_p or "").strip()[-300:], "report": bool(report),
+               "allocations": dev.get("allocations", 0), "passthrough": dev.get("passthrough_allocations"),
+               "peak_reserved_bytes": dev.get("peak_reserved_bytes")}
+        row["passed"] = rc_n == "0" and rc_p == "0" and row["same_output"] and row["allocations"] > 0
+        ok &= row["passed"]
+        figures["programs"][name] = row
+    if not figures["programs"]:
+        ok = False
+    results = [load_json(p) for p in sorted(glob.glob(os.path.join(d, "gtest.*.json")))]
+    if not results or None in results:
+        figures["gpu_tests"] = "no result"
+        ok = False
+    else:
+        tests = [t for g in results for s in g.get("testsuites", []) for t in s.get("testsuite", [])]
+        failed = sum(1 for t in tests if t.get("failures"))
+        skipped = sum(1 for t in tests if t.get("result") == "SKIPPED")
+        figures["gpu_tests"] = {"tests": len(tests), "failed": failed, "skipped": skipped}
+        ok &= failed == 0 and skipped == 0 and len(tests) > 0
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
+def hotpath(d):
+    native = last_json_line(os.path.join(d, "native.out")) or {}
+    preload = last_json_line(os.path.join(d, "preload.out")) or {}
+    py = last_json_line(os.path.join(d, "python.out")) or {}
+    figures = {"c_native": native, "c_preload": preload, "python": py}
+    others = [native.get(k) for k in ("cudaMalloc_ns", "cudaMallocAsync_ns") if native.get(k)]
+    if others and native.get("tidepool_capi_ns"):
+        figures["speedup_capi_vs_best_c"] = min(others) / native["tidepool_capi_ns"]
+    if others and preload.get("cudaMalloc_ns"):
+        figures["speedup_preload_vs_best_c"] = min(others) / preload["cudaMalloc_ns"]
+    py_others = [py.get(k) for k in ("torch_caching_ns", "cupy_async_ns") if py.get(k)]
+    if py_others and py.get("tidepool_ctypes_ns"):
+        figures["speedup_ctypes_vs_best_python"] = min(py_others) / py["tidepool_ctypes_ns"]
+    speedups = [v for k, v in figures.items() if k.startswith("speedup_")]
+    figures["goal_3x_met"] = bool(speedups) and min(speedups) >= 3.0
+    print(json.dumps(figures))
+    return 0 if native and preload and py else 1
+
+
+def train(d):
+    figures, ok = {}, True
+    for model in ("gpt", "resnet50"):
+        runs = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("native", "preload", "tidepool")}
+        base = runs["native"]
+        rows = {}
+        for mode, run in runs.items():
+            if run is None:
+                rows[mode] = {"status": "no result"}
+                ok = False
+                continue
+            report = load_json(os.path.join(d, f"{model}.{mode}.report.json"), {}) or {}
+            dev = (report.get("devices") or [{}])[0]
+            row = {k: run.get(k) for k in ("step_ms_median", "first_step_ms", "peak_used_bytes_meminfo",
+                                           "max_memory_reserved")}
+            row["tidepool_peak_reserved_bytes"] = dev.get("peak_reserved_bytes")
+            row["losses"] = run.get("losses_decimal")
+            if base is not None and mode != "native":
+                a, b = base["losses_decimal"], run["losses_decimal"]
+                row["losses_exact"] = base["losses"] == run["losses"]
+                row["max_abs_loss_diff"] = max((abs(x - y) for x, y in zip(a, b)), default=None)
+                row["max_rel_loss_diff"] = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=None)
+                row["same_steps"] = len(a) == len(b)
+                # Exact is the expectation; up to 1e-4 relative passes, flagged by losses_exact.
+                ok &= row["same_steps"] and row["max_rel_loss_diff"] is not None and row["max_rel_loss_diff"] <= 1e-4
+            rows[mode] = row
+        figures[model] = rows
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
+def trace(d):
+    figures, ok = {}, True
+    for path in sorted(glob.glob(os.path.join(d, "*.replay.jsonl"))):
+        name = os.path.basename(path)[: -len(".replay.jsonl")]
+        rows = []
+        for line in open(path, errors="replace"):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+        rc = (read(os.path.join(d, name + ".rc")) or "").strip()
+        figures[name] = {"rc": rc, "rows": rows}
+        ok &= rc == "0" and bool(rows)
+    print(json.dumps(figures))
+    return 0 if ok and figures else 1
+
+
+def record(out, part, rc, seconds, note=""):
+    rc = int(rc)
+    status = "passed" if rc == 0 else "skipped" if rc == 77 else "failed"
+    entry = {"status": status, "exit_code": rc, "seconds": round(float(seconds), 1), "log": f"{part}.log"}
+    if rc in (124, 137):
+        entry["timed_out"] = True
+    if note:
+        entry["note"] = note
+    figures = load_json(os.path.join(out, f"{part}.figures.json"))
+    if figures is not None:
+        entry["figures"] = figures
+    os.makedirs(os.path.join(out, "parts"), exist_ok=True)
+    with open(os.path.join(out, "parts", f"{part}.json"), "w") as f:
+        json.dump(entry, f, indent=1)
+    return 0
+
+
+def summary(out, seconds):
+    order = ["probe", "correctness", "hotpath", "train", "trace", "residency"]
+    parts = {}
+    for path in sorted(glob.glob(os.path.join(out, "parts", "*.json")),
+                       key=lambda p: order.index(os.path.basename(p)[:-5]) if os.path.basename(p)[:-5] in order else 99):
+        parts[os.path.basename(path)[:-5]] = load_json(path, {"status": "failed", "note": "unreadable"})
+    failed = [n for n, p in parts.items() if p.get("status") == "failed"]
+    build_txt = read(os.path.join(os.path.dirname(os.path.abspath(__file__)), "BUILD.txt")) or ""
+    bundle = [line for line in build_txt.splitlines() if line and not line.startswith("    ")]
+    s = {"schema": 1, "gpu": True, "status": "failed" if failed else "passed", "exit_code": 1 if failed else 0,
+         "failed_parts": failed, "seconds": round(float(seconds), 1), "host": os.uname().nodename,
+         "bundle": bundle, "parts": parts}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    for name, p in parts.items():
+        print(f"{name:12} {p.get('status'):8} {p.get('seconds', 0):7.1f}s  {p.get('note', '')}")
+    return s["exit_code"]
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    table = {"detect": detect, "probe": probe, "correctness": correctness, "hotpath": hotpath, "train": train,
+             "trace": trace, "record": record, "summary": summary}
+    return table[cmd](*args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

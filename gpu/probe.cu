@@ -1,0 +1,196 @@
+// gpu/probe.cu: what the GPU machine's driver can do, as one JSON line:
+// driver/runtime versions, the VMM, host-located VMM (HOST, HOST_NUMA) and
+// granularity attributes, a trial host-located cuMemCreate + map + access +
+// memset + readback, the median latency of cuMemCreate/Map/SetAccess/Unmap/
+// Release per 2 MiB page, and pinned cudaMemcpyAsync bandwidth each way.
+#define PROGRAM "probe"
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "common.cuh"
+
+#define DRV(call) (static_cast<int>(call))
+
+namespace {
+
+CUdevice dev;
+std::string json = "{";
+
+void put(const char* key, const std::string& value, bool quote) {
+  if (json.size() > 1) json += ",";
+  json += "\"" + std::string(key) + "\":" + (quote ? "\"" + value + "\"" : value);
+}
+void put(const char* key, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, value == static_cast<long long>(value) ? "%.0f" : "%.3f", value);
+  put(key, std::string(text), false);
+}
+void put(const char* key, const char* value) { put(key, std::string(value), true); }
+
+int attribute(CUdevice_attribute a) {
+  int v = -1;
+  return cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : -1;
+}
+
+CUmemAllocationProp prop_for(CUmemLocationType type, int id) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = type;
+  prop.location.id = id;
+  return prop;
+}
+
+// Creates, maps and grants the device access to one granule located at
+// (type, id), writes it with cuMemsetD8 and reads it back. 0 when all worked,
+// else the first failing step's CUresult (or -1 for wrong bytes).
+int trial(CUmemLocationType type, int id) {
+  CUmemAllocationProp prop = prop_for(type, id);
+  size_t gran = 0;
+  if (int r = DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle;
+  if (int r = DRV(cuMemAddressReserve(&va, gran, 0, 0, 0))) return r;
+  int result = DRV(cuMemCreate(&handle, gran, &prop, 0));
+  if (result == 0) {
+    result = DRV(cuMemMap(va, gran, 0, handle, 0));
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (result == 0) result = DRV(cuMemSetAccess(va, gran, &access, 1));
+    if (result == 0) result = DRV(cuMemsetD8(va, 0x7e, gran));
+    if (result == 0) {
+      std::vector<unsigned char> host(gran);
+      result = DRV(cuMemcpyDtoH(host.data(), va, gran));
+      if (result == 0 && std::count(host.begin(), host.end(), 0x7e) != static_cast<long>(gran)) result = -1;
+    }
+    cuMemUnmap(va, gran);
+    cuMemRelease(handle);
+  }
+  cuMemAddressFree(va, gran);
+  return result;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void vmm_latencies() {
+  const size_t page = 2 << 20;
+  const int pages = 64;
+  CUdeviceptr va = 0;
+  if (cuMemAddressReserve(&va, page * pages, 0, 0, 0) != CUDA_SUCCESS) return;
+  CUmemAllocationProp prop = prop_for(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  std::vector<CUmemGenericAllocationHandle> handles(pages);
+  std::vector<double> create, map, set_access, unmap, release;
+  int failed = 0;
+  for (int i = 0; i < pages; ++i) {
+    double t = now_us();
+    failed |= DRV(cuMemCreate(&handles[i], page, &prop, 0));
+    create.push_back(now_us() - t);
+    t = now_us();
+    failed |= DRV(cuMemMap(va + i * page, page, 0, handles[i], 0));
+    map.push_back(now_us() - t);
+    t = now_us();
+    failed |= DRV(cuMemSetAccess(va + i * page, page, &access, 1));
+    set_access.push_back(now_us() - t);
+  }
+  for (int i = 0; i < pages; ++i) {
+    double t = now_us();
+    failed |= DRV(cuMemUnmap(va + i * page, page));
+    unmap.push_back(now_us() - t);
+    t = now_us();
+    failed |= DRV(cuMemRelease(handles[i]));
+    release.push_back(now_us() - t);
+  }
+  cuMemAddressFree(va, page * pages);
+  put("vmm_latency_pages", pages);
+  put("vmm_latency_errors", failed);
+  put("cuMemCreate_us", median(create));
+  put("cuMemMap_us", median(map));
+  put("cuMemSetAccess_us", median(set_access));
+  put("cuMemUnmap_us", median(unmap));
+  put("cuMemRelease_us", median(release));
+}
+
+void bandwidth() {
+  const size_t n = 256 << 20;
+  void *host = nullptr, *device = nullptr;
+  CHECK(cudaMallocHost(&host, n));
+  CHECK(cudaMalloc(&device, n));
+  cudaStream_t s;
+  cudaEvent_t a, b;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int dir = 0; dir < 2; ++dir) {
+    std::vector<double> gbps;
+    for (int rep = 0; rep < 6; ++rep) {
+      CHECK(cudaEventRecord(a, s));
+      if (dir == 0) CHECK(cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, s));
+      else CHECK(cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, s));
+      CHECK(cudaEventRecord(b, s));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      if (rep > 0) gbps.push_back(n / (ms * 1e6));
+    }
+    put(dir == 0 ? "pinned_htod_GBps" : "pinned_dtoh_GBps", median(gbps));
+  }
+  cudaFreeHost(host);
+  cudaFree(device);
+}
+
+}  // namespace
+
+int main() {
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS) {
+    std::printf("{\"status\":\"no device\"}\n");
+    return 1;
+  }
+  CHECK(cudaFree(nullptr));  // primary context current for the driver calls below
+  int driver = 0, runtime = 0;
+  cuDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  char name[256] = {};
+  cuDeviceGetName(name, sizeof name, dev);
+  size_t total = 0;
+  cuDeviceTotalMem(&total, dev);
+  put("device", name);
+  put("driver_version", driver);
+  put("runtime_version", runtime);
+  put("compute_capability", std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)) + "." +
+                                std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)), true);
+  put("total_bytes", static_cast<double>(total));
+  put("vmm", attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));
+  put("host_vmm", attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));
+  put("host_numa_vmm", attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));
+  const int numa = attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID);
+  put("host_numa_id", numa);
+  put("memory_pools", attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED));
+  CUmemAllocationProp prop = prop_for(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  size_t gran = 0, rec = 0;
+  cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  cuMemGetAllocationGranularity(&rec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  put("granularity", static_cast<double>(gran));
+  put("granularity_recommended", static_cast<double>(rec));
+  put("trial_host_result", trial(CU_MEM_LOCATION_TYPE_HOST, 0));
+  put("trial_host_numa_result", trial(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa));
+  vmm_latencies();
+  bandwidth();
+  put("status", "ok");
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""gpu/train.py: a short deterministic PyTorch training run, one JSON line out.
+
+  train.py --model resnet50|gpt --mode native|preload|tidepool [--steps N]
+           [--conf TIDEPOOL_CONF] [--snapshot PATH]
+
+native and preload run the same code (run.sh sets LD_PRELOAD and
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 for preload); tidepool calls
+tidepool.torch.use(conf) first. Fixed seed, deterministic algorithms, random
+data drawn on the host. Prints the loss at every step (float.hex, exact),
+the median step time, and peak device use seen through cuMemGetInfo
+(torch.cuda.mem_get_info) and torch.cuda.max_memory_reserved. --snapshot
+records torch.cuda.memory._record_memory_history and dumps it there.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def build(model, torch):
+    nn = torch.nn
+    if model == "resnet50":
+        import torchvision
+        net = torchvision.models.resnet50(num_classes=1000)
+        gen = torch.Generator().manual_seed(1)
+        data = [(torch.randn(64, 3, 224, 224, generator=gen), torch.randint(0, 1000, (64,), generator=gen))
+                for _ in range(4)]
+        return net, data, nn.CrossEntropyLoss(), lambda out, y: (out, y)
+
+    class Gpt(nn.Module):
+        def __init__(self, vocab=4096, dim=384, layers=6, heads=6, seq=256):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, dim)
+            self.pos = nn.Parameter(torch.zeros(seq, dim))
+            layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True)
+            self.body = nn.TransformerEncoder(layer, layers)
+            self.head = nn.Linear(dim, vocab)
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+        def forward(self, x):
+            h = self.tok(x) + self.pos[: x.shape[1]]
+            return self.head(self.body(h, mask=self.mask, is_causal=True))
+
+    gen = torch.Generator().manual_seed(1)
+    data = []
+    for _ in range(4):
+        tokens = torch.randint(0, 4096, (32, 257), generator=gen)
+        data.append((tokens[:, :-1], tokens[:, 1:]))
+    return Gpt(), data, nn.CrossEntropyLoss(), lambda out, y: (out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def reserved(torch):
+    try:  # a pluggable allocator keeps no statistics
+        return torch.cuda.max_memory_reserved()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["resnet50", "gpt"], required=True)
+    ap.add_argument("--mode", choices=["native", "preload", "tidepool"], required=True)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--conf", default=None)
+    ap.add_argument("--snapshot", default=None)
+    args = ap.parse_args()
+
+    if args.mode == "tidepool":
+        import tidepool.torch
+        tidepool.torch.use(args.conf)
+    import torch
+
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if args.snapshot:
+        try:  # no tracebacks: the events are what the trace needs, and stacks slow the run
+            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                     max_entries=2_000_000)
+        except TypeError:
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+
+    net, data, loss_fn, shape = build(args.model, torch)
+    net = net.cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    data = [(x.cuda(), y.cuda()) for x, y in data]
+    free0, total = torch.cuda.mem_get_info()
+    losses, times, peak_used = [], [], total - free0
+    for step in range(args.steps):
+        x, y = data[step % len(data)]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        out, target = shape(net(x), y)
+        loss = loss_fn(out, target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        free, _ = torch.cuda.mem_get_info()
+        peak_used = max(peak_used, total - free)
+    if args.snapshot:
+        torch.cuda.memory._dump_snapshot(args.snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+    print(json.dumps({
+        "model": args.model, "mode": args.mode, "steps": args.steps,
+        "losses": [float.hex(v) for v in losses], "losses_decimal": losses,
+        "step_ms_median": 1000 * statistics.median(times[3:] or times),
+        "first_step_ms": 1000 * times[0],
+        "peak_used_bytes_meminfo": peak_used, "total_bytes": total,
+        "max_memory_reserved": reserved(torch),
+        "torch_version": torch.__version__,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
