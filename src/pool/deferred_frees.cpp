@@ -5,10 +5,9 @@
 
 namespace tidepool::pool {
 
-DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events,
-                             std::size_t batch)
-    : api_(api), context_(context), registry_(registry), events_(events), batch_(std::max<std::size_t>(batch, 1)) {
-  blocks_.reserve(batch_ * 4);
+DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events)
+    : api_(api), context_(context), registry_(registry), events_(events) {
+  blocks_.reserve(1024);
 }
 
 DeferredFrees::~DeferredFrees() {
@@ -19,10 +18,9 @@ DeferredFrees::~DeferredFrees() {
   }
 }
 
-bool DeferredFrees::add(Block* block) {
+void DeferredFrees::add(Block* block) {
   blocks_.push_back(block);
   bytes_ += block->size;
-  return blocks_.size() - fenced_ >= batch_;
 }
 
 bool DeferredFrees::capture_in_progress() const {
@@ -61,6 +59,18 @@ void DeferredFrees::close_batch(bool needs_sync) {
   for (CUstream s : scratch_streams_) record(s);
   fences_.push_back(std::move(fence));
   fenced_ = blocks_.size();
+}
+
+void DeferredFrees::fence_when_idle() {
+  if (blocks_.size() == fenced_) return;
+  if (!fences_.empty()) {
+    const Fence& newest = fences_.back();
+    if (newest.needs_sync) return;  // only a synchronisation settles it; the next promotion fences these
+    for (CUevent e : newest.events) {
+      if (api_.eventQuery(e) != CUDA_SUCCESS) return;  // still in flight (or not known)
+    }
+  }
+  close_batch();
 }
 
 bool DeferredFrees::fence_finished(Fence& fence, bool wait) {

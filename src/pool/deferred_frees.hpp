@@ -1,7 +1,9 @@
 // DeferredFrees: blocks freed with cudaFree semantics, held out of the pool
 // until the work queued before their free has finished on every stream of
-// the context. Frees are fenced in batches, so no free pays for a device-wide
-// synchronisation.
+// the context. Each free is fenced at once with events (no free pays for a
+// device-wide synchronisation), so its block can come back as soon as the
+// device is past it; while the previous fence is still in flight, new frees
+// join the next one.
 //
 // The rule, and why it is complete. A block freed at time T may be reused
 // once all work queued before T has finished. Work queued before T sits on
@@ -46,18 +48,20 @@ namespace tidepool::pool {
 
 class DeferredFrees {
  public:
-  DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events,
-                std::size_t batch);
+  DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events);
   ~DeferredFrees();
   DeferredFrees(const DeferredFrees&) = delete;
   DeferredFrees& operator=(const DeferredFrees&) = delete;
 
-  // Holds `block`. True when `batch` frees wait without a fence: the caller
-  // then makes the context current and closes the batch.
-  bool add(Block* block);
+  // Holds `block`; close_batch() fences it (and any other unfenced block).
+  void add(Block* block);
   // Fences the frees not yet fenced (the context must be current).
   // `needs_sync`: the caller knows of work the events cannot cover.
   void close_batch(bool needs_sync = false);
+  // close_batch(), unless the newest fence is still in flight: then the
+  // frees wait for the next call (or a promotion) to be fenced, so a busy
+  // device sees one record per round trip rather than one per free.
+  void fence_when_idle();
   // Hands every block whose fence is known finished to `release`, in order.
   // `wait`: block on fences still running, and prove `needs_sync` fences with
   // a context synchronisation. Returns how many blocks were released.
@@ -94,7 +98,6 @@ class DeferredFrees {
   CUcontext context_;
   StreamRegistry& registry_;
   EventCache& events_;
-  std::size_t batch_;
   std::vector<Block*> blocks_;
   std::vector<Fence> fences_;
   std::size_t fenced_ = 0;  // blocks_[..fenced_) have a fence

@@ -19,10 +19,10 @@ namespace tidepool::pool {
 enum class CarveEnd { low, high };
 
 struct Request {
-  std::size_t size;          // already rounded to the arena's alignment
+  std::size_t size;  // already rounded to the arena's alignment
   std::uintptr_t stream;
-  bool small;                // from the small arena
-  std::uint64_t sequence;    // how many requests came before this one
+  bool small;              // from the small arena
+  std::uint64_t sequence;  // how many requests came before this one
 };
 
 class PlacementPolicy {

@@ -69,7 +69,7 @@ Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext c
       policy_(std::move(policy)),
       registry_(streams),
       events_(driver.api()),
-      deferred_(driver.api(), context, streams, events_, options.deferred_batch) {
+      deferred_(driver.api(), context, streams, events_) {
   const std::uint64_t serial = next_pool_serial.fetch_add(1) & 0x7fff;
   buffer_id_base_ = (std::uint64_t{1} << 63) | (serial << 48);
 }
@@ -433,7 +433,7 @@ void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   for (Block* b : pending) {
     if (settle(b)) continue;
     arena_of(b).index.erase(b);
-    (void)deferred_.add(b);
+    deferred_.add(b);
   }
   if (!pending.empty()) deferred_.close_batch(/*needs_sync=*/!retired);
   stats_.deferred_bytes = deferred_.bytes();
@@ -487,9 +487,14 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   }
   block->is_free = true;
   block->stream = kNoPendingWork;
-  if (deferred_.add(block)) {
+  // Fenced at once (or with the next fence while one is in flight), so the
+  // block can come back as soon as the device is past it: a fence left open
+  // until memory runs short only finishes after more memory has been made,
+  // and a cudaFree loop would grow without end.
+  deferred_.add(block);
+  {
     driver::ScopedContext scope(api_, context_);
-    deferred_.close_batch();
+    deferred_.fence_when_idle();
   }
   stats_.deferred_bytes = deferred_.bytes();
   return util::Status::success();

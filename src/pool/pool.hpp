@@ -79,7 +79,6 @@ struct PoolOptions {
   std::size_t small_alignment = 512;            // small requests round to this
   std::size_t large_alignment = 4 * util::KiB;  // large requests round to this: no slivers
   std::size_t segment_bytes = 0;                // VA per segment; 0: twice the device limit
-  std::size_t deferred_batch = 256;             // deferred frees per fence
   bool stitch_before_grow = true;               // reuse idle pages before creating new ones
 };
 
@@ -259,7 +258,7 @@ class Pool {
   // pending work could not be fenced (it went to unsafe_).
   bool no_fit_ = false;
   bool fence_failed_ = false;
-  bool promoting_ = false;                 // try_place is retrying after promoting deferred frees
+  bool promoting_ = false;      // try_place is retrying after promoting deferred frees
   std::vector<Block*> unsafe_;  // set aside during one allocation
   // Set by try_place when backing failed for lack of pages: how many more
   // pages the chosen range needs, and the range, which reclaiming must spare.
