@@ -48,3 +48,16 @@ inline size_t count_wrong(const void* data, size_t n, unsigned char value) {
   for (unsigned char b : host) wrong += b != value;
   return wrong;
 }
+
+// A driver-API call that must succeed: on failure, one line naming it and
+// `return 1` from the calling main (programs that use the driver API).
+#ifdef CUDA_VERSION
+#define DRV(call)                                                                        \
+  do {                                                                                   \
+    CUresult r_ = (call);                                                                \
+    if (r_ != CUDA_SUCCESS) {                                                            \
+      std::printf("%s: FAILED %s = %d at line %d\n", PROGRAM, #call, int(r_), __LINE__); \
+      return 1;                                                                          \
+    }                                                                                    \
+  } while (0)
+#endif

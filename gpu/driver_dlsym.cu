@@ -8,15 +8,6 @@
 
 #include "common.cuh"
 
-#define DRV(call)                                                                        \
-  do {                                                                                   \
-    CUresult r_ = (call);                                                                \
-    if (r_ != CUDA_SUCCESS) {                                                            \
-      std::printf("%s: FAILED %s = %d at line %d\n", PROGRAM, #call, int(r_), __LINE__); \
-      return 1;                                                                          \
-    }                                                                                    \
-  } while (0)
-
 template <typename Fn>
 Fn lookup(void* lib, const char* name) {
   Fn fn = reinterpret_cast<Fn>(dlsym(lib, name));
