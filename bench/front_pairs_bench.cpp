@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "bench_support.hpp"
 
@@ -72,22 +73,35 @@ const Front& front() {
   return f;
 }
 
+// Runs pairs of `allocate` (returns the pointer, or 0 on failure) and
+// `release` until the state stops, labelled for the ratio table.
+template <typename Allocate, typename Release>
+void pairs(benchmark::State& state, const char* what, const std::string& label, Allocate allocate, Release release) {
+  for (auto _ : state) {
+    const std::uintptr_t p = allocate();
+    if (p == 0) {
+      state.SkipWithError(what);
+      break;
+    }
+    benchmark::DoNotOptimize(p);
+    release(p);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(label);
+}
+
 // The sim's own pair: what the program pays without tidepool. First, before
 // the pool under test holds any of the sim's memory.
 void BM_DriverPair(benchmark::State& state) {
   use_primary_context();
   const driver::Api& api = sim().api();
-  for (auto _ : state) {
-    CUdeviceptr p = 0;
-    if (api.memAlloc(&p, 512) != CUDA_SUCCESS) {
-      state.SkipWithError("the sim's cuMemAlloc failed");
-      break;
-    }
-    benchmark::DoNotOptimize(p);
-    (void)api.memFree(p);
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(baseline_label("driver_pair"));
+  pairs(
+      state, "the sim's cuMemAlloc failed", baseline_label("driver_pair"),
+      [&] {
+        CUdeviceptr p = 0;
+        return api.memAlloc(&p, 512) == CUDA_SUCCESS ? static_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)api.memFree(p); });
 }
 BENCHMARK(BM_DriverPair);
 
@@ -95,34 +109,26 @@ void BM_CApiStreamPair(benchmark::State& state) {
   const Front& f = front();
   void* s = reinterpret_cast<void*>(stream(0));
   const auto size = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    void* p = nullptr;
-    if (f.malloc_async(&p, size, 0, s) != 0) {
-      state.SkipWithError("tidepool_malloc_async failed");
-      break;
-    }
-    benchmark::DoNotOptimize(p);
-    (void)f.free_async(p, s);
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(versus_label("driver_pair"));
+  pairs(
+      state, "tidepool_malloc_async failed", versus_label("driver_pair"),
+      [&] {
+        void* p = nullptr;
+        return f.malloc_async(&p, size, 0, s) == 0 ? reinterpret_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)f.free_async(reinterpret_cast<void*>(p), s); });
 }
 BENCHMARK(BM_CApiStreamPair)->Arg(512)->Arg(8 << 20);
 
 void BM_CApiDevicePair(benchmark::State& state) {
   const Front& f = front();
   const auto size = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    void* p = nullptr;
-    if (f.malloc(&p, size, 0) != 0) {
-      state.SkipWithError("tidepool_malloc failed");
-      break;
-    }
-    benchmark::DoNotOptimize(p);
-    (void)f.free(p);
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(versus_label("driver_pair"));
+  pairs(
+      state, "tidepool_malloc failed", versus_label("driver_pair"),
+      [&] {
+        void* p = nullptr;
+        return f.malloc(&p, size, 0) == 0 ? reinterpret_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)f.free(reinterpret_cast<void*>(p)); });
 }
 BENCHMARK(BM_CApiDevicePair)->Arg(512)->Arg(8 << 20);
 
@@ -130,34 +136,26 @@ void BM_PreloadStreamPair(benchmark::State& state) {
   const Front& f = front();
   auto s = reinterpret_cast<CUstream>(stream(0));
   const auto size = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    CUdeviceptr p = 0;
-    if (f.hook_alloc_async(&p, size, s) != CUDA_SUCCESS) {
-      state.SkipWithError("cuMemAllocAsync hook failed");
-      break;
-    }
-    benchmark::DoNotOptimize(p);
-    (void)f.hook_free_async(p, s);
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(versus_label("driver_pair"));
+  pairs(
+      state, "cuMemAllocAsync hook failed", versus_label("driver_pair"),
+      [&] {
+        CUdeviceptr p = 0;
+        return f.hook_alloc_async(&p, size, s) == CUDA_SUCCESS ? static_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)f.hook_free_async(p, s); });
 }
 BENCHMARK(BM_PreloadStreamPair)->Arg(512)->Arg(8 << 20);
 
 void BM_PreloadDevicePair(benchmark::State& state) {
   const Front& f = front();
   const auto size = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    CUdeviceptr p = 0;
-    if (f.hook_alloc(&p, size) != CUDA_SUCCESS) {
-      state.SkipWithError("cuMemAlloc_v2 hook failed");
-      break;
-    }
-    benchmark::DoNotOptimize(p);
-    (void)f.hook_free(p);
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.SetLabel(versus_label("driver_pair"));
+  pairs(
+      state, "cuMemAlloc_v2 hook failed", versus_label("driver_pair"),
+      [&] {
+        CUdeviceptr p = 0;
+        return f.hook_alloc(&p, size) == CUDA_SUCCESS ? static_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)f.hook_free(p); });
 }
 BENCHMARK(BM_PreloadDevicePair)->Arg(512)->Arg(8 << 20);
 
