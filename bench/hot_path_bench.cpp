@@ -5,7 +5,8 @@
 // a trace (`trace:`) costs a cached pair, against the untraced pair: with
 // pairs back to back the ring stays full, so that is the writer's sustained
 // rate; in bursts that fit the ring, the producers' cost alone. Each thread uses a stream of its own;
-// blocks that pass between threads pay the pool's cross-stream wait.
+// blocks that pass between threads pay the pool's cross-stream wait. The 512 B pair also runs with
+// every thread on one shared stream, the baseline the own-stream pairs are compared with.
 // Target (issue 3): a cached-size pair under 100 ns median on one thread.
 #include <benchmark/benchmark.h>
 
@@ -60,9 +61,10 @@ std::vector<std::size_t> mixed_sizes(unsigned seed) {
   return sizes;
 }
 
-void pool_pairs(benchmark::State& state, runtime::Allocator& allocator) {
+// `shared_stream`: every thread on stream 0 rather than a stream of its own.
+void pool_pairs(benchmark::State& state, runtime::Allocator& allocator, bool shared_stream = false) {
   const auto size = static_cast<std::size_t>(state.range(0));
-  const std::uintptr_t s = stream(state.thread_index());
+  const std::uintptr_t s = stream(shared_stream ? 0 : state.thread_index());
   // Warm: the first pair maps the pages; later pairs reuse them.
   auto warm = allocator.allocate(size, s, true);
   if (!warm) {
@@ -84,7 +86,10 @@ void pool_pairs(benchmark::State& state, runtime::Allocator& allocator) {
 
 void BM_PoolPairCachedSize(benchmark::State& state) {
   pool_pairs(state, *fixture.allocator);
-  state.SetLabel(versus_label(key("driver_pair", state, true)) + " " + baseline_label(key("pool_pair", state, true)));
+  std::string label =
+      versus_label(key("driver_pair", state, true)) + " " + baseline_label(key("pool_pair", state, true));
+  if (state.range(0) == 512) label += " " + versus_label(key("shared_stream", state, true));
+  state.SetLabel(label);
 }
 BENCHMARK(BM_PoolPairCachedSize)
     ->Arg(512)
@@ -93,6 +98,24 @@ BENCHMARK(BM_PoolPairCachedSize)
     ->Threads(1)
     ->Threads(2)
     ->Threads(4)
+    ->Threads(8)
+    ->UseRealTime()
+    ->Setup(fresh_pool)
+    ->Teardown(drop_pool);
+
+// The 512 B pair with every thread on one stream: what the own-stream pairs
+// are held to. Streams of their own must not cost threads more than half
+// their rate (issue 9), however many streams the program uses.
+void BM_PoolPairSharedStream(benchmark::State& state) {
+  pool_pairs(state, *fixture.allocator, /*shared_stream=*/true);
+  state.SetLabel(baseline_label(key("shared_stream", state, true)));
+}
+BENCHMARK(BM_PoolPairSharedStream)
+    ->Arg(512)
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->Threads(8)
     ->UseRealTime()
     ->Setup(fresh_pool)
     ->Teardown(drop_pool);

@@ -23,6 +23,7 @@ struct Block {
   Segment* segment = nullptr;
   std::uintptr_t stream = 0;     // stream key of the last free with work pending, or kNoPendingWork
   std::uint64_t free_epoch = 0;  // when it was last freed in stream order
+  std::uint64_t freed_at = 0;    // the pool's allocation count when it was last freed (merges keep the latest)
   std::uint64_t buffer_id = 0;   // while live: unique for the life of the process
   bool is_free = false;
   bool in_index = false;

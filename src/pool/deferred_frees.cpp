@@ -98,12 +98,12 @@ bool DeferredFrees::synchronize_context() {
   return api_.ctxSynchronize() == CUDA_SUCCESS;
 }
 
-std::size_t DeferredFrees::finished_prefix(bool wait) {
+std::size_t DeferredFrees::finished_prefix(Wait wait) {
   if (blocks_.empty()) return 0;
   close_batch();
   std::size_t done = 0;
-  while (done < fences_.size() && fence_finished(fences_[done], wait)) ++done;
-  if (done < fences_.size() && wait && fences_[done].needs_sync) {
+  while (done < fences_.size() && fence_finished(fences_[done], wait != Wait::none)) ++done;
+  if (done < fences_.size() && wait == Wait::everything && fences_[done].needs_sync) {
     // Every fence made so far predates this synchronisation: it proves all.
     if (synchronize_context()) {
       for (Fence& fence : fences_) {

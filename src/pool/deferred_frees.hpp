@@ -62,11 +62,13 @@ class DeferredFrees {
   // frees wait for the next call (or a promotion) to be fenced, so a busy
   // device sees one record per round trip rather than one per free.
   void fence_when_idle();
+  // How long promote() may wait: not at all, or for every fence, proving
+  // `needs_sync` fences with a context synchronisation.
+  enum class Wait { none, everything };
   // Hands every block whose fence is known finished to `release`, in order.
-  // `wait`: block on fences still running, and prove `needs_sync` fences with
-  // a context synchronisation. Returns how many blocks were released.
+  // Returns how many blocks were released.
   template <typename Release>
-  std::size_t promote(bool wait, Release&& release) {
+  std::size_t promote(Wait wait, Release&& release) {
     const std::size_t ready = finished_prefix(wait);
     drop_prefix(ready);  // counts the bytes before release() merges blocks
     for (std::size_t i = 0; i < ready; ++i) release(blocks_[i]);
@@ -88,7 +90,7 @@ class DeferredFrees {
     std::size_t end = 0;  // blocks_[..end) are covered
   };
   // How many leading blocks have finished fences; drops those fences.
-  std::size_t finished_prefix(bool wait);
+  std::size_t finished_prefix(Wait wait);
   // Forgets the first `count` blocks' bytes and fences (the caller erases them).
   void drop_prefix(std::size_t count);
   bool fence_finished(Fence& fence, bool wait);

@@ -58,14 +58,13 @@
 #include "pool/event_cache.hpp"
 #include "pool/free_index.hpp"
 #include "pool/policy.hpp"
+#include "pool/stream_keys.hpp"
 #include "pool/stream_registry.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::pool {
 
-// The Block::stream value of a block no queued work can touch.
-inline constexpr std::uintptr_t kNoPendingWork = ~std::uintptr_t{0};
 
 struct Segment {
   space::Reservation* reservation = nullptr;
@@ -75,11 +74,15 @@ struct Segment {
 
 struct PoolOptions {
   std::string policy = "best_fit";
-  std::size_t small_size = util::MiB;           // requests up to this go to the small arena
+  std::size_t small_size = 128 * util::KiB;     // requests up to this go to the small arena
   std::size_t small_alignment = 512;            // small requests round to this
   std::size_t large_alignment = 4 * util::KiB;  // large requests round to this: no slivers
   std::size_t segment_bytes = 0;                // VA per segment; 0: twice the device limit
   bool stitch_before_grow = true;               // reuse idle pages before creating new ones
+  // Pages stitching took away and then needed again teach the pool to hold
+  // more rather than move them every step, up to this much over the peak
+  // live bytes (see try_place).
+  std::size_t hold_slack_percent = 3;
 };
 
 struct PoolStats {
@@ -218,13 +221,15 @@ class Pool {
   // After a successful context synchronisation: every free so far is safe.
   bool synchronize_context();
 
-  bool promote_deferred(bool wait);
+  bool promote_deferred(DeferredFrees::Wait wait);
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `may_synchronize`: may wait for the whole context to free pages under
   // stream-ordered frees; else those blocks are taken once their stream is
   // past them, waiting only on `request_stream` (a stream key).
+  // `learn`: mark the pages, so that needing them again teaches the pool to
+  // hold more (pages_to_hold_); a trim does not.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                                 bool may_synchronize, std::uintptr_t request_stream);
+                                 bool may_synchronize, std::uintptr_t request_stream, bool learn);
   // Whether no stream-ordered free can still be in use (synchronising if needed).
   bool synchronize_if_needed();
   std::size_t trim_chunks();
@@ -260,6 +265,10 @@ class Pool {
   bool fence_failed_ = false;
   bool promoting_ = false;      // try_place is retrying after promoting deferred frees
   std::vector<Block*> unsafe_;  // set aside during one allocation
+  std::vector<Block*> victims_;  // reclaim_idle_pages' scratch
+  // Physical pages the layout has shown it needs: stitching stops taking
+  // pages from elsewhere until the pool holds this many (see try_place).
+  std::size_t pages_to_hold_ = 0;
   // Set by try_place when backing failed for lack of pages: how many more
   // pages the chosen range needs, and the range, which reclaiming must spare.
   std::size_t pages_short_ = 0;

@@ -75,8 +75,8 @@ util::Status AddressSpace::unreserve(Reservation* r) {
     counters_.releases++;
     note_device_pages(device_pages_ - r->page_count());
   } else {
-    for (std::size_t p = 0; p < r->page_count(); ++p) {
-      if (r->page(p).residency == Residency::unmapped) continue;
+    for (std::size_t p = r->next_mapped(0, r->page_count()); p < r->page_count();
+         p = r->next_mapped(p + 1, r->page_count())) {
       if (auto s = unback(*r, p, 1); !s && result.ok()) result = s;
     }
     if (auto s = driver::check(api_.memAddressFree(r->base(), r->size()), "cuMemAddressFree"); !s && result.ok()) {
@@ -110,10 +110,17 @@ std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t ad
   if (r.is_chunk() || length == 0) return 0;
   const std::size_t first = r.page_of(address);
   const std::size_t last = r.page_of(address + length - 1);
-  const std::size_t scan_end = std::min(last + 1, r.mapped_limit());
-  std::size_t missing = last + 1 - std::max(first, scan_end);  // pages beyond the limit: all unmapped
-  for (std::size_t p = first; p < scan_end; ++p) {
-    if (r.page(p).residency == Residency::unmapped || r.page(p).residency == Residency::broken) ++missing;
+  auto unusable = [&](std::size_t p) {
+    return r.page(p).residency == Residency::unmapped || r.page(p).residency == Residency::broken;
+  };
+  std::size_t missing = 0;
+  if (last - first < 8) {  // the common case: a block on a page or two
+    for (std::size_t p = first; p <= last; ++p) missing += unusable(p) ? 1 : 0;
+    return missing;
+  }
+  missing = (last + 1 - first) - r.mapped_pages(first, last + 1);
+  for (std::size_t p = r.next_mapped(first, last + 1); p <= last; p = r.next_mapped(p + 1, last + 1)) {
+    if (r.page(p).residency == Residency::broken) ++missing;
   }
   return missing;
 }
@@ -151,9 +158,9 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
           spares_.push_back(page.handle);
           counters_.unmaps++;
           page.handle = 0;
-          page.residency = Residency::unmapped;
+          r.set_residency(p, Residency::unmapped);
         } else {
-          page.residency = Residency::broken;
+          r.set_residency(p, Residency::broken);
         }
       }
     }
@@ -191,8 +198,7 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     counters_.maps++;
     mapped_any = true;
     page.handle = handle;
-    page.residency = Residency::device;
-    r.note_mapped(p);
+    r.set_residency(p, Residency::device);
     if (run_start == SIZE_MAX) run_start = p;
   }
   auto s = grant_access(last + 1);
@@ -217,7 +223,7 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
       (void)api_.memRelease(page.handle);
     }
     page.handle = 0;
-    page.residency = Residency::unmapped;
+    r.set_residency(p, Residency::unmapped);
   }
   // Spares beyond a lowered budget go back to the driver at once.
   while (!spares_.empty() && device_bytes() > limit_) {

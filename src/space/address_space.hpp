@@ -78,6 +78,7 @@ class AddressSpace {
   std::size_t release_spares(std::size_t bytes);
 
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_pages_ * page_size_; }
+  [[nodiscard]] std::size_t device_pages() const noexcept { return device_pages_; }
   [[nodiscard]] std::size_t peak_device_bytes() const noexcept { return peak_device_pages_ * page_size_; }
   [[nodiscard]] std::size_t spare_bytes() const noexcept { return spares_.size() * page_size_; }
   [[nodiscard]] std::size_t spare_pages() const noexcept { return spares_.size(); }

@@ -12,6 +12,8 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -23,15 +25,25 @@ enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
 struct PageEntry {
   CUmemGenericAllocationHandle handle = 0;
-  Residency residency = Residency::unmapped;
+  Residency residency = Residency::unmapped;  // change only through Reservation::set_residency
+  // Unmapped by the pool to back another range (not by a trim). The pool
+  // reads it when it needs the page again: a sign its layout needs more
+  // pages than it holds. Cleared when the page is mapped.
+  bool reclaimed = false;
 };
 
 class Reservation {
  public:
   Reservation(std::uintptr_t base, std::size_t size, std::size_t page_size, bool backed_by_chunk)
-      : base_(base), size_(size), page_size_(page_size), chunk_(backed_by_chunk), pages_(size / page_size) {
+      : base_(base),
+        size_(size),
+        page_size_(page_size),
+        chunk_(backed_by_chunk),
+        pages_(size / page_size),
+        mapped_words_((pages_.size() + 63) / 64),
+        mapped_summary_((mapped_words_.size() + 63) / 64) {
     if (chunk_) {
-      for (PageEntry& p : pages_) p.residency = Residency::device;
+      for (std::size_t p = 0; p < pages_.size(); ++p) set_residency(p, Residency::device);
     }
   }
 
@@ -53,8 +65,67 @@ class Reservation {
   // One past the highest page ever mapped: pages from here on are unmapped,
   // so scans of the page map can stop here.
   [[nodiscard]] std::size_t mapped_limit() const noexcept { return chunk_ ? pages_.size() : mapped_limit_; }
-  void note_mapped(std::size_t index) noexcept {
-    if (index + 1 > mapped_limit_) mapped_limit_ = index + 1;
+
+  // Keeps the bitmap of pages that are not unmapped in step with the map.
+  void set_residency(std::size_t index, Residency residency) noexcept {
+    pages_[index].residency = residency;
+    const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+    std::uint64_t& word = mapped_words_[index / 64];
+    if (residency == Residency::unmapped) {
+      word &= ~bit;
+      if (word == 0) mapped_summary_[index / 4096] &= ~(std::uint64_t{1} << ((index / 64) % 64));
+    } else {
+      pages_[index].reclaimed = false;
+      word |= bit;
+      mapped_summary_[index / 4096] |= std::uint64_t{1} << ((index / 64) % 64);
+      if (index + 1 > mapped_limit_) mapped_limit_ = index + 1;
+    }
+  }
+  // The first page in [from, end) that is not unmapped, or `end`. Skips
+  // unmapped runs 4096 pages at a time, so a reservation of a million pages
+  // with a few mapped is scanned in a few hundred steps.
+  [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t end) const noexcept {
+    const std::size_t limit = std::min(end, mapped_limit());
+    if (from >= limit) return end;
+    std::size_t word = from / 64;
+    std::uint64_t bits = mapped_words_[word] & (~std::uint64_t{0} << (from % 64));
+    if (bits == 0) {
+      const std::size_t next_word = word + 1;
+      std::size_t summary = next_word / 64;
+      if (summary >= mapped_summary_.size()) return end;
+      std::uint64_t live = mapped_summary_[summary] & (~std::uint64_t{0} << (next_word % 64));
+      while (live == 0) {
+        ++summary;
+        if (summary >= mapped_summary_.size() || summary * 4096 >= limit) return end;
+        live = mapped_summary_[summary];
+      }
+      word = summary * 64 + static_cast<std::size_t>(std::countr_zero(live));
+      bits = mapped_words_[word];
+    }
+    const std::size_t found = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+    return found < limit ? found : end;
+  }
+  // How many pages in [from, end) are not unmapped.
+  [[nodiscard]] std::size_t mapped_pages(std::size_t from, std::size_t end) const noexcept {
+    end = std::min(end, mapped_limit());
+    std::size_t count = 0;
+    for (std::size_t p = next_mapped(from, end); p < end;) {
+      const std::size_t word = p / 64;
+      const std::size_t word_end = std::min(end, (word + 1) * 64);
+      std::uint64_t bits = mapped_words_[word] >> (p % 64);
+      if (word_end - p < 64) bits &= (std::uint64_t{1} << (word_end - p)) - 1;
+      count += static_cast<std::size_t>(std::popcount(bits));
+      p = next_mapped(word_end, end);
+    }
+    return count;
+  }
+  // Pages overlapping [address, address + length) the pool unmapped to back
+  // another range and has not mapped since.
+  [[nodiscard]] std::size_t reclaimed_pages(std::uintptr_t address, std::size_t length) const noexcept {
+    if (chunk_ || length == 0) return 0;
+    std::size_t count = 0;
+    for (std::size_t p = page_of(address); p <= page_of(address + length - 1); ++p) count += pages_[p].reclaimed ? 1 : 0;
+    return count;
   }
 
   // True when every page overlapping [address, address + length) is mapped.
@@ -75,6 +146,8 @@ class Reservation {
   std::size_t page_size_;
   bool chunk_;
   std::vector<PageEntry> pages_;
+  std::vector<std::uint64_t> mapped_words_;    // bit p: page p is not unmapped
+  std::vector<std::uint64_t> mapped_summary_;  // bit w: mapped_words_[w] != 0
   std::size_t mapped_limit_ = 0;
 };
 

@@ -15,7 +15,7 @@ TEST(Config, EmptyMeansEveryDefault) {
   EXPECT_FALSE(c.device_limit.has_value());
   EXPECT_EQ(c.policy, "best_fit");
   EXPECT_FALSE(c.evict);
-  EXPECT_EQ(c.small_size, MiB);
+  EXPECT_EQ(c.small_size, 128u * 1024);
   EXPECT_EQ(c.log, LogLevel::warn);
   EXPECT_TRUE(c.report.empty());
   EXPECT_TRUE(parse_config("   ").error.empty());

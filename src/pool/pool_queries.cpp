@@ -1,0 +1,135 @@
+// Queries: lookups of live blocks, what the pool could serve, statistics
+// and snapshots. Each takes the pool's lock; none calls the driver.
+#include "pool/pool.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+namespace tidepool::pool {
+
+bool Pool::owns(std::uintptr_t address) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  return live_.find(address) != nullptr;
+}
+
+std::size_t Pool::requested_size(std::uintptr_t address) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  const Block* b = live_.find(address);
+  return b != nullptr ? b->requested : 0;
+}
+
+bool Pool::in_segments(std::uintptr_t address) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  for (const auto& segment : segments_) {
+    if (segment->reservation->contains(address)) return true;
+  }
+  return false;
+}
+
+bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size,
+                           std::uint64_t* buffer_id) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  for (const auto& segment : segments_) {
+    if (!segment->reservation->contains(address)) continue;
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      if (address < b->address || address >= b->address + b->size) continue;
+      // The driver knows an allocation only as large as it was asked for.
+      if (b->is_free || b->requested == 0 || address >= b->address + b->requested) return false;
+      *base = b->address;
+      *size = b->requested;
+      if (buffer_id != nullptr) *buffer_id = b->buffer_id;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::size_t Pool::servable_bytes(std::size_t driver_free) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  // Whole mapped pages under free blocks can be re-stitched under any range;
+  // pages shared with a live block (small blocks) cannot.
+  std::size_t idle_pages = 0;
+  for (const Arena& arena : arenas_) {
+    arena.index.for_each_by_address([&](const Block* b) {
+      const space::Reservation& r = *b->segment->reservation;
+      if (r.is_chunk()) return;
+      const std::size_t page = r.page_size();
+      const std::size_t first = util::align_up(b->address - r.base(), page) / page;
+      const std::size_t end = (b->address + b->size - r.base()) / page;
+      if (end > first) idle_pages += r.mapped_pages(first, end);
+    });
+  }
+  const std::size_t page = space_.page_size();
+  const std::size_t held = space_.device_bytes();
+  const std::size_t limit = space_.device_limit();
+  const std::size_t budget_left = limit > held ? limit - held : 0;
+  const std::size_t cached = space_.spare_bytes() + idle_pages * page;
+  if (!space_.uses_vmm()) {
+    // Chunks: only the largest free block, or a new chunk within the budget.
+    std::size_t largest = 0;
+    for (const Arena& arena : arenas_) {
+      arena.index.for_each_by_address([&](const Block* b) { largest = std::max(largest, b->size); });
+    }
+    return std::max(largest, std::min(budget_left, driver_free));
+  }
+  return util::align_down(cached + std::min(budget_left, driver_free), page);
+}
+
+PoolStats Pool::stats(bool with_fragmentation) const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  PoolStats s = stats_;
+  s.reserved_bytes = space_.device_bytes();
+  s.peak_reserved_bytes = space_.peak_device_bytes();
+  s.spare_bytes = space_.spare_bytes();
+  s.maps = space_.counters().maps;
+  s.unmaps = space_.counters().unmaps;
+  s.live_blocks = live_.size();
+  s.segments = segments_.size();
+  s.free_bytes = s.reserved_bytes > s.handed_out_bytes ? s.reserved_bytes - s.handed_out_bytes : 0;
+  s.free_blocks = arenas_[0].index.count() + arenas_[1].index.count();
+  if (!with_fragmentation) return s;
+  // The largest request servable without new physical memory: a free block's
+  // mapped bytes plus whatever spare pages could back the rest of it.
+  std::uint64_t largest = 0;
+  for (const Arena& arena : arenas_) {
+    arena.index.for_each_by_address([&](const Block* b) {
+      const space::Reservation& r = *b->segment->reservation;
+      std::uint64_t mapped = 0;
+      if (r.is_chunk()) {
+        mapped = b->size;
+      } else {
+        // Whole pages by the bitmap; the two end pages, which the block may
+        // share with neighbours, by the part of them it covers.
+        const std::size_t first = r.page_of(b->address);
+        const std::size_t last = r.page_of(b->address + b->size - 1);
+        auto part = [&](std::size_t p) -> std::uint64_t {
+          if (r.page(p).residency == space::Residency::unmapped) return 0;
+          const std::uintptr_t lo = std::max(r.page_address(p), b->address);
+          const std::uintptr_t hi = std::min(r.page_address(p) + r.page_size(), b->address + b->size);
+          return hi - lo;
+        };
+        mapped = part(first);
+        if (last > first) mapped += part(last);
+        if (last > first + 1) mapped += std::uint64_t{r.mapped_pages(first + 1, last)} * r.page_size();
+      }
+      largest = std::max<std::uint64_t>(largest, std::min<std::uint64_t>(b->size, mapped + s.spare_bytes));
+    });
+  }
+  s.largest_free_block = largest;
+  return s;
+}
+
+std::vector<BlockView> Pool::snapshot() const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  std::vector<BlockView> out;
+  for (const auto& segment : segments_) {
+    const space::Reservation& r = *segment->reservation;
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      out.push_back(BlockView{b->address, b->size, b->is_free ? 0 : b->requested, r.is_backed(b->address, b->size),
+                              segment->arena});
+    }
+  }
+  return out;
+}
+
+}  // namespace tidepool::pool
