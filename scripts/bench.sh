@@ -3,25 +3,29 @@
 # simulated driver. Each suite prints Google Benchmark's table and then its
 # ratios against the baselines it measured in the same run; at the end this
 # script prints all the ratio tables together. Raw results go to
-# out/bench/<suite>.json (Google Benchmark JSON) and <suite>.txt.
+# out/bench/<suite>.json (Google Benchmark JSON) and <suite>.txt. Then
+# bench_live_replay replays every trace in ../shared/traces live through the
+# preload in both free modes (out/bench/live_replay.txt).
 # Benchmarks are never part of ctest. See bench/README.md.
 #
 # Usage: scripts/bench.sh [Google Benchmark flags...]
 #   e.g. scripts/bench.sh --benchmark_min_time=0.1 --benchmark_filter=Replay
 # Environment: BENCH_OUT (default out/bench); BENCH_BUILD_DIR to use an
-# already configured build directory instead of the default preset.
+# already configured build directory instead of the default preset;
+# BENCH_TRACES, the traces bench_live_replay replays (default ../shared/traces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir="${BENCH_OUT:-out/bench}"
 suites=(bench_hot_path bench_front_pairs bench_random_allocations bench_replay)
+traces_dir="${BENCH_TRACES:-../shared/traces}"
 
 if [[ -n "${BENCH_BUILD_DIR:-}" ]]; then
   build_dir="$BENCH_BUILD_DIR"
-  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}"
+  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" bench_live_replay
 else
   build_dir=build/default
   cmake --preset default >/dev/null
-  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}"
+  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}" bench_live_replay
 fi
 
 mkdir -p "$out_dir"
@@ -31,6 +35,20 @@ for suite in "${suites[@]}"; do
     tee "$out_dir/$suite.txt"
   echo
 done
+
+# Not a Google Benchmark: utilization and driver calls per training step,
+# replayed live through LD_PRELOAD=libtidepool.so on the sim.
+shopt -s nullglob
+traces=("$traces_dir"/*.csv "$traces_dir"/*.csv.gz)
+shopt -u nullglob
+if ((${#traces[@]} > 0)); then
+  echo "== bench_live_replay"
+  "$build_dir/bench/bench_live_replay" --frees both "${traces[@]}" | tee "$out_dir/live_replay.txt"
+  echo
+else
+  echo "== bench_live_replay: no traces in $traces_dir, skipped"
+  echo
+fi
 
 echo "== ratios against baselines measured in the same run (throughput / baseline; > 1 is faster)"
 for suite in "${suites[@]}"; do

@@ -36,6 +36,15 @@ void DeferredFrees::close_batch(bool needs_sync) {
   Fence fence;
   fence.end = blocks_.size();
   fence.needs_sync = needs_sync || !registry_.complete();
+  if (fence.needs_sync) {
+    // Only a synchronisation proves this fence: events would be wasted calls.
+    // The retirements are still listed, so that synchronisation settles them.
+    scratch_streams_.clear();
+    registry_.fence_targets(context_, &scratch_streams_, &fence.retired);
+    fences_.push_back(std::move(fence));
+    fenced_ = blocks_.size();
+    return;
+  }
   auto record = [&](CUstream stream) {
     if (driver::capturing(api_, stream)) {
       fence.needs_sync = true;

@@ -77,6 +77,11 @@ class DeferredFrees {
   }
 
   [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
+  // Whether promote() without waiting could release anything: the oldest
+  // fence is not one only a synchronisation proves.
+  [[nodiscard]] bool may_finish_unaided() const noexcept {
+    return !blocks_.empty() && (fences_.empty() ? registry_.complete() : !fences_.front().needs_sync);
+  }
   [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
   // Whether any stream the fences would cover is capturing now.

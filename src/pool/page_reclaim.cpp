@@ -8,11 +8,11 @@
 // range are marked, so that needing them again teaches the pool to hold more
 // (pages_to_hold_, bounded by the slack over the peak live bytes) instead of
 // moving the same pages every training step.
-#include "pool/pool.hpp"
-
 #include <algorithm>
 #include <limits>
 #include <mutex>
+
+#include "pool/pool.hpp"
 
 namespace tidepool::pool {
 
@@ -54,7 +54,8 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
     if (!all_idle && !settle_by_query(b, request_stream)) continue;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = whole_pages(b, r);
-    for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed; p = r.next_mapped(p + 1, end)) {
+    for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;
+         p = r.next_mapped(p + 1, end)) {
       const std::uintptr_t at = r.page_address(p);
       if (at < keep_end && at + r.page_size() > keep_begin) continue;
       if (!space_.unback(r, p, 1)) continue;

@@ -21,7 +21,6 @@
 
 namespace tidepool::pool {
 
-using stream_keys::is_per_thread_key;
 using stream_keys::stream_key;
 
 namespace {
@@ -125,10 +124,10 @@ Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, boo
 Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
   Arena& arena = arenas_[arena_id];
 
-  if (!deferred_.empty()) {
+  if (deferred_worth_promoting()) {
     // cudaFree frees whose fences finished since the last call join the
     // index first, so best fit places this request as it would with the
-    // device caught up (one event query; only while frees are pending).
+    // device caught up.
     driver::ScopedContext scope(api_, context_);
     promote_deferred(DeferredFrees::Wait::none);
   }
@@ -325,10 +324,19 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
     // Frees whose fences have finished go back to the index now, where they
     // coalesce and best fit sees them, so a cudaFree program gets the layout
     // a stream-ordered one does once its device catches up.
-    promote_deferred(DeferredFrees::Wait::none);
+    if (deferred_worth_promoting()) promote_deferred(DeferredFrees::Wait::none);
   }
   stats_.deferred_bytes = deferred_.bytes();
   return util::Status::success();
+}
+
+bool Pool::deferred_worth_promoting() const {
+  // Event queries cost a driver call each: a few small frees wait for a
+  // request that misses (try_place promotes then), enough of them to shape
+  // the layout go back as soon as their fences finish.
+  constexpr std::size_t kBlocks = 32;
+  if (!deferred_.may_finish_unaided()) return false;
+  return deferred_.size() >= kBlocks || deferred_.bytes() >= space_.device_bytes() / 64;
 }
 
 bool Pool::promote_deferred(DeferredFrees::Wait wait) {

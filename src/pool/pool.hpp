@@ -31,10 +31,18 @@
 // the pool (stream_destroyed): blocks still pending on them move to the
 // deferred frees, behind the event the StreamRegistry recorded on them.
 //
-// Out of device memory, an allocation tries in order: promote deferred frees
-// whose fences completed, back from spare pages or within the budget, wait for
-// outstanding fences, unmap idle cached pages elsewhere and re-back them here
-// (stitching), then fails with out_of_memory and leaves the pool usable.
+// Freed memory is reused before new memory is created. An allocation whose
+// range lies over unmapped pages first waits for cudaFree frees still fenced
+// (the wait cudaFree itself makes, paid only here), then backs the range with
+// idle pages unmapped from elsewhere (stitching, longest idle first), and
+// creates pages only for the rest. Stitching would move the same pages back
+// and forth every training step when the layout needs more pages than the
+// pool holds; a page it took and then needs again teaches the pool to hold
+// that many more (pages_to_hold_), up to hold_slack_percent over the peak
+// live bytes, so a training loop settles into a layout with no VMM calls.
+// Out of budget, it then waits for outstanding fences, stitches with a
+// context synchronisation if it must, and fails with out_of_memory leaving
+// the pool usable.
 //
 // Thread-safety: one lock (`lock_`) protects all state below. It is held for
 // the whole of allocate/deallocate, including slow-path driver calls. Only the
@@ -64,7 +72,6 @@
 #include "util/util.hpp"
 
 namespace tidepool::pool {
-
 
 struct Segment {
   space::Reservation* reservation = nullptr;
@@ -222,6 +229,9 @@ class Pool {
   bool synchronize_context();
 
   bool promote_deferred(DeferredFrees::Wait wait);
+  // Whether enough is deferred that it should rejoin the index before the
+  // next placement rather than when a request misses.
+  [[nodiscard]] bool deferred_worth_promoting() const;
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `may_synchronize`: may wait for the whole context to free pages under
   // stream-ordered frees; else those blocks are taken once their stream is
@@ -263,8 +273,8 @@ class Pool {
   // pending work could not be fenced (it went to unsafe_).
   bool no_fit_ = false;
   bool fence_failed_ = false;
-  bool promoting_ = false;      // try_place is retrying after promoting deferred frees
-  std::vector<Block*> unsafe_;  // set aside during one allocation
+  bool promoting_ = false;       // try_place is retrying after promoting deferred frees
+  std::vector<Block*> unsafe_;   // set aside during one allocation
   std::vector<Block*> victims_;  // reclaim_idle_pages' scratch
   // Physical pages the layout has shown it needs: stitching stops taking
   // pages from elsewhere until the pool holds this many (see try_place).

@@ -1,9 +1,9 @@
 // Queries: lookups of live blocks, what the pool could serve, statistics
 // and snapshots. Each takes the pool's lock; none calls the driver.
-#include "pool/pool.hpp"
-
 #include <algorithm>
 #include <mutex>
+
+#include "pool/pool.hpp"
 
 namespace tidepool::pool {
 

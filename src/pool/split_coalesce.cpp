@@ -6,10 +6,9 @@
 // are never merged, so every free block has at most one stream to wait for.
 // The carved piece keeps the chosen block's pending stream; make_stream_safe
 // decides whether the request may use it.
-#include "pool/pool.hpp"
-
 #include <algorithm>
 
+#include "pool/pool.hpp"
 #include "pool/stream_keys.hpp"
 
 namespace tidepool::pool {

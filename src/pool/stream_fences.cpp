@@ -8,11 +8,10 @@
 // stream's finished_epoch only grows, and only from an event that reported
 // CUDA_SUCCESS or a context synchronisation that succeeded: a failed call is
 // never read as "finished".
-#include "pool/pool.hpp"
-
 #include <algorithm>
 #include <mutex>
 
+#include "pool/pool.hpp"
 #include "pool/stream_keys.hpp"
 
 namespace tidepool::pool {

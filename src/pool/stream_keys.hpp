@@ -26,9 +26,7 @@ inline std::uintptr_t this_thread_key() {
   return key;
 }
 
-inline bool is_per_thread_key(std::uintptr_t key) {
-  return key != kPerThreadTag && (key & kTagMask) == kPerThreadTag;
-}
+inline bool is_per_thread_key(std::uintptr_t key) { return key != kPerThreadTag && (key & kTagMask) == kPerThreadTag; }
 
 inline std::uintptr_t stream_key(std::uintptr_t stream) {
   if (stream == reinterpret_cast<std::uintptr_t>(CU_STREAM_LEGACY)) return 0;

@@ -35,13 +35,12 @@ class AddressSpace {
  public:
   struct Options {
     int device = 0;
-    std::size_t device_limit = 0;   // bytes of physical device memory tidepool may hold
-    bool use_vmm = true;            // false forces cuMemAlloc chunks even where VMM exists
+    std::size_t device_limit = 0;  // bytes of physical device memory tidepool may hold
+    bool use_vmm = true;           // false forces cuMemAlloc chunks even where VMM exists
   };
 
   // Probes the device (the caller has made its context current).
-  static util::Result<std::unique_ptr<AddressSpace>> create(const driver::Driver& driver,
-                                                            const Options& options);
+  static util::Result<std::unique_ptr<AddressSpace>> create(const driver::Driver& driver, const Options& options);
   ~AddressSpace();
   AddressSpace(const AddressSpace&) = delete;
   AddressSpace& operator=(const AddressSpace&) = delete;
@@ -86,9 +85,7 @@ class AddressSpace {
   // A limit below what is held now takes effect as pages are released.
   void set_device_limit(std::size_t bytes) noexcept { limit_ = bytes; }
   [[nodiscard]] const SpaceCounters& counters() const noexcept { return counters_; }
-  [[nodiscard]] const std::vector<std::unique_ptr<Reservation>>& reservations() const noexcept {
-    return reservations_;
-  }
+  [[nodiscard]] const std::vector<std::unique_ptr<Reservation>>& reservations() const noexcept { return reservations_; }
 
  private:
   AddressSpace(const driver::Driver& driver, const Options& options, const driver::Capabilities& caps);
@@ -103,7 +100,7 @@ class AddressSpace {
   bool vmm_;
   std::size_t page_size_;
   std::size_t limit_;
-  std::size_t device_pages_ = 0;       // physical device pages held: mapped + spare (chunks count in pages)
+  std::size_t device_pages_ = 0;  // physical device pages held: mapped + spare (chunks count in pages)
   std::size_t peak_device_pages_ = 0;
   std::vector<CUmemGenericAllocationHandle> spares_;
   std::vector<std::unique_ptr<Reservation>> reservations_;

@@ -11,9 +11,9 @@
 
 #include <cuda.h>
 
-#include <cstddef>
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -124,7 +124,8 @@ class Reservation {
   [[nodiscard]] std::size_t reclaimed_pages(std::uintptr_t address, std::size_t length) const noexcept {
     if (chunk_ || length == 0) return 0;
     std::size_t count = 0;
-    for (std::size_t p = page_of(address); p <= page_of(address + length - 1); ++p) count += pages_[p].reclaimed ? 1 : 0;
+    for (std::size_t p = page_of(address); p <= page_of(address + length - 1); ++p)
+      count += pages_[p].reclaimed ? 1 : 0;
     return count;
   }
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "runtime/allocator.hpp"
+#include "sim/sim_control.h"
 #include "space/reservation.hpp"
 #include "support/sim_driver.hpp"
-#include "sim/sim_control.h"
 
 namespace tidepool {
 namespace {

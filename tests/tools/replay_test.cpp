@@ -112,19 +112,42 @@ TEST(Replay, EveryTraceReplaysUnderEveryPolicyToTheEnd) {
   }
 }
 
+std::vector<std::string> sorted_keys(const nlohmann::json& j) {
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+std::vector<std::string> sorted(std::vector<std::string> keys) {
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 TEST(Reports, JsonLinesHaveExactlyTheDocumentedKeys) {
   Result r;
   r.trace = "t.csv";
   r.policy = "best_fit";
+  r.steps.resize(2);
+  r.steps.back().calls.maps = 3;
   const auto j = nlohmann::json::parse(json_line(r));
-  std::vector<std::string> keys;
-  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-  std::vector<std::string> expected = {"trace", "policy", "events", "peak_live_bytes", "peak_reserved_bytes",
-                                       "utilization", "external_fragmentation_at_peak", "internal_waste_at_peak",
-                                       "failed_allocations", "maps", "unmaps", "evicted_bytes", "ns_per_event"};
-  std::sort(keys.begin(), keys.end());
-  std::sort(expected.begin(), expected.end());
-  EXPECT_EQ(keys, expected);
+  EXPECT_EQ(sorted_keys(j),
+            sorted({"trace", "policy", "events", "peak_live_bytes", "peak_reserved_bytes", "utilization",
+                    "external_fragmentation_at_peak", "internal_waste_at_peak", "failed_allocations", "maps", "unmaps",
+                    "evicted_bytes", "ns_per_event", "frees", "driver_calls", "last_step", "steps"}));
+  const std::vector<std::string> calls = {"creates",       "maps",          "set_access",   "unmaps",
+                                          "releases",      "context_syncs", "stream_syncs", "event_records",
+                                          "event_queries", "event_syncs",   "stream_waits", "mem_allocs"};
+  EXPECT_EQ(sorted_keys(j["driver_calls"]), sorted(calls));
+  const std::vector<std::string> step = {"begin",       "end",         "events",          "vmm",
+                                         "syncs",       "event_calls", "peak_live_bytes", "peak_reserved_bytes",
+                                         "driver_calls"};
+  ASSERT_EQ(j["steps"].size(), 2u);
+  for (const auto& s : j["steps"]) EXPECT_EQ(sorted_keys(s), sorted(step));
+  EXPECT_EQ(sorted_keys(j["last_step"]), sorted(step));
+  EXPECT_EQ(sorted_keys(j["last_step"]["driver_calls"]), sorted(calls));
+  EXPECT_EQ(j["last_step"]["vmm"], 3);
+  EXPECT_EQ(j["frees"], "stream");
 }
 
 TEST(Reports, HtmlIsSelfContainedAndNamesEveryPolicy) {
@@ -144,6 +167,8 @@ TEST(Reports, HtmlIsSelfContainedAndNamesEveryPolicy) {
   EXPECT_EQ(html.find("http"), std::string::npos);
   EXPECT_EQ(html.find("<script src"), std::string::npos);
   for (const std::string& policy : target_names()) EXPECT_NE(html.find(policy), std::string::npos) << policy;
+  EXPECT_NE(html.find("driver calls per step"), std::string::npos);
+  EXPECT_NE(html.find("last step vmm calls"), std::string::npos);
   const auto chrome = nlohmann::json::parse(chrome_trace(results));
   EXPECT_FALSE(chrome["traceEvents"].empty());
 }

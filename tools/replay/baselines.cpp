@@ -17,6 +17,10 @@
 // cuda_malloc — one driver allocation per request, no pooling: requests under
 //   1 MiB are packed by the driver at 512 B granularity, larger ones occupy
 //   whole 2 MiB pages.
+//
+// Driver calls: a baseline's segment allocations and releases are reported
+// as creates and releases, one each; nothing else is emulated (cudaFree's
+// implicit device synchronisation on hardware included).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -31,6 +35,13 @@ namespace {
 constexpr std::uint64_t kMiB = 1ULL << 20;
 
 std::uint64_t round_up(std::uint64_t x, std::uint64_t m) { return (x + m - 1) / m * m; }
+
+DriverCalls as_driver_calls(const Counters& c) {
+  DriverCalls calls;
+  calls.creates = c.maps;
+  calls.releases = c.unmaps;
+  return calls;
+}
 
 struct Rules {
   std::string name;
@@ -102,6 +113,7 @@ class EmulatedPool final : public Target {
   }
 
   Counters counters() const override { return counters_; }
+  DriverCalls driver_calls() const override { return as_driver_calls(counters_); }
 
   Fragmentation fragmentation() const override {
     Fragmentation f;
@@ -220,6 +232,7 @@ class CudaMalloc final : public Target {
     live_.erase(it);
   }
   Counters counters() const override { return counters_; }
+  DriverCalls driver_calls() const override { return as_driver_calls(counters_); }
   Fragmentation fragmentation() const override { return {}; }  // nothing is cached
   std::vector<Span> layout() const override {
     std::vector<Span> spans;

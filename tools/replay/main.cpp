@@ -31,12 +31,20 @@ int main(int argc, char** argv) {
   std::string conf;
   std::string html;
   std::string chrome;
+  std::string frees = "stream";
+  std::size_t step_count = 0;
   bool json = false;
   app.add_option("--policy", policies, "A policy or baseline (repeatable), or 'all'")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--device-memory", device_memory, "A device budget, e.g. 8GiB");
   app.add_option("--conf", conf, "A TIDEPOOL_CONF string for tidepool's policies");
+  app.add_option("--frees", frees,
+                 "How tidepool's policies see the trace's frees: stream (cudaFreeAsync, the default) or device "
+                 "(cudaFree/cuMemFree, as a preloaded cudaMalloc program makes them)")
+      ->check(CLI::IsMember({"stream", "device"}));
+  app.add_option("--steps", step_count, "Split the trace into N equal training steps (default: detect them)")
+      ->check(CLI::Range(1, 1000000));
   app.add_flag("--json", json, "One JSON object per (trace, policy) line");
   app.add_option("--html", html, "Write a self-contained HTML report here");
   app.add_option("--chrome-trace", chrome, "Write Chrome trace-event counters here");
@@ -63,6 +71,7 @@ int main(int argc, char** argv) {
   }
   TargetOptions target_options;
   target_options.conf = conf;
+  (void)parse_free_mode(frees, &target_options.frees);  // checked by the parser
   if (!device_memory.empty()) {
     auto spec = tidepool::util::parse_size(device_memory);
     if (!spec || spec->is_percent || spec->bytes == 0) {
@@ -75,6 +84,7 @@ int main(int argc, char** argv) {
   ReplayOptions options;
   options.want_layout = !html.empty();
   options.progress = isatty(STDERR_FILENO) != 0;
+  options.step_count = step_count;
   std::vector<Result> results;
   for (const auto& path : traces) {
     std::vector<TraceEvent> events;

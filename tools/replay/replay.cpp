@@ -1,6 +1,7 @@
 // Replaying events: trace pointers map to the target's addresses; metrics
 // are sampled as the run goes; the layout at the live peak is captured by a
-// second, deterministic pass that stops at the peak event.
+// second, deterministic pass that stops at the peak event. Driver calls are
+// read at step boundaries only, so the count never costs a call per event.
 #include "replay.hpp"
 
 #include <unistd.h>
@@ -8,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <unordered_map>
+
+#include "steps.hpp"
 
 namespace tidepool::replay {
 
@@ -42,8 +45,8 @@ void show_progress(const std::string& label, std::size_t done, std::size_t total
 }
 
 // One pass over the events, stopping after `stop_after` events (all when 0).
-bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& events, Target& target,
-                 std::size_t stop_after, const ReplayOptions& options, Result* result, Pass* pass,
+bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::vector<Step>& steps,
+                 Target& target, std::size_t stop_after, const ReplayOptions& options, Result* result, Pass* pass,
                  std::string* error) {
   std::unordered_map<std::uint64_t, std::uint64_t> addresses;  // trace pointer -> target address
   addresses.reserve(events.size());
@@ -51,7 +54,26 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
   const std::size_t stride = std::max<std::size_t>(1, events.size() / std::max<std::size_t>(1, options.timeline_points));
   const bool measuring = stop_after == 0;
   std::chrono::steady_clock::duration in_target{};  // time spent inside the target's calls only
+  // The step being measured; its calls are counted from the previous boundary
+  // (the first from the target's creation, so the steps sum to the total).
+  std::size_t next_step = 0;
+  DriverCalls at_step_start;
+  StepResult step;
+  const auto close_step = [&] {
+    const DriverCalls now = target.driver_calls();
+    step.begin = steps[next_step].begin;
+    step.end = steps[next_step].end;
+    step.events = step.end - step.begin;
+    step.calls = now - at_step_start;
+    result->steps.push_back(step);
+    at_step_start = now;
+    step = StepResult{};
+    ++next_step;
+  };
   for (std::size_t i = 0; i < limit; ++i) {
+    if (measuring) {
+      while (next_step < steps.size() && steps[next_step].end == i) close_step();
+    }
     const TraceEvent& e = events[i];
     const auto call_start = std::chrono::steady_clock::now();
     switch (e.action) {
@@ -108,10 +130,14 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
       result->internal_waste_at_peak = c.handed_out_bytes - c.live_bytes;
     }
     result->peak_reserved_bytes = std::max(result->peak_reserved_bytes, c.reserved_bytes);
+    step.peak_live_bytes = std::max(step.peak_live_bytes, c.live_bytes);
+    step.peak_reserved_bytes = std::max(step.peak_reserved_bytes, c.reserved_bytes);
     if (i % stride == 0 || i + 1 == limit) result->timeline.push_back(Sample{e.time_us, c.live_bytes, c.reserved_bytes});
     if (options.progress && (i % 4096 == 0 || i + 1 == limit)) show_progress(trace_name + " " + target.name(), i + 1, limit);
   }
   if (measuring) {
+    while (next_step < steps.size()) close_step();
+    result->driver_calls = at_step_start;  // everything since the target was made
     const auto elapsed = in_target;
     result->events = events.size();
     result->ns_per_event =
@@ -136,11 +162,14 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
                 std::string* error) {
   result->trace = trace_name;
   result->policy = policy;
+  result->frees = target_options.frees;
+  const std::vector<Step> steps =
+      options.step_count == 0 ? detect_steps(events) : split_steps(events, options.step_count);
   Pass pass;
   {
     auto target = make_target(policy, target_options, error);
     if (!target) return false;
-    if (!replay_pass(trace_name, events, *target, 0, options, result, &pass, error)) return false;
+    if (!replay_pass(trace_name, events, steps, *target, 0, options, result, &pass, error)) return false;
   }
   if (options.want_layout && pass.peak_event > 0) {
     auto target = make_target(policy, target_options, error);
@@ -149,7 +178,9 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
     Pass ignored;
     ReplayOptions quiet = options;
     quiet.progress = false;
-    if (!replay_pass(trace_name, events, *target, pass.peak_event, quiet, &scratch, &ignored, error)) return false;
+    if (!replay_pass(trace_name, events, steps, *target, pass.peak_event, quiet, &scratch, &ignored, error)) {
+      return false;
+    }
     result->peak_layout = std::move(scratch.peak_layout);
   }
   return true;

@@ -1,6 +1,8 @@
 // Formatting replay results. The HTML report is one file with inline SVG:
 // per trace and policy a live-vs-reserved timeline, a map of the pool at the
-// live peak, and the summary table.
+// live peak and the driver calls of each step, and the summary table. The
+// last step stands for the steady state: its driver calls are the ones a
+// training loop pays every step from then on.
 #include "reports.hpp"
 
 #include <algorithm>
@@ -84,22 +86,66 @@ std::string layout_svg(const Result& r) {
   return "<svg viewBox=\"0 0 640 24\" width=\"640\" height=\"24\" role=\"img\">" + rects + "</svg>";
 }
 
+// The last step, or an empty one for a result that has none.
+StepResult last_step(const Result& r) { return r.steps.empty() ? StepResult{} : r.steps.back(); }
+
+nlohmann::json calls_json(const DriverCalls& calls) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, count] : named_counts(calls)) j[key] = count;
+  return j;
+}
+
+nlohmann::json step_json(const StepResult& s) {
+  return {{"begin", s.begin},
+          {"end", s.end},
+          {"events", s.events},
+          {"vmm", s.calls.vmm()},
+          {"syncs", s.calls.syncs()},
+          {"event_calls", s.calls.events()},
+          {"peak_live_bytes", s.peak_live_bytes},
+          {"peak_reserved_bytes", s.peak_reserved_bytes},
+          {"driver_calls", calls_json(s.calls)}};
+}
+
+std::string steps_table_html(const Result& r) {
+  if (r.steps.empty()) return "";
+  std::string out =
+      "<table><tr><th>step</th><th>events</th><th>vmm calls</th><th>syncs</th><th>event calls</th>"
+      "<th>peak live MiB</th><th>peak reserved MiB</th></tr>\n";
+  for (std::size_t i = 0; i < r.steps.size(); ++i) {
+    const StepResult& s = r.steps[i];
+    out += "<tr><td>" + std::to_string(i) + "</td><td>" + std::to_string(s.events) + "</td><td>" +
+           std::to_string(s.calls.vmm()) + "</td><td>" + std::to_string(s.calls.syncs()) + "</td><td>" +
+           std::to_string(s.calls.events()) + "</td><td>" + mib(s.peak_live_bytes) + "</td><td>" +
+           mib(s.peak_reserved_bytes) + "</td></tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 }  // namespace
 
 std::string table(const std::vector<Result>& results) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %-14s %9s %12s %12s %8s %8s %8s %7s %8s\n", "trace", "policy", "events",
-                "peak live", "peak resv", "util", "ext frag", "waste", "failed", "ns/event");
+  std::snprintf(line, sizeof line, "%-22s %-14s %9s %12s %12s %8s %8s %8s %7s %8s | %6s %6s %7s\n", "trace", "policy",
+                "events", "peak live", "peak resv", "util", "ext frag", "waste", "failed", "ns/event", "vmm", "syncs",
+                "evcalls");
   out += line;
   for (const Result& r : results) {
-    std::snprintf(line, sizeof line, "%-22.22s %-14s %9llu %8s MiB %8s MiB %8.4f %8.4f %8s %7llu %8.0f\n",
-                  base_name(r.trace).c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.events),
-                  mib(r.peak_live_bytes).c_str(), mib(r.peak_reserved_bytes).c_str(), r.utilization,
-                  r.external_fragmentation_at_peak, mib(r.internal_waste_at_peak).c_str(),
-                  static_cast<unsigned long long>(r.failed_allocations), r.ns_per_event);
+    const StepResult last = last_step(r);
+    std::snprintf(
+        line, sizeof line, "%-22.22s %-14s %9llu %8s MiB %8s MiB %8.4f %8.4f %8s %7llu %8.0f | %6llu %6llu %7llu\n",
+        base_name(r.trace).c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.events),
+        mib(r.peak_live_bytes).c_str(), mib(r.peak_reserved_bytes).c_str(), r.utilization,
+        r.external_fragmentation_at_peak, mib(r.internal_waste_at_peak).c_str(),
+        static_cast<unsigned long long>(r.failed_allocations), r.ns_per_event,
+        static_cast<unsigned long long>(last.calls.vmm()), static_cast<unsigned long long>(last.calls.syncs()),
+        static_cast<unsigned long long>(last.calls.events()));
     out += line;
   }
+  out +=
+      "(after |: driver calls in the last step. vmm: cuMemCreate/Map/SetAccess/Unmap/Release; syncs: "
+      "cuCtxSynchronize, cuStreamSynchronize; evcalls: cuEventRecord/Query/Synchronize, cuStreamWaitEvent)\n";
   return out;
 }
 
@@ -118,7 +164,13 @@ std::string json_line(const Result& r) {
       {"unmaps", r.unmaps},
       {"evicted_bytes", r.evicted_bytes},
       {"ns_per_event", r.ns_per_event},
+      {"frees", free_mode_name(r.frees)},
+      {"driver_calls", calls_json(r.driver_calls)},
+      {"last_step", step_json(last_step(r))},
   };
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepResult& s : r.steps) steps.push_back(step_json(s));
+  j["steps"] = std::move(steps);
   return j.dump();
 }
 
@@ -136,21 +188,25 @@ std::string html_report(const std::vector<Result>& results) {
       "Pool maps at the live peak: <span style=\"color:#1f77b4\">used</span> and "
       "<span style=\"color:#c9a227\">free</span> blocks.</p>\n<h2>Summary</h2>\n<table><tr><th>trace</th><th>policy</th>"
       "<th>events</th><th>peak live MiB</th><th>peak reserved MiB</th><th>utilization</th><th>ext. frag at peak</th>"
-      "<th>waste at peak MiB</th><th>failed</th><th>maps</th><th>unmaps</th><th>ns/event</th></tr>\n";
+      "<th>waste at peak MiB</th><th>failed</th><th>maps</th><th>unmaps</th><th>ns/event</th>"
+      "<th>last step vmm calls</th><th>last step syncs</th><th>last step event calls</th></tr>\n";
   for (const Result& r : results) {
     out += "<tr><td>" + escape(base_name(r.trace)) + "</td><td>" + escape(r.policy) + "</td><td>" +
            std::to_string(r.events) + "</td><td>" + mib(r.peak_live_bytes) + "</td><td>" +
            mib(r.peak_reserved_bytes) + "</td><td>" + fixed(r.utilization, 4) + "</td><td>" +
            fixed(r.external_fragmentation_at_peak, 4) + "</td><td>" + mib(r.internal_waste_at_peak) + "</td><td>" +
            std::to_string(r.failed_allocations) + "</td><td>" + std::to_string(r.maps) + "</td><td>" +
-           std::to_string(r.unmaps) + "</td><td>" + fixed(r.ns_per_event, 0) + "</td></tr>\n";
+           std::to_string(r.unmaps) + "</td><td>" + fixed(r.ns_per_event, 0) + "</td><td>" +
+           std::to_string(last_step(r).calls.vmm()) + "</td><td>" + std::to_string(last_step(r).calls.syncs()) +
+           "</td><td>" + std::to_string(last_step(r).calls.events()) + "</td></tr>\n";
   }
   out += "</table>\n";
   for (const Result& r : results) {
     out += "<section><h3>" + escape(base_name(r.trace)) + " — " + escape(r.policy) + "</h3>\n<p>utilization " +
            fixed(r.utilization, 4) + ", peak live " + mib(r.peak_live_bytes) + " MiB, peak reserved " +
-           mib(r.peak_reserved_bytes) + " MiB</p>\n" + timeline_svg(r) + "\n<p>pool at the live peak</p>\n" +
-           layout_svg(r) + "\n</section>\n";
+           mib(r.peak_reserved_bytes) + " MiB, frees: " + free_mode_name(r.frees) + "</p>\n" + timeline_svg(r) +
+           "\n<p>pool at the live peak</p>\n" + layout_svg(r) +
+           "\n<p>driver calls per step (step 0 holds the setup)</p>\n" + steps_table_html(r) + "</section>\n";
   }
   out += "</body></html>\n";
   return out;

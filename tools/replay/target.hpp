@@ -1,6 +1,11 @@
 // Target: one allocator a trace is replayed against — a tidepool placement
 // policy on the sim driver, or a baseline written from another allocator's
 // documented rules. Adding one is a class and a line in make_target().
+//
+// Free modes (TargetOptions::frees) say which calls a trace's events become
+// for tidepool: `stream` is cudaMallocAsync/cudaFreeAsync (the pluggable
+// allocator, RMM), `device` is cudaMalloc/cudaFree on no stream, the calls
+// the preload's cuMemAlloc_v2/cuMemFree_v2 hooks make. Baselines ignore it.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +13,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "driver_calls.hpp"
 
 namespace tidepool::replay {
 
@@ -31,9 +38,19 @@ struct Span {
   bool used;
 };
 
+enum class FreeMode {
+  stream,  // allocate(size, stream, ordered=true) / deallocate(address, stream, ordered=true)
+  device,  // allocate(size, 0, ordered=false) / deallocate(address, 0, ordered=false)
+};
+
+// "stream" / "device"; parse_free_mode is false for anything else.
+const char* free_mode_name(FreeMode mode);
+bool parse_free_mode(const std::string& name, FreeMode* mode);
+
 struct TargetOptions {
   std::uint64_t device_memory = 0;  // a budget; 0 = none
   std::string conf;                 // a TIDEPOOL_CONF string for tidepool targets
+  FreeMode frees = FreeMode::stream;
 };
 
 class Target {
@@ -46,6 +63,9 @@ class Target {
   [[nodiscard]] virtual Counters counters() const = 0;           // O(1)
   [[nodiscard]] virtual Fragmentation fragmentation() const = 0;  // may walk every block
   [[nodiscard]] virtual std::vector<Span> layout() const = 0;     // the address range, block by block
+  // The driver calls made since the target was created (the engine reads it
+  // at step boundaries only). A target that counts none reports none.
+  [[nodiscard]] virtual DriverCalls driver_calls() const { return {}; }
 };
 
 // tidepool's policies first, then the baselines.

@@ -1,5 +1,9 @@
 // tidepool's own pool as a replay target: an Allocator over the simulated
-// driver, with trace streams mapped to real sim streams.
+// driver, with trace streams mapped to real sim streams. Its driver calls are
+// the sim's own counts, taken relative to the moment the target was made.
+// The target tells the allocator of every stream it creates and marks the
+// stream registry complete, as the preload does, so `device` frees are
+// fenced as they are under the preload.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -50,10 +54,24 @@ const driver::Driver* sim_driver(std::string* error) {
   return driver.get();
 }
 
+// The sim's call counter, or null when the driver is not the sim.
+SimCallCount sim_call_count(const driver::Driver& driver) {
+  return reinterpret_cast<SimCallCount>(::dlsym(driver.handle(), "tidepool_sim_call_count"));
+}
+
 class TidepoolTarget final : public Target {
  public:
-  TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator)
-      : policy_(std::move(policy)), allocator_(std::move(allocator)) {}
+  TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator, FreeMode frees, SimCallCount count,
+                 DriverCalls calls_before)
+      : policy_(std::move(policy)),
+        allocator_(std::move(allocator)),
+        frees_(frees),
+        count_(count),
+        calls_before_(calls_before) {
+    // Every stream of this process that the pool may meet is made by
+    // stream_for(), which registers it: the registry is complete.
+    allocator_->streams().set_complete(true);
+  }
   ~TidepoolTarget() override {
     const driver::Api& api = sim_driver(nullptr)->api();
     driver::ScopedContext scope(api, allocator_->context());
@@ -66,14 +84,20 @@ class TidepoolTarget final : public Target {
   std::string name() const override { return policy_; }
 
   bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) override {
-    auto result = allocator_->allocate(size, stream_for(stream), true);
+    auto result = frees_ == FreeMode::device ? allocator_->allocate(size, 0, /*ordered=*/false)
+                                             : allocator_->allocate(size, stream_for(stream), /*ordered=*/true);
     if (!result) return false;
     *address = result.value();
     return true;
   }
   void free(std::uint64_t address, std::uint64_t stream) override {
-    (void)allocator_->deallocate(address, stream_for(stream), true);
+    if (frees_ == FreeMode::device) {
+      (void)allocator_->deallocate(address, 0, /*ordered=*/false);
+    } else {
+      (void)allocator_->deallocate(address, stream_for(stream), /*ordered=*/true);
+    }
   }
+  DriverCalls driver_calls() const override { return read_sim_calls(count_) - calls_before_; }
   Counters counters() const override {
     const pool::PoolStats s = allocator_->pool().stats(false);
     return Counters{s.live_bytes, s.handed_out_bytes, s.reserved_bytes, s.maps, s.unmaps, 0};
@@ -103,12 +127,16 @@ class TidepoolTarget final : public Target {
     driver::ScopedContext scope(api, allocator_->context());
     CUstream s = nullptr;
     if (api.streamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
+    if (s != nullptr) allocator_->stream_created(s);
     streams_[id] = s;
     return reinterpret_cast<std::uintptr_t>(s);
   }
 
   std::string policy_;
   std::unique_ptr<runtime::Allocator> allocator_;
+  FreeMode frees_;
+  SimCallCount count_;
+  DriverCalls calls_before_;
   std::map<std::uint64_t, CUstream> streams_;
 };
 
@@ -130,12 +158,28 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   if (options.device_memory == 0 && config.device_limit && !config.device_limit->is_percent) {
     allocator_options.device_limit = static_cast<std::size_t>(config.device_limit->bytes);
   }
+  // Counted from before the allocator exists: what creating it costs is the target's too.
+  const SimCallCount count = sim_call_count(*driver);
+  const DriverCalls before = read_sim_calls(count);
   auto created = runtime::Allocator::create(*driver, allocator_options);
   if (!created) {
     *error = std::string("cannot create the pool: ") + created.status().message();
     return nullptr;
   }
-  return std::make_unique<TidepoolTarget>(policy, std::move(created.value()));
+  return std::make_unique<TidepoolTarget>(policy, std::move(created.value()), options.frees, count, before);
+}
+
+const char* free_mode_name(FreeMode mode) { return mode == FreeMode::device ? "device" : "stream"; }
+
+bool parse_free_mode(const std::string& name, FreeMode* mode) {
+  if (name == "stream") {
+    *mode = FreeMode::stream;
+  } else if (name == "device") {
+    *mode = FreeMode::device;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 std::vector<std::string> target_names() {
