@@ -109,7 +109,13 @@ bool DeferredFrees::synchronize_context() {
 
 std::size_t DeferredFrees::finished_prefix(Wait wait) {
   if (blocks_.empty()) return 0;
-  close_batch();
+  // A waiting caller needs every free fenced; one that only looks keeps the
+  // one-record-per-round-trip throttle.
+  if (wait == Wait::none) {
+    fence_when_idle();
+  } else {
+    close_batch();
+  }
   std::size_t done = 0;
   while (done < fences_.size() && fence_finished(fences_[done], wait != Wait::none)) ++done;
   if (done < fences_.size() && wait == Wait::everything && fences_[done].needs_sync) {

@@ -185,6 +185,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
   no_fit_ = false;
   fence_failed_ = false;
+  pages_short_ = 0;  // set again below when this attempt is short of pages
   Block* chosen = policy_->choose(arena.index, request);
   if (chosen == nullptr) {
     no_fit_ = true;
