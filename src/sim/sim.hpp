@@ -197,6 +197,9 @@ struct State {
   std::uint64_t next_capture_id = 0;
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, std::uint64_t> calls;
+  // tidepool_sim_set_records_wait: cuEventRecord returns once its event is
+  // complete, so tools that launch no work see the same answers every run.
+  std::atomic<bool> records_wait{false};
   // Signalled whenever any stream finishes an item; waiters re-check.
   std::mutex progress_lock;
   std::condition_variable progress;

@@ -34,6 +34,12 @@ size_t tidepool_sim_host_bytes_in_use(void);
 CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data, size_t num_params,
                                       const size_t* param_sizes);
 
+/* Non-zero: cuEventRecord returns only once the event has completed (after
+ * all work queued before it). A real GPU gives no such promise; it is for
+ * tools that launch no work, such as tidepool-replay, whose answers must not
+ * depend on how fast the stream threads run. Default: off. */
+void tidepool_sim_set_records_wait(int on);
+
 /* Counts of calls made to `name` since the process started. */
 uint64_t tidepool_sim_call_count(const char* name);
 

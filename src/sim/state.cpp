@@ -371,6 +371,10 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_set_capacity(std::size_t bytes) {
   s.capacity = bytes;
 }
 
+TIDEPOOL_SIM_EXPORT void tidepool_sim_set_records_wait(int on) {
+  state().records_wait.store(on != 0, std::memory_order_relaxed);
+}
+
 TIDEPOOL_SIM_EXPORT std::size_t tidepool_sim_capacity(void) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);

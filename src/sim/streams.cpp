@@ -797,18 +797,24 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventRecord(CUevent event, CUstream handle) {
     e->completed_at_ns.store(before);
     return sub.result;
   }
-  std::lock_guard<std::mutex> guard(s.lock);
-  if (sub.capture) {  // the stream began capturing meanwhile
-    e->stream.reset();
-    e->sequence = 0;
-    e->capture = sub.capture;
-    e->frontier = stream->frontier;
-  } else {
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (sub.capture) {  // the stream began capturing meanwhile
+      e->stream.reset();
+      e->sequence = 0;
+      e->capture = sub.capture;
+      e->frontier = stream->frontier;
+      return CUDA_SUCCESS;
+    }
     e->stream = stream;
     e->sequence = sub.sequence;
     e->capture.reset();
     e->frontier.clear();
   }
+  // With records_wait set, the record completes before the call returns
+  // (see sim_control.h); the sim's lock is released first, as the stream's
+  // worker needs it.
+  if (s.records_wait.load(std::memory_order_relaxed)) stream->wait_for(sub.sequence);
   return CUDA_SUCCESS;
 }
 

@@ -490,6 +490,34 @@ TEST_F(Sim, StreamGetFlagsReportsTheCreationFlags) {
   EXPECT_EQ(api().streamDestroy(non_blocking), CUDA_SUCCESS);
 }
 
+TEST_F(Sim, RecordsWaitMakesARecordCompleteBeforeItReturns) {
+  auto set_records_wait = sim_control<void (*)(int)>("tidepool_sim_set_records_wait");
+  CUstream a = nullptr;
+  ASSERT_EQ(api().streamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent event = nullptr;
+  ASSERT_EQ(api().eventCreate(&event, 0), CUDA_SUCCESS);
+  // Queued work still runs first: the record returns after the gate opens.
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(a, &gate, &cell, 5), CUDA_SUCCESS);
+  set_records_wait(1);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.release();
+  });
+  ASSERT_EQ(api().eventRecord(event, a), CUDA_SUCCESS);
+  EXPECT_EQ(api().eventQuery(event), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 5);
+  opener.join();
+  for (int i = 0; i < 100; ++i) {  // never a race: each record has completed
+    ASSERT_EQ(api().eventRecord(event, a), CUDA_SUCCESS);
+    ASSERT_EQ(api().eventQuery(event), CUDA_SUCCESS);
+  }
+  set_records_wait(0);
+  api().eventDestroy(event);
+  api().streamDestroy(a);
+}
+
 TEST_F(Sim, StreamsAndEventsNeedACurrentContext) {
   auto get_ctx = entry<decltype(&::cuStreamGetCtx)>("cuStreamGetCtx");
   auto get_flags = entry<decltype(&::cuStreamGetFlags)>("cuStreamGetFlags");

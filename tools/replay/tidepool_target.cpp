@@ -46,6 +46,12 @@ const driver::Driver* sim_driver(std::string* error) {
       if (auto set = reinterpret_cast<SetCapacity>(::dlsym(driver->handle(), "tidepool_sim_set_capacity"))) {
         set(std::size_t{1} << 40);
       }
+      // The replay launches no work: fences are finished once recorded, every
+      // run alike, rather than whenever the sim's stream threads get to them.
+      using SetRecordsWait = void (*)(int);
+      if (auto set = reinterpret_cast<SetRecordsWait>(::dlsym(driver->handle(), "tidepool_sim_set_records_wait"))) {
+        set(1);
+      }
     } else {
       failure = std::string("cannot open the simulated driver: ") + opened.status().message();
     }
