@@ -88,7 +88,7 @@ struct PoolOptions {
   bool stitch_before_grow = true;               // reuse idle pages before creating new ones
   // Pages stitching took away and then needed again teach the pool to hold
   // more rather than move them every step, up to this much over the peak
-  // live bytes (see try_place).
+  // live bytes (see try_place). TIDEPOOL_CONF's hold_slack.
   std::size_t hold_slack_percent = 3;
 };
 

@@ -40,6 +40,21 @@ bool parse_size(std::string_view value, std::uint64_t& out, std::string& expecte
   return true;
 }
 
+// A whole percentage from 0% to 100%; the sign is required, so that a bare
+// number is never mistaken for a size.
+bool parse_percent(std::string_view value, unsigned& out, std::string& expected) {
+  expected = "a whole percentage from 0% to 100%";
+  if (value.size() < 2 || value.size() > 4 || value.back() != '%') return false;
+  unsigned parsed = 0;
+  for (char c : value.substr(0, value.size() - 1)) {
+    if (c < '0' || c > '9') return false;
+    parsed = parsed * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (parsed > 100) return false;
+  out = parsed;
+  return true;
+}
+
 bool parse_switch(std::string_view value, bool& out, std::string& expected) {
   if (value == "on" || value == "true" || value == "1") {
     out = true;
@@ -189,8 +204,8 @@ std::string describe(const Config& config) {
   }
   static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
-         ",small_size:" + std::to_string(config.small_size) + ",report:" + config.report +
-         ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
+         ",small_size:" + std::to_string(config.small_size) + ",hold_slack:" + std::to_string(config.hold_slack) +
+         "%,report:" + config.report + ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
          ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;
 }
 
@@ -198,8 +213,8 @@ std::string options_markdown() {
   std::string out = "| key | kind | default | description |\n|---|---|---|---|\n";
   for (const OptionInfo& option : kOptions) {
     out += std::string("| `") + option.key + "` | " + option.kind + " | " +
-           (*option.default_value != '\0' ? std::string("`") + option.default_value + "`" : std::string("—")) +
-           " | " + option.description + " |\n";
+           (*option.default_value != '\0' ? std::string("`") + option.default_value + "`" : std::string("—")) + " | " +
+           option.description + " |\n";
   }
   return out;
 }

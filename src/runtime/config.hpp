@@ -24,7 +24,8 @@ struct Config {
   std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
   std::string policy = "best_fit";
   bool evict = false;
-  std::uint64_t small_size = util::MiB;
+  std::uint64_t small_size = 128 * util::KiB;
+  unsigned hold_slack = 3;  // percent
   std::string report;
   std::string trace;
   LogLevel log = LogLevel::warn;

@@ -15,6 +15,7 @@
   X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
   X(evict,            switch,          "off",      "Move idle pages to a pinned host cache under the budget. Not available yet: on is accepted and logged as ignored.") \
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
+  X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \
   X(report,           path,            "",         "Write the JSON report to this path at exit.") \
   X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV.") \
   X(log,              log_level,       "warn",     "Log level: off, error, warn, info, debug, trace.") \

@@ -1,7 +1,7 @@
 // Specification of TIDEPOOL_CONF parsing: every key's forms and every bad input.
-#include <gtest/gtest.h>
-
 #include "runtime/config.hpp"
+
+#include <gtest/gtest.h>
 
 namespace tidepool::runtime {
 namespace {
@@ -16,6 +16,7 @@ TEST(Config, EmptyMeansEveryDefault) {
   EXPECT_EQ(c.policy, "best_fit");
   EXPECT_FALSE(c.evict);
   EXPECT_EQ(c.small_size, 128u * 1024);
+  EXPECT_EQ(c.hold_slack, 3u);
   EXPECT_EQ(c.log, LogLevel::warn);
   EXPECT_TRUE(c.report.empty());
   EXPECT_TRUE(parse_config("   ").error.empty());
@@ -23,7 +24,7 @@ TEST(Config, EmptyMeansEveryDefault) {
 
 TEST(Config, ParsesEveryKey) {
   const Config c = parse_config(
-      "device_limit:8GiB, policy:two_ended ,evict:on,small_size:512KiB,"
+      "device_limit:8GiB, policy:two_ended ,evict:on,small_size:512KiB,hold_slack:10%,"
       "report:run.json,trace:run.csv,log:debug,log_file:/tmp/tp.log,cuda_lib:/opt/libcuda.so.1");
   ASSERT_FALSE(c.passthrough) << c.error;
   ASSERT_TRUE(c.device_limit.has_value());
@@ -31,6 +32,7 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.policy, "two_ended");
   EXPECT_TRUE(c.evict);
   EXPECT_EQ(c.small_size, 512u * 1024);
+  EXPECT_EQ(c.hold_slack, 10u);
   EXPECT_EQ(c.report, "run.json");
   EXPECT_EQ(c.trace, "run.csv");
   EXPECT_EQ(c.log, LogLevel::debug);
@@ -64,21 +66,16 @@ TEST_P(BadConfig, IsOneClearLineNamingTheKeyAndPassesThrough) {
 INSTANTIATE_TEST_SUITE_P(
     EveryBadInput, BadConfig,
     ::testing::Values(BadCase{"polcy:best_fit", "unknown key \"polcy\""},
-                      BadCase{"device_limit:lots", "\"device_limit\""},
-                      BadCase{"device_limit:0", "\"device_limit\""},
+                      BadCase{"device_limit:lots", "\"device_limit\""}, BadCase{"device_limit:0", "\"device_limit\""},
                       BadCase{"device_limit:150%", "\"device_limit\""},
-                      BadCase{"device_limit:-1GiB", "\"device_limit\""},
-                      BadCase{"policy:fastest", "\"policy\""},
-                      BadCase{"evict:maybe", "\"evict\""},
-                      BadCase{"evict:", "\"evict\""},
-                      BadCase{"small_size:10%", "\"small_size\""},
-                      BadCase{"log:verbose", "\"log\""},
-                      BadCase{"report:", "\"report\""},
-                      BadCase{"policy:best_fit,policy:first_fit", "given twice"},
-                      BadCase{"evict", "no ':'"},
-                      BadCase{"evict:on,", "empty item"},
-                      BadCase{",evict:on", "empty item"},
-                      BadCase{"evict:on,,policy:best_fit", "empty item"}));
+                      BadCase{"device_limit:-1GiB", "\"device_limit\""}, BadCase{"policy:fastest", "\"policy\""},
+                      BadCase{"evict:maybe", "\"evict\""}, BadCase{"evict:", "\"evict\""},
+                      BadCase{"small_size:10%", "\"small_size\""}, BadCase{"hold_slack:5", "\"hold_slack\""},
+                      BadCase{"hold_slack:101%", "\"hold_slack\""}, BadCase{"hold_slack:-1%", "\"hold_slack\""},
+                      BadCase{"hold_slack:%", "\"hold_slack\""}, BadCase{"log:verbose", "\"log\""},
+                      BadCase{"report:", "\"report\""}, BadCase{"policy:best_fit,policy:first_fit", "given twice"},
+                      BadCase{"evict", "no ':'"}, BadCase{"evict:on,", "empty item"},
+                      BadCase{",evict:on", "empty item"}, BadCase{"evict:on,,policy:best_fit", "empty item"}));
 
 TEST(Config, OptionsTableGeneratesHelpAndMarkdown) {
   const std::string markdown = options_markdown();

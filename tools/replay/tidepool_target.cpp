@@ -160,6 +160,7 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   runtime::AllocatorOptions allocator_options;
   allocator_options.pool.policy = policy;
   allocator_options.pool.small_size = static_cast<std::size_t>(config.small_size);
+  allocator_options.pool.hold_slack_percent = config.hold_slack;
   allocator_options.device_limit = static_cast<std::size_t>(options.device_memory);
   if (options.device_memory == 0 && config.device_limit && !config.device_limit->is_percent) {
     allocator_options.device_limit = static_cast<std::size_t>(config.device_limit->bytes);
