@@ -226,10 +226,14 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // tracks what is live rather than the history of its layout.
     // Growth is allowed up to what the layout showed it needs, but never past
     // the slack over the peak live bytes: beyond it, utilization comes first
-    // and pages keep moving.
+    // and pages keep moving. The slack is at least one page, so that a small
+    // working set spanning both arenas (a 512 B and an 8 MiB block in turn)
+    // does not move a page between them on every call.
     const std::size_t held = space_.device_pages();
+    const std::size_t page = space_.page_size();
     const std::size_t ceiling =
-        (stats_.peak_live_bytes + stats_.peak_live_bytes / 100 * options_.hold_slack_percent) / space_.page_size();
+        std::max((stats_.peak_live_bytes + stats_.peak_live_bytes / 100 * options_.hold_slack_percent) / page,
+                 util::align_up(stats_.peak_live_bytes, page) / page + 1);
     const std::size_t hold = std::min(pages_to_hold_, ceiling);
     const std::size_t growth_room = hold > held ? hold - held : 0;
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {

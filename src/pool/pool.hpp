@@ -39,7 +39,8 @@
 // and forth every training step when the layout needs more pages than the
 // pool holds; a page it took and then needs again teaches the pool to hold
 // that many more (pages_to_hold_), up to hold_slack_percent over the peak
-// live bytes, so a training loop settles into a layout with no VMM calls.
+// live bytes (at least one page), so a training loop settles into a layout
+// with no VMM calls.
 // Out of budget, it then waits for outstanding fences, stitches with a
 // context synchronisation if it must, and fails with out_of_memory leaving
 // the pool usable.
