@@ -22,17 +22,30 @@ bool Pool::synchronize_if_needed() {
   return !unsynchronized_async_frees_ || synchronize_context();
 }
 
+std::size_t Pool::learned_growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
+  // Pages of this range that stitching took away earlier are needed again:
+  // the layout uses more pages than the pool holds, and moving the same pages
+  // back and forth would repeat every training step.
+  if (const std::size_t returning = r.reclaimed_pages(begin, length); returning > 0) {
+    pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + returning);
+  }
+  // Never past the slack over the peak live bytes: beyond it, utilization
+  // comes first and pages keep moving. The slack is at least one page, so a
+  // small working set spanning both arenas (a 512 B and an 8 MiB block in
+  // turn) does not move a page between them on every call.
+  const std::size_t page = space_.page_size();
+  const std::uint64_t peak = stats_.peak_live_bytes;
+  const std::size_t ceiling =
+      std::max((peak + peak / 100 * options_.hold_slack_percent) / page, util::align_up(peak, page) / page + 1);
+  const std::size_t hold = std::min(pages_to_hold_, ceiling);
+  const std::size_t held = space_.device_pages();
+  return hold > held ? hold - held : 0;
+}
+
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                      bool may_synchronize, std::uintptr_t request_stream, bool learn) {
   // Without a synchronisation, only blocks with nothing pending give pages.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !unsynchronized_async_frees_;
-  // The first page index of `b` that lies wholly inside it, and one past the last.
-  auto whole_pages = [](const Block* b, const space::Reservation& r) {
-    const std::size_t page = r.page_size();
-    const std::size_t first = (util::align_up(b->address - r.base(), page)) / page;
-    const std::size_t end = (b->address + b->size - r.base()) / page;
-    return std::pair{first, std::max(first, end)};
-  };
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
   // lets the pool settle into a layout that needs no remapping.
@@ -41,7 +54,7 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
     arena.index.for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
-      const auto [first, end] = whole_pages(b, r);
+      const auto [first, end] = r.whole_pages(b->address, b->size);
       if (r.next_mapped(first, end) < end) victims_.push_back(const_cast<Block*>(b));
     });
   }
@@ -53,7 +66,7 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
     if (reclaimed >= pages_needed) break;
     if (!all_idle && !settle_by_query(b, request_stream)) continue;
     space::Reservation& r = *b->segment->reservation;
-    const auto [first, end] = whole_pages(b, r);
+    const auto [first, end] = r.whole_pages(b->address, b->size);
     for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;
          p = r.next_mapped(p + 1, end)) {
       const std::uintptr_t at = r.page_address(p);

@@ -214,28 +214,11 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     }
   }
   if (missing > 0) {
-    // Pages of this range that stitching took away earlier are needed again:
-    // the layout uses more pages than the pool holds, and moving the same
-    // pages back and forth would repeat every training step. The pool learns
-    // to hold that many more; stitching leaves that much growth to new pages.
-    if (const std::size_t returning = reservation.reclaimed_pages(begin, rounded); returning > 0) {
-      pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + returning);
-    }
     // Stitch before growing: idle cached pages elsewhere back this range
     // before any new physical memory is created, so what the pool holds
-    // tracks what is live rather than the history of its layout.
-    // Growth is allowed up to what the layout showed it needs, but never past
-    // the slack over the peak live bytes: beyond it, utilization comes first
-    // and pages keep moving. The slack is at least one page, so that a small
-    // working set spanning both arenas (a 512 B and an 8 MiB block in turn)
-    // does not move a page between them on every call.
-    const std::size_t held = space_.device_pages();
-    const std::size_t page = space_.page_size();
-    const std::size_t ceiling =
-        std::max((stats_.peak_live_bytes + stats_.peak_live_bytes / 100 * options_.hold_slack_percent) / page,
-                 util::align_up(stats_.peak_live_bytes, page) / page + 1);
-    const std::size_t hold = std::min(pages_to_hold_, ceiling);
-    const std::size_t growth_room = hold > held ? hold - held : 0;
+    // tracks what is live rather than the history of its layout, except for
+    // the growth the layout has shown it needs (page_reclaim.cpp).
+    const std::size_t growth_room = learned_growth_room(reservation, begin, rounded);
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
       driver::ScopedContext scope(api_, context_);
       // No context synchronisation here, where the budget still has room:

@@ -209,6 +209,7 @@ class Pool {
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request);
   void release_to_index(Arena& arena, Block* block);
+  void absorb(Block* low, Block* high);
   bool mergeable(Block* a, Block* b);
   util::Status add_segment(Arena& arena, int arena_id, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
@@ -237,6 +238,10 @@ class Pool {
   // `may_synchronize`: may wait for the whole context to free pages under
   // stream-ordered frees; else those blocks are taken once their stream is
   // past them, waiting only on `request_stream` (a stream key).
+  // Pages the pool may create for [begin, begin + length) rather than take
+  // by stitching: what needing stitched-away pages again taught it, within
+  // the slack over the peak live bytes. Updates pages_to_hold_.
+  std::size_t learned_growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // `learn`: mark the pages, so that needing them again teaches the pool to
   // hold more (pages_to_hold_); a trim does not.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,

@@ -53,10 +53,8 @@ std::size_t Pool::servable_bytes(std::size_t driver_free) const {
     arena.index.for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
-      const std::size_t page = r.page_size();
-      const std::size_t first = util::align_up(b->address - r.base(), page) / page;
-      const std::size_t end = (b->address + b->size - r.base()) / page;
-      if (end > first) idle_pages += r.mapped_pages(first, end);
+      const auto [first, end] = r.whole_pages(b->address, b->size);
+      idle_pages += r.mapped_pages(first, end);
     });
   }
   const std::size_t page = space_.page_size();

@@ -56,28 +56,28 @@ bool Pool::mergeable(Block* a, Block* b) {
   return settle(a) || settle(b);
 }
 
+// Folds `high` (the address neighbour above `low`) into `low`; the merged
+// block keeps the pending stream either had and the latest of their times.
+void Pool::absorb(Block* low, Block* high) {
+  low->size += high->size;
+  low->next = high->next;
+  if (high->next != nullptr) high->next->prev = low;
+  if (low->stream == kNoPendingWork) low->stream = high->stream;
+  low->free_epoch = std::max(low->free_epoch, high->free_epoch);
+  low->freed_at = std::max(low->freed_at, high->freed_at);
+  blocks_.recycle(high);
+}
+
 void Pool::release_to_index(Arena& arena, Block* block) {
   block->is_free = true;
   if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index && mergeable(prev, block)) {
     arena.index.erase(prev);
-    prev->size += block->size;
-    prev->next = block->next;
-    if (block->next != nullptr) block->next->prev = prev;
-    if (prev->stream == kNoPendingWork) prev->stream = block->stream;
-    prev->free_epoch = std::max(prev->free_epoch, block->free_epoch);
-    prev->freed_at = std::max(prev->freed_at, block->freed_at);
-    blocks_.recycle(block);
+    absorb(prev, block);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->is_free && next->in_index && mergeable(block, next)) {
     arena.index.erase(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (next->next != nullptr) next->next->prev = block;
-    if (block->stream == kNoPendingWork) block->stream = next->stream;
-    block->free_epoch = std::max(block->free_epoch, next->free_epoch);
-    block->freed_at = std::max(block->freed_at, next->freed_at);
-    blocks_.recycle(next);
+    absorb(block, next);
   }
   arena.index.insert(block);
 }

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tidepool::space {
@@ -118,6 +119,14 @@ class Reservation {
       p = next_mapped(word_end, end);
     }
     return count;
+  }
+  // The pages lying wholly inside [address, address + length): [first, end),
+  // empty when the range holds no whole page.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> whole_pages(std::uintptr_t address,
+                                                                std::size_t length) const noexcept {
+    const std::size_t first = (address - base_ + page_size_ - 1) / page_size_;
+    const std::size_t end = (address + length - base_) / page_size_;
+    return {first, std::max(first, end)};
   }
   // Pages overlapping [address, address + length) the pool unmapped to back
   // another range and has not mapped since.

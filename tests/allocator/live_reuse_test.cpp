@@ -106,6 +106,19 @@ TEST(LiveReuse, CudaFreeWithTheDeviceBehindReusesRatherThanGrows) {
   EXPECT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
 }
 
+// One step whose layout needs more pages than its peak live: y lands above
+// x, and z, which does not fit in x's hole once x is freed, above y.
+void outgrowing_step(runtime::Allocator& allocator) {
+  auto x = allocator.allocate(4 * MiB, 0, true);
+  auto y = allocator.allocate(4 * MiB, 0, true);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(allocator.deallocate(x.value(), 0, true).ok());
+  auto z = allocator.allocate(6 * MiB, 0, true);
+  ASSERT_TRUE(z.ok());
+  ASSERT_TRUE(allocator.deallocate(y.value(), 0, true).ok());
+  ASSERT_TRUE(allocator.deallocate(z.value(), 0, true).ok());
+}
+
 TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
   // A long-lived 200 MiB block (the parameters) and a step whose layout
   // needs more pages than its peak live: y lands above x, and z, which does
@@ -125,14 +138,7 @@ TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
       unmaps_before_last = before.unmaps;
       maps_before_last = before.maps;
     }
-    auto x = allocator->allocate(4 * MiB, 0, true);
-    auto y = allocator->allocate(4 * MiB, 0, true);
-    ASSERT_TRUE(x.ok() && y.ok());
-    ASSERT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
-    auto z = allocator->allocate(6 * MiB, 0, true);
-    ASSERT_TRUE(z.ok());
-    ASSERT_TRUE(allocator->deallocate(y.value(), 0, true).ok());
-    ASSERT_TRUE(allocator->deallocate(z.value(), 0, true).ok());
+    ASSERT_NO_FATAL_FAILURE(outgrowing_step(*allocator));
     if (step == 0) first_step_unmaps = allocator->pool().stats(false).unmaps - before.unmaps;
   }
   const pool::PoolStats last = allocator->pool().stats(false);
@@ -171,14 +177,7 @@ TEST(LiveReuse, ALayoutBeyondTheSlackKeepsUtilizationFirst) {
   auto allocator = make_allocator(2048 * MiB);
   ASSERT_NE(allocator, nullptr);
   for (int step = 0; step < 4; ++step) {
-    auto x = allocator->allocate(4 * MiB, 0, true);
-    auto y = allocator->allocate(4 * MiB, 0, true);
-    ASSERT_TRUE(x.ok() && y.ok());
-    ASSERT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
-    auto z = allocator->allocate(6 * MiB, 0, true);
-    ASSERT_TRUE(z.ok());
-    ASSERT_TRUE(allocator->deallocate(y.value(), 0, true).ok());
-    ASSERT_TRUE(allocator->deallocate(z.value(), 0, true).ok());
+    ASSERT_NO_FATAL_FAILURE(outgrowing_step(*allocator));
   }
   // Peak live is y + z, 10 MiB; the layout would need 14. The pool holds at
   // most the peak live bytes and one page (the least slack it allows).
