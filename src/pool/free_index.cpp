@@ -49,6 +49,19 @@ Block* FreeIndex::worst_fit(std::size_t n) const noexcept {
   return b != nullptr && b->size >= n ? b : nullptr;
 }
 
+Block* FreeIndex::containing(std::uintptr_t address) const noexcept {
+  Block* below = nullptr;  // the highest block starting at or below address
+  for (Block* t = by_address_.root(); t != nullptr;) {
+    if (t->address <= address) {
+      below = t;
+      t = t->address_right;
+    } else {
+      t = t->address_left;
+    }
+  }
+  return below != nullptr && address - below->address < below->size ? below : nullptr;
+}
+
 Block* FreeIndex::first_fit(std::size_t n) const noexcept {
   Block* t = by_address_.root();
   if (ByAddressTraits::max_of(t) < n) return nullptr;

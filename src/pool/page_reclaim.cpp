@@ -42,6 +42,39 @@ std::size_t Pool::learned_growth_room(const space::Reservation& r, std::uintptr_
   return hold > held ? hold - held : 0;
 }
 
+const Segment* Pool::segment_of(const space::Reservation* r) const {
+  for (const auto& segment : segments_) {
+    if (segment->reservation == r) return segment.get();
+  }
+  return nullptr;
+}
+
+std::size_t Pool::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                    std::uintptr_t request_stream) {
+  if (r.is_chunk() || length == 0) return 0;
+  const std::size_t page_size = r.page_size();
+  const std::uintptr_t end = begin + length;
+  std::size_t freed = 0;
+  for (std::size_t p = r.page_of(begin); p <= r.page_of(end - 1); ++p) {
+    const space::PageEntry& entry = r.page(p);
+    if (entry.residency != space::Residency::unmapped || entry.physical == nullptr) continue;
+    const space::PageLocation now = entry.physical->current;
+    if (now.reservation == nullptr) continue;  // spare already
+    const std::uintptr_t at = now.reservation->page_address(now.page);
+    if (at < end && at + page_size > begin) continue;  // needed by this range too
+    // Idle there: wholly under one free block whose pending work is done.
+    const Segment* segment = segment_of(now.reservation);
+    Block* holder = segment != nullptr ? arenas_[segment->arena].index.containing(at) : nullptr;
+    if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
+    if (unsynchronized_async_frees_ && !settle_by_query(holder, request_stream)) continue;
+    if (space_.unback(*now.reservation, now.page, 1)) {
+      now.reservation->page(now.page).reclaimed = true;
+      ++freed;
+    }
+  }
+  return freed;
+}
+
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                      bool may_synchronize, std::uintptr_t request_stream, bool learn) {
   // Without a synchronisation, only blocks with nothing pending give pages.

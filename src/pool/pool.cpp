@@ -218,6 +218,10 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // before any new physical memory is created, so what the pool holds
     // tracks what is live rather than the history of its layout, except for
     // the growth the layout has shown it needs (page_reclaim.cpp).
+    if (space_.parks_pages()) {
+      driver::ScopedContext scope(api_, context_);
+      free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
+    }
     const std::size_t growth_room = learned_growth_room(reservation, begin, rounded);
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
       driver::ScopedContext scope(api_, context_);

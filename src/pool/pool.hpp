@@ -108,6 +108,7 @@ struct PoolStats {
   std::uint64_t ooms = 0;
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
+  std::uint64_t parked_reuses = 0;  // pages moved back to a place still mapped for them: no driver call
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t live_blocks = 0;
@@ -234,14 +235,20 @@ class Pool {
   // Whether enough is deferred that it should rejoin the index before the
   // next placement rather than when a request misses.
   [[nodiscard]] bool deferred_worth_promoting() const;
-  // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
-  // `may_synchronize`: may wait for the whole context to free pages under
-  // stream-ordered frees; else those blocks are taken once their stream is
-  // past them, waiting only on `request_stream` (a stream key).
   // Pages the pool may create for [begin, begin + length) rather than take
   // by stitching: what needing stitched-away pages again taught it, within
   // the slack over the peak live bytes. Updates pages_to_hold_.
   std::size_t learned_growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
+  // For each unmapped page of [begin, begin + length) where a physical page
+  // is still parked: frees that page where it is current now, if it is idle
+  // there, so that backing the range makes it current here at no driver
+  // cost. Returns how many it freed.
+  std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                std::uintptr_t request_stream);
+  // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
+  // `may_synchronize`: may wait for the whole context to free pages under
+  // stream-ordered frees; else those blocks are taken once their stream is
+  // past them, waiting only on `request_stream` (a stream key).
   // `learn`: mark the pages, so that needing them again teaches the pool to
   // hold more (pages_to_hold_); a trim does not.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
@@ -250,6 +257,7 @@ class Pool {
   bool synchronize_if_needed();
   std::size_t trim_chunks();
   Arena& arena_of(const Block* block) { return arenas_[block->segment->arena]; }
+  [[nodiscard]] const Segment* segment_of(const space::Reservation* r) const;
 
   const driver::Driver& driver_;
   const driver::Api& api_;

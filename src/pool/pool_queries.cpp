@@ -81,6 +81,7 @@ PoolStats Pool::stats(bool with_fragmentation) const {
   s.spare_bytes = space_.spare_bytes();
   s.maps = space_.counters().maps;
   s.unmaps = space_.counters().unmaps;
+  s.parked_reuses = space_.counters().parked_reuses;
   s.live_blocks = live_.size();
   s.segments = segments_.size();
   s.free_bytes = s.reserved_bytes > s.handed_out_bytes ? s.reserved_bytes - s.handed_out_bytes : 0;

@@ -29,6 +29,7 @@ std::string report_json(const Report& report) {
         {"passthrough_allocations", d.passthrough_allocations},
         {"maps", s.maps},
         {"unmaps", s.unmaps},
+        {"parked_reuses", s.parked_reuses},
         {"trims", s.trims},
         {"spare_bytes", s.spare_bytes},
         {"deferred_bytes", s.deferred_bytes},

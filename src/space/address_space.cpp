@@ -15,6 +15,14 @@ namespace {
 
 constexpr std::size_t kFallbackPageSize = 2 * util::MiB;
 
+void forget_parked(PhysicalPage& physical, const PageLocation& at) {
+  auto* parked_end = physical.parked.begin() + physical.parked_count;
+  auto* found = std::find(physical.parked.begin(), parked_end, at);
+  if (found == parked_end) return;
+  std::move(found + 1, parked_end, found);
+  physical.parked_count--;
+}
+
 }  // namespace
 
 util::Result<std::unique_ptr<AddressSpace>> AddressSpace::create(const driver::Driver& driver, const Options& options) {
@@ -75,9 +83,20 @@ util::Status AddressSpace::unreserve(Reservation* r) {
     counters_.releases++;
     note_device_pages(device_pages_ - r->page_count());
   } else {
-    for (std::size_t p = r->next_mapped(0, r->page_count()); p < r->page_count();
-         p = r->next_mapped(p + 1, r->page_count())) {
-      if (auto s = unback(*r, p, 1); !s && result.ok()) result = s;
+    // Current and parked mappings alike: no physical page may keep a
+    // location in a reservation that is gone.
+    for (std::size_t p = 0; p < r->mapped_limit(); ++p) {
+      PhysicalPage* physical = r->page(p).physical;
+      if (physical == nullptr) continue;
+      if (auto s = unmap_at(*r, p); !s) {
+        if (result.ok()) result = s;
+        if (physical->current == PageLocation{r, p}) {
+          drop_page(physical);  // released still mapped: the driver frees it with the mapping
+        } else {
+          forget_parked(*physical, {r, p});
+          r->page(p).physical = nullptr;
+        }
+      }
     }
     if (auto s = driver::check(api_.memAddressFree(r->base(), r->size()), "cuMemAddressFree"); !s && result.ok()) {
       result = s;
@@ -87,7 +106,7 @@ util::Status AddressSpace::unreserve(Reservation* r) {
   return result;
 }
 
-util::Result<CUmemGenericAllocationHandle> AddressSpace::create_page() {
+util::Result<PhysicalPage*> AddressSpace::create_page() {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -96,13 +115,122 @@ util::Result<CUmemGenericAllocationHandle> AddressSpace::create_page() {
   if (auto s = driver::check(api_.memCreate(&handle, page_size_, &prop, 0), "cuMemCreate"); !s) return s;
   counters_.creates++;
   note_device_pages(device_pages_ + 1);
-  return handle;
+  auto page = std::make_unique<PhysicalPage>();
+  page->handle = handle;
+  page->slot = pages_.size();
+  pages_.push_back(std::move(page));
+  return pages_.back().get();
 }
 
-void AddressSpace::release_page(CUmemGenericAllocationHandle handle) {
-  (void)api_.memRelease(handle);
+void AddressSpace::drop_page(PhysicalPage* page) {
+  if (page->is_spare()) take_spare(page);
+  for (std::size_t i = 0; i < page->parked_count; ++i) {
+    const PageLocation at = page->parked[i];
+    at.reservation->page(at.page).physical = nullptr;
+  }
+  if (Reservation* r = page->current.reservation; r != nullptr) {
+    r->page(page->current.page).physical = nullptr;
+    r->set_residency(page->current.page, Residency::unmapped);
+  }
+  (void)api_.memRelease(page->handle);
   counters_.releases++;
   note_device_pages(device_pages_ - 1);
+  const std::size_t slot = page->slot;
+  pages_[slot] = std::move(pages_.back());
+  pages_[slot]->slot = slot;
+  pages_.pop_back();
+}
+
+bool AddressSpace::release_page(PhysicalPage* page) {
+  // Its parked mappings go first: the driver frees memory only once it is
+  // mapped nowhere.
+  while (page->parked_count > 0) {
+    const PageLocation at = page->parked[page->parked_count - 1];
+    if (!unmap_at(*at.reservation, at.page)) return false;
+  }
+  drop_page(page);
+  return true;
+}
+
+void AddressSpace::add_spare(PhysicalPage* page) {
+  page->spare_slot = spares_.size();
+  spares_.push_back(page);
+}
+
+void AddressSpace::take_spare(PhysicalPage* page) {
+  const std::size_t slot = page->spare_slot;
+  spares_[slot] = spares_.back();
+  spares_[slot]->spare_slot = slot;
+  spares_.pop_back();
+  page->spare_slot = SIZE_MAX;
+}
+
+util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p) {
+  PageEntry& entry = r.page(p);
+  PhysicalPage* physical = entry.physical;
+  if (physical == nullptr) return util::Status::success();
+  if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
+  counters_.unmaps++;
+  entry.physical = nullptr;
+  const PageLocation here{&r, p};
+  if (physical->current == here) {
+    physical->current = {};
+    r.set_residency(p, Residency::unmapped);
+    add_spare(physical);
+    return util::Status::success();
+  }
+  forget_parked(*physical, here);
+  return util::Status::success();
+}
+
+util::Status AddressSpace::park(Reservation& r, std::size_t p) {
+  PageEntry& entry = r.page(p);
+  PhysicalPage* physical = entry.physical;
+  if (!parking_ || entry.residency != Residency::device) return unmap_at(r, p);
+  if (physical->parked_count == PhysicalPage::kMaxParked) {
+    // The oldest parked mapping makes room; if it will not go, this one
+    // is unmapped instead.
+    const PageLocation oldest = physical->parked[0];
+    if (!unmap_at(*oldest.reservation, oldest.page)) return unmap_at(r, p);
+  }
+  physical->parked[physical->parked_count++] = {&r, p};
+  physical->current = {};
+  r.set_residency(p, Residency::unmapped);
+  add_spare(physical);
+  return util::Status::success();
+}
+
+util::Status AddressSpace::map_spare(Reservation& r, std::size_t p) {
+  PhysicalPage* physical = nullptr;
+  if (!spares_.empty()) {
+    physical = spares_.back();
+    take_spare(physical);
+  } else {
+    auto created = create_page();
+    if (!created) return created.status();
+    physical = created.value();
+  }
+  const std::uintptr_t address = r.page_address(p);
+  CUresult result = api_.memMap(address, page_size_, 0, physical->handle, 0);
+  if (result != CUDA_SUCCESS && physical->parked_count > 0) {
+    // A driver that will not map a page at a second place: parking stops,
+    // and this page's parked mappings go before it is mapped here.
+    parking_ = false;
+    while (physical->parked_count > 0) {
+      const PageLocation at = physical->parked[physical->parked_count - 1];
+      if (!unmap_at(*at.reservation, at.page)) break;
+    }
+    if (physical->parked_count == 0) result = api_.memMap(address, page_size_, 0, physical->handle, 0);
+  }
+  if (auto s = driver::check(result, "cuMemMap"); !s) {
+    add_spare(physical);
+    return s;
+  }
+  counters_.maps++;
+  r.page(p).physical = physical;
+  physical->current = {&r, p};
+  r.set_residency(p, Residency::device);
+  return util::Status::success();
 }
 
 std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t address,
@@ -139,6 +267,19 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     return {util::Error::out_of_memory, "device budget exhausted"};
   }
 
+  // Spare pages parked here become current again first, before a spare
+  // mapped elsewhere in the range could take one of them.
+  for (std::size_t p = first; p <= last; ++p) {
+    PageEntry& page = r.page(p);
+    PhysicalPage* parked = page.physical;
+    if (page.residency != Residency::unmapped || parked == nullptr || !parked->is_spare()) continue;
+    take_spare(parked);
+    forget_parked(*parked, {&r, p});
+    parked->current = {&r, p};
+    r.set_residency(p, Residency::device);
+    counters_.parked_reuses++;
+  }
+
   bool mapped_any = false;
   std::size_t run_start = SIZE_MAX;  // first page of the current run of newly mapped pages
   auto grant_access = [&](std::size_t run_end) -> util::Status {
@@ -153,15 +294,7 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
       // Mapped but not accessible: nothing may be handed out on these pages.
       // Unmap them again; a page that will not unmap is never used again.
       for (std::size_t p = run_start; p < run_end; ++p) {
-        PageEntry& page = r.page(p);
-        if (api_.memUnmap(r.page_address(p), page_size_) == CUDA_SUCCESS) {
-          spares_.push_back(page.handle);
-          counters_.unmaps++;
-          page.handle = 0;
-          r.set_residency(p, Residency::unmapped);
-        } else {
-          r.set_residency(p, Residency::broken);
-        }
+        if (!unmap_at(r, p)) r.set_residency(p, Residency::broken);
       }
     }
     run_start = SIZE_MAX;
@@ -172,33 +305,24 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     PageEntry& page = r.page(p);
     if (page.residency == Residency::broken) {
       if (auto s = grant_access(p); !s) return s;
-      if (auto s = unback(r, p, 1); !s) return s;
+      if (auto s = unmap_at(r, p); !s) return s;
     }
     if (page.residency != Residency::unmapped) {
       if (auto s = grant_access(p); !s) return s;
       continue;
     }
-    CUmemGenericAllocationHandle handle = 0;
-    if (!spares_.empty()) {
-      handle = spares_.back();
-      spares_.pop_back();
-    } else {
-      auto created = create_page();
-      if (!created) {
+    // Parked here, but current elsewhere: that mapping is in the way.
+    if (page.physical != nullptr) {
+      if (auto s = unmap_at(r, p); !s) {
         (void)grant_access(p);
-        return created.status();
+        return s;
       }
-      handle = created.value();
     }
-    if (auto s = driver::check(api_.memMap(r.page_address(p), page_size_, 0, handle, 0), "cuMemMap"); !s) {
-      spares_.push_back(handle);
+    if (auto s = map_spare(r, p); !s) {
       (void)grant_access(p);
       return s;
     }
-    counters_.maps++;
     mapped_any = true;
-    page.handle = handle;
-    r.set_residency(p, Residency::device);
     if (run_start == SIZE_MAX) run_start = p;
   }
   auto s = grant_access(last + 1);
@@ -210,25 +334,12 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
   if (r.is_chunk()) return util::Status::success();
   util::Status result;
   for (std::size_t p = first; p < first + count && p < r.page_count(); ++p) {
-    PageEntry& page = r.page(p);
-    if (page.residency == Residency::unmapped) continue;
-    if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) {
-      if (result.ok()) result = s;
-      continue;
-    }
-    counters_.unmaps++;
-    if (page.residency != Residency::host) {
-      spares_.push_back(page.handle);
-    } else {
-      (void)api_.memRelease(page.handle);
-    }
-    page.handle = 0;
-    r.set_residency(p, Residency::unmapped);
+    if (r.page(p).residency == Residency::unmapped) continue;
+    if (auto s = park(r, p); !s && result.ok()) result = s;
   }
   // Spares beyond a lowered budget go back to the driver at once.
   while (!spares_.empty() && device_bytes() > limit_) {
-    release_page(spares_.back());
-    spares_.pop_back();
+    if (!release_page(spares_.back())) break;
   }
   return result;
 }
@@ -236,8 +347,7 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
 std::size_t AddressSpace::release_spares(std::size_t bytes) {
   std::size_t released = 0;
   while (!spares_.empty() && released < bytes) {
-    release_page(spares_.back());
-    spares_.pop_back();
+    if (!release_page(spares_.back())) break;
     released += page_size_;
   }
   return released;

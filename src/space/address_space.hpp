@@ -6,7 +6,10 @@
 // spare (created, unmapped, ready to back any range: that is what makes
 // stitching possible). It enforces the device budget: physical device bytes
 // (mapped + spare) never exceed device_limit. It holds no policy: which pages
-// to unmap, and when, is the pool's decision. Not thread-safe; the pool
+// to unmap, and when, is the pool's decision. A page the pool stops using
+// stays mapped where it was, parked (physical_page.hpp), until that mapping
+// is in the way or the page is released; back() makes a parked mapping
+// current again for free when its page is spare. Not thread-safe; the pool
 // serialises calls.
 #pragma once
 
@@ -24,8 +27,9 @@
 namespace tidepool::space {
 
 struct SpaceCounters {
-  std::uint64_t maps = 0;         // cuMemMap calls (one per page)
-  std::uint64_t unmaps = 0;       // cuMemUnmap calls (one per page)
+  std::uint64_t maps = 0;            // cuMemMap calls (one per page)
+  std::uint64_t unmaps = 0;          // cuMemUnmap calls (one per page)
+  std::uint64_t parked_reuses = 0;   // pages made current again at a parked mapping: no driver call
   std::uint64_t creates = 0;      // physical pages created (or chunks allocated)
   std::uint64_t releases = 0;     // physical pages (or chunks) given back to the driver
   std::uint64_t map_batches = 0;  // back() calls that mapped at least one page
@@ -57,8 +61,9 @@ class AddressSpace {
   util::Status unreserve(Reservation* r);
 
   // Maps device pages under every unmapped page overlapping [address,
-  // address + length), taking spare pages first and creating new ones within
-  // the budget. Fails with out_of_memory, mapping nothing new, when spare
+  // address + length): a spare page parked there is made current at no cost;
+  // otherwise spare pages go first and new ones are created within the
+  // budget. Fails with out_of_memory, mapping nothing new, when spare
   // pages plus budget room are short; shortfall_pages() then says how many.
   util::Status back(Reservation& r, std::uintptr_t address, std::size_t length);
   // Pages back() would need to create or take from spares for this range.
@@ -67,9 +72,9 @@ class AddressSpace {
   // How many pages can be backed without unmapping anything: spares + budget room.
   [[nodiscard]] std::size_t available_pages() const noexcept;
 
-  // Unmaps pages [first, first + count) of `r`; their physical memory becomes
-  // spare. The caller guarantees no block in use lies on them and no queued
-  // device work touches them.
+  // The pool stops using pages [first, first + count) of `r`; their physical
+  // pages become spare, left parked where they were. The caller guarantees
+  // no block in use lies on them and no queued device work touches them.
   util::Status unback(Reservation& r, std::size_t first, std::size_t count);
 
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
@@ -80,6 +85,9 @@ class AddressSpace {
   [[nodiscard]] std::size_t device_pages() const noexcept { return device_pages_; }
   [[nodiscard]] std::size_t peak_device_bytes() const noexcept { return peak_device_pages_ * page_size_; }
   [[nodiscard]] std::size_t spare_bytes() const noexcept { return spares_.size() * page_size_; }
+  // Whether stopping to use a page parks it (false once the driver refused
+  // to map a page at a second place).
+  [[nodiscard]] bool parks_pages() const noexcept { return parking_; }
   [[nodiscard]] std::size_t spare_pages() const noexcept { return spares_.size(); }
   [[nodiscard]] std::size_t device_limit() const noexcept { return limit_; }
   // A limit below what is held now takes effect as pages are released.
@@ -89,8 +97,20 @@ class AddressSpace {
 
  private:
   AddressSpace(const driver::Driver& driver, const Options& options, const driver::Capabilities& caps);
-  util::Result<CUmemGenericAllocationHandle> create_page();
-  void release_page(CUmemGenericAllocationHandle handle);
+  util::Result<PhysicalPage*> create_page();
+  // Unmaps its parked mappings and gives it back; false (and it stays
+  // spare) when an unmap fails.
+  bool release_page(PhysicalPage* page);
+  // Gives it back to the driver as it is and forgets every place it is
+  // mapped.
+  void drop_page(PhysicalPage* page);
+  void add_spare(PhysicalPage* page);
+  void take_spare(PhysicalPage* page);
+  // Unmaps whatever is mapped at page `p` of `r`, current or parked, at the
+  // driver; a current page becomes spare.
+  util::Status unmap_at(Reservation& r, std::size_t p);
+  util::Status park(Reservation& r, std::size_t p);
+  util::Status map_spare(Reservation& r, std::size_t p);
   void note_device_pages(std::size_t pages) noexcept;
 
   const driver::Driver& driver_;
@@ -102,7 +122,9 @@ class AddressSpace {
   std::size_t limit_;
   std::size_t device_pages_ = 0;  // physical device pages held: mapped + spare (chunks count in pages)
   std::size_t peak_device_pages_ = 0;
-  std::vector<CUmemGenericAllocationHandle> spares_;
+  bool parking_ = true;
+  std::vector<std::unique_ptr<PhysicalPage>> pages_;  // every device page held
+  std::vector<PhysicalPage*> spares_;
   std::vector<std::unique_ptr<Reservation>> reservations_;
   SpaceCounters counters_;
 };

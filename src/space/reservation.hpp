@@ -4,9 +4,11 @@
 // With VMM, a reservation is cuMemAddressReserve'd VA whose pages (at the
 // driver's granularity) are each backed by a physical allocation of one page,
 // or by nothing. Without VMM it is a plain cuMemAlloc chunk, backed from birth
-// to death. The page map records, per page, the physical handle and where the
-// page lives. Invariant: a page with residency != unmapped has a handle that
-// is mapped at exactly that page's address and readable/writable by the device.
+// to death. The page map records, per page, the physical page and where it
+// lives. Invariant: a page with residency != unmapped has a physical page
+// current at exactly that page's address, mapped there and readable/writable
+// by the device. An unmapped page may still hold a parked mapping
+// (physical_page.hpp): `physical` then names the page parked there.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "space/physical_page.hpp"
+
 namespace tidepool::space {
 
 // `broken`: mapped, but the access grant failed and so did the unmap; such a
@@ -25,7 +29,7 @@ namespace tidepool::space {
 enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
 struct PageEntry {
-  CUmemGenericAllocationHandle handle = 0;
+  PhysicalPage* physical = nullptr;  // current here, or parked here while unmapped
   Residency residency = Residency::unmapped;  // change only through Reservation::set_residency
   // Unmapped by the pool to back another range (not by a trim). The pool
   // reads it when it needs the page again: a sign its layout needs more
@@ -129,12 +133,13 @@ class Reservation {
     return {first, std::max(first, end)};
   }
   // Pages overlapping [address, address + length) the pool unmapped to back
-  // another range and has not mapped since.
+  // another range and has not mapped since, except those whose physical
+  // page is parked there and spare: they come back at no cost.
   [[nodiscard]] std::size_t reclaimed_pages(std::uintptr_t address, std::size_t length) const noexcept {
     if (chunk_ || length == 0) return 0;
     std::size_t count = 0;
     for (std::size_t p = page_of(address); p <= page_of(address + length - 1); ++p)
-      count += pages_[p].reclaimed ? 1 : 0;
+      count += pages_[p].reclaimed && (pages_[p].physical == nullptr || !pages_[p].physical->is_spare()) ? 1 : 0;
     return count;
   }
 

@@ -130,7 +130,7 @@ TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
   ASSERT_TRUE(params.ok());
   std::uint64_t unmaps_before_last = 0;
   std::uint64_t maps_before_last = 0;
-  std::uint64_t first_step_unmaps = 0;
+  std::uint64_t first_step_peak = 0;
   constexpr int kSteps = 6;
   for (int step = 0; step < kSteps; ++step) {
     const pool::PoolStats before = allocator->pool().stats(false);
@@ -139,10 +139,11 @@ TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
       maps_before_last = before.maps;
     }
     ASSERT_NO_FATAL_FAILURE(outgrowing_step(*allocator));
-    if (step == 0) first_step_unmaps = allocator->pool().stats(false).unmaps - before.unmaps;
+    if (step == 0) first_step_peak = allocator->pool().stats(false).peak_reserved_bytes;
   }
   const pool::PoolStats last = allocator->pool().stats(false);
-  EXPECT_GT(first_step_unmaps, 0u) << "the first step reuses idle pages before creating new ones";
+  // Without stitching, x, y and z would each have pages of their own.
+  EXPECT_LT(first_step_peak, (200 + 4 + 4 + 6) * MiB) << "the first step reuses idle pages before creating new ones";
   EXPECT_EQ(last.maps - maps_before_last, 0u) << "the last step remaps nothing";
   EXPECT_EQ(last.unmaps - unmaps_before_last, 0u);
   // What it learned to hold stays within the slack over the peak live bytes.
@@ -151,8 +152,9 @@ TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
 }
 
 TEST(LiveReuse, AlternatingASmallAndALargeBlockStopsMovingAPageBetweenArenas) {
-  // The small block's page and the large block's pages can never be shared:
-  // one page more than the peak live bytes is always allowed.
+  // The small block's page and one of the large block's pages are never in
+  // use together: one physical page serves both places in turn, mapped at
+  // both, and moving it costs no driver call once both mappings exist.
   auto allocator = make_allocator(2048 * MiB);
   ASSERT_NE(allocator, nullptr);
   for (int step = 0; step < 100; ++step) {
@@ -167,7 +169,8 @@ TEST(LiveReuse, AlternatingASmallAndALargeBlockStopsMovingAPageBetweenArenas) {
     ASSERT_EQ(after.maps, before.maps) << "step " << step;
     ASSERT_EQ(after.unmaps, before.unmaps) << "step " << step;
   }
-  EXPECT_EQ(allocator->pool().stats(false).peak_reserved_bytes, 10 * MiB);
+  EXPECT_EQ(allocator->pool().stats(false).peak_reserved_bytes, 8 * MiB);
+  EXPECT_GE(allocator->pool().stats(false).parked_reuses, 90u);
 }
 
 TEST(LiveReuse, ALayoutBeyondTheSlackKeepsUtilizationFirst) {
