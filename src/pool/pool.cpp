@@ -125,11 +125,15 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
   Arena& arena = arenas_[arena_id];
 
   if (deferred_worth_promoting()) {
-    // cudaFree frees whose fences finished since the last call join the
-    // index first, so best fit places this request as it would with the
+    // Enough cudaFree frees to shape the layout join the index first, all
+    // of them, waiting for their fences to finish (the wait cudaFree itself
+    // makes at every free, made here once per batch). Taking only those
+    // whose fences happen to be done would make the layout depend on how far
+    // the device lags, different every training step, and every difference
+    // costs page moves; taking them all gives every step the layout of a
     // device caught up.
     driver::ScopedContext scope(api_, context_);
-    promote_deferred(DeferredFrees::Wait::none);
+    promote_deferred(DeferredFrees::Wait::everything);
   }
   // The common case: a cached block, backed, same stream.
   if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
@@ -310,13 +314,11 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   // until memory runs short only finishes after more memory has been made,
   // and a cudaFree loop would grow without end.
   deferred_.add(block);
+  // They go back to the index at the next allocation (climb_ladder), never
+  // here: a free does not wait for the device.
   {
     driver::ScopedContext scope(api_, context_);
     deferred_.fence_when_idle();
-    // Frees whose fences have finished go back to the index now, where they
-    // coalesce and best fit sees them, so a cudaFree program gets the layout
-    // a stream-ordered one does once its device catches up.
-    if (deferred_worth_promoting()) promote_deferred(DeferredFrees::Wait::none);
   }
   stats_.deferred_bytes = deferred_.bytes();
   return util::Status::success();
