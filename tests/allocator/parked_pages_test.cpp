@@ -1,0 +1,206 @@
+// Parked pages: a physical page the pool stops using stays mapped where it
+// was, and comes back there for free. These tests hold the pool to the one
+// rule that makes that safe: a page is in use at one place at most, so no two
+// live blocks ever share bytes. The sim maps physical pages as shared memory,
+// so a page in use at two places would show one block's bytes in the other.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "runtime/allocator.hpp"
+#include "sim/sim_control.h"
+#include "support/sim_driver.hpp"
+
+namespace tidepool {
+namespace {
+
+using util::MiB;
+
+std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
+  runtime::AllocatorOptions options;
+  options.device_limit = limit;
+  auto created = runtime::Allocator::create(testing::sim_driver(), options);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  return created.ok() ? std::move(created.value()) : nullptr;
+}
+
+// One 64-bit word every 64 KiB, each naming its block and its offset, plus
+// the block's last word: a page shared with another block shows up as a
+// word that names the other one.
+void fill_marks(std::uintptr_t address, std::size_t size, std::uint64_t owner) {
+  for (std::size_t off = 0; off + 8 <= size; off += 64 * 1024) {
+    const std::uint64_t mark = (owner << 32) ^ off;
+    std::memcpy(reinterpret_cast<void*>(address + off), &mark, 8);
+  }
+  const std::uint64_t last = ~owner;
+  std::memcpy(reinterpret_cast<void*>(address + size - 8), &last, 8);
+}
+
+bool marks_intact(std::uintptr_t address, std::size_t size, std::uint64_t owner) {
+  for (std::size_t off = 0; off + 8 <= size; off += 64 * 1024) {
+    std::uint64_t mark = 0;
+    std::memcpy(&mark, reinterpret_cast<const void*>(address + off), 8);
+    if (off + 8 > size - 8 && off < size) continue;  // overlaps the last word
+    if (mark != ((owner << 32) ^ off)) return false;
+  }
+  std::uint64_t last = 0;
+  std::memcpy(&last, reinterpret_cast<const void*>(address + size - 8), 8);
+  return last == ~owner;
+}
+
+std::size_t sim_device_bytes() {
+  return testing::sim_control<decltype(&tidepool_sim_device_bytes_in_use)>("tidepool_sim_device_bytes_in_use")();
+}
+
+struct Step {
+  std::uintptr_t x = 0, z = 0;
+};
+
+// x and y side by side; x freed; z, too large for x's hole, lands above y
+// and takes x's idle pages, which stay parked under x.
+Step move_x_pages_under_z(runtime::Allocator& allocator, std::uintptr_t* y_out) {
+  Step step;
+  auto x = allocator.allocate(4 * MiB, 0, true);
+  auto y = allocator.allocate(4 * MiB, 0, true);
+  EXPECT_TRUE(x.ok() && y.ok());
+  step.x = x.value();
+  *y_out = y.value();
+  EXPECT_TRUE(allocator.deallocate(x.value(), 0, true).ok());
+  auto z = allocator.allocate(6 * MiB, 0, true);
+  EXPECT_TRUE(z.ok());
+  step.z = z.value();
+  return step;
+}
+
+TEST(ParkedPages, APageComesBackToWhereItWasParkedWithNoDriverCall) {
+  auto allocator = make_allocator(2048 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  auto params = allocator->allocate(200 * MiB, 0, true);
+  ASSERT_TRUE(params.ok());
+  std::uintptr_t y = 0;
+  const Step first = move_x_pages_under_z(*allocator, &y);
+  ASSERT_TRUE(allocator->deallocate(first.z, 0, true).ok());
+  ASSERT_TRUE(allocator->deallocate(y, 0, true).ok());
+
+  const pool::PoolStats before = allocator->pool().stats(false);
+  auto x = allocator->allocate(4 * MiB, 0, true);  // x's place: its pages are parked there, idle under z
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x.value(), first.x);
+  const pool::PoolStats after = allocator->pool().stats(false);
+  EXPECT_EQ(after.maps, before.maps);
+  EXPECT_EQ(after.unmaps, before.unmaps);
+  EXPECT_EQ(after.parked_reuses - before.parked_reuses, 2u);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
+  fill_marks(x.value(), 4 * MiB, 1);
+  EXPECT_TRUE(marks_intact(x.value(), 4 * MiB, 1));
+  EXPECT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
+  EXPECT_TRUE(allocator->deallocate(params.value(), 0, true).ok());
+}
+
+TEST(ParkedPages, APageInUseElsewhereIsNeverHandedOutWhereItIsParked) {
+  auto allocator = make_allocator(2048 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  auto params = allocator->allocate(200 * MiB, 0, true);
+  ASSERT_TRUE(params.ok());
+  std::uintptr_t y = 0;
+  const Step step = move_x_pages_under_z(*allocator, &y);
+  fill_marks(step.z, 6 * MiB, 2);
+  // x's hole again, while its old pages back z: it needs pages of its own.
+  auto w = allocator->allocate(4 * MiB, 0, true);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w.value(), step.x);
+  fill_marks(w.value(), 4 * MiB, 3);
+  EXPECT_TRUE(marks_intact(step.z, 6 * MiB, 2)) << "w shares a page with z";
+  EXPECT_TRUE(marks_intact(w.value(), 4 * MiB, 3));
+  for (std::uintptr_t b : {w.value(), step.z, y, params.value()}) EXPECT_TRUE(allocator->deallocate(b, 0, true).ok());
+}
+
+TEST(ParkedPages, RandomWorkUnderATightBudgetKeepsEveryLiveBlocksBytes) {
+  // A budget a few times the largest block, random sizes and lifetimes, and
+  // both kinds of free: pages move, park and come back all the time.
+  auto allocator = make_allocator(48 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  std::mt19937_64 rng(2026);
+  std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>> live;  // address -> (size, owner)
+  std::uint64_t next_owner = 1;
+  auto free_one = [&](std::map<std::uintptr_t, std::pair<std::size_t, std::uint64_t>>::iterator it) {
+    ASSERT_TRUE(marks_intact(it->first, it->second.first, it->second.second)) << "block " << it->second.second;
+    const bool ordered = (rng() % 2) == 0;
+    ASSERT_TRUE(allocator->deallocate(it->first, 0, ordered).ok());
+    live.erase(it);
+  };
+  for (int op = 0; op < 4000; ++op) {
+    if (!live.empty() && (rng() % 100 < 45 || live.size() > 24)) {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      ASSERT_NO_FATAL_FAILURE(free_one(it));
+      continue;
+    }
+    static constexpr std::size_t kSizes[] = {64 * 1024, 300 * 1024, 2 * MiB, 3 * MiB + 4096, 5 * MiB, 9 * MiB};
+    const std::size_t size = kSizes[rng() % std::size(kSizes)];
+    auto block = allocator->allocate(size, 0, true);
+    if (!block.ok()) continue;  // over budget: fine, as long as nothing is lost
+    fill_marks(block.value(), size, next_owner);
+    live[block.value()] = {size, next_owner++};
+    if (op % 64 == 0) {
+      for (const auto& [address, entry] : live) {
+        ASSERT_TRUE(marks_intact(address, entry.first, entry.second)) << "block " << entry.second << " at op " << op;
+      }
+    }
+  }
+  while (!live.empty()) ASSERT_NO_FATAL_FAILURE(free_one(live.begin()));
+  const pool::PoolStats stats = allocator->pool().stats(false);
+  EXPECT_GT(stats.parked_reuses, 0u) << "the run never brought a parked page back";
+  EXPECT_LE(stats.peak_reserved_bytes, 48 * MiB);
+}
+
+TEST(ParkedPages, TrimGivesParkedPagesBackToTheDriver) {
+  const std::size_t before = sim_device_bytes();
+  {
+    auto allocator = make_allocator(2048 * MiB);
+    ASSERT_NE(allocator, nullptr);
+    std::uintptr_t y = 0;
+    const Step step = move_x_pages_under_z(*allocator, &y);
+    ASSERT_TRUE(allocator->deallocate(step.z, 0, true).ok());
+    ASSERT_TRUE(allocator->deallocate(y, 0, true).ok());
+    allocator->pool().trim();
+    EXPECT_EQ(allocator->pool().stats(false).reserved_bytes, 0u);
+    EXPECT_EQ(sim_device_bytes(), before) << "a parked mapping kept released memory alive";
+  }
+  EXPECT_EQ(sim_device_bytes(), before);
+}
+
+TEST(ParkedPages, ADriverThatRefusesASecondMappingStopsParking) {
+  auto allocator = make_allocator(2048 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  auto inject = testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault");
+  auto x = allocator->allocate(4 * MiB, 0, true);
+  auto y = allocator->allocate(4 * MiB, 0, true);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
+  // z takes x's parked pages: the first map of one fails as a driver that
+  // allows one mapping per page would.
+  inject("cuMemMap", 1, CUDA_ERROR_INVALID_VALUE);
+  auto z = allocator->allocate(6 * MiB, 0, true);
+  ASSERT_TRUE(z.ok()) << z.status().message();
+  EXPECT_FALSE(allocator->space().parks_pages());
+  fill_marks(z.value(), 6 * MiB, 4);
+  EXPECT_TRUE(marks_intact(z.value(), 6 * MiB, 4));
+  // From here on pages the pool stops using are unmapped.
+  const std::uint64_t unmaps = allocator->pool().stats(false).unmaps;
+  auto w = allocator->allocate(4 * MiB, 0, true);
+  ASSERT_TRUE(w.ok());
+  fill_marks(w.value(), 4 * MiB, 5);
+  EXPECT_TRUE(marks_intact(z.value(), 6 * MiB, 4));
+  EXPECT_TRUE(marks_intact(w.value(), 4 * MiB, 5));
+  for (std::uintptr_t b : {w.value(), z.value(), y.value()}) EXPECT_TRUE(allocator->deallocate(b, 0, true).ok());
+  allocator->pool().trim();
+  EXPECT_GT(allocator->pool().stats(false).unmaps, unmaps);
+  testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")();
+}
+
+}  // namespace
+}  // namespace tidepool
