@@ -35,7 +35,10 @@
 // range lies over unmapped pages first waits for cudaFree frees still fenced
 // (the wait cudaFree itself makes, paid only here), then backs the range with
 // idle pages unmapped from elsewhere (stitching, longest idle first), and
-// creates pages only for the rest. Stitching would move the same pages back
+// creates pages only for the rest. Pages stitching takes stay mapped where
+// they were (parked, space/physical_page.hpp): a range that comes back to
+// them while they are idle elsewhere gets them back with no driver call, so
+// a layout that rotates pages between places settles. Stitching would move the same pages back
 // and forth every training step when the layout needs more pages than the
 // pool holds; a page it took and then needs again teaches the pool to hold
 // that many more (pages_to_hold_), up to hold_slack_percent over the peak

@@ -27,12 +27,12 @@
 namespace tidepool::space {
 
 struct SpaceCounters {
-  std::uint64_t maps = 0;            // cuMemMap calls (one per page)
-  std::uint64_t unmaps = 0;          // cuMemUnmap calls (one per page)
-  std::uint64_t parked_reuses = 0;   // pages made current again at a parked mapping: no driver call
-  std::uint64_t creates = 0;      // physical pages created (or chunks allocated)
-  std::uint64_t releases = 0;     // physical pages (or chunks) given back to the driver
-  std::uint64_t map_batches = 0;  // back() calls that mapped at least one page
+  std::uint64_t maps = 0;           // cuMemMap calls (one per page)
+  std::uint64_t unmaps = 0;         // cuMemUnmap calls (one per page)
+  std::uint64_t parked_reuses = 0;  // pages made current again at a parked mapping: no driver call
+  std::uint64_t creates = 0;        // physical pages created (or chunks allocated)
+  std::uint64_t releases = 0;       // physical pages (or chunks) given back to the driver
+  std::uint64_t map_batches = 0;    // back() calls that mapped at least one page
 };
 
 class AddressSpace {

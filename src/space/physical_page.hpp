@@ -42,8 +42,8 @@ struct PhysicalPage {
   PageLocation current;  // where the pool uses it; nowhere while spare
   std::array<PageLocation, kMaxParked> parked{};
   std::uint8_t parked_count = 0;
-  std::size_t slot = 0;                         // index in AddressSpace's list of pages
-  std::size_t spare_slot = SIZE_MAX;            // index in the spare list, SIZE_MAX while current
+  std::size_t slot = 0;               // index in AddressSpace's list of pages
+  std::size_t spare_slot = SIZE_MAX;  // index in the spare list, SIZE_MAX while current
   [[nodiscard]] bool is_spare() const noexcept { return spare_slot != SIZE_MAX; }
 };
 

@@ -29,7 +29,7 @@ namespace tidepool::space {
 enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
 struct PageEntry {
-  PhysicalPage* physical = nullptr;  // current here, or parked here while unmapped
+  PhysicalPage* physical = nullptr;           // current here, or parked here while unmapped
   Residency residency = Residency::unmapped;  // change only through Reservation::set_residency
   // Unmapped by the pool to back another range (not by a trim). The pool
   // reads it when it needs the page again: a sign its layout needs more
