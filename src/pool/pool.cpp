@@ -221,12 +221,14 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // Stitch before growing: idle cached pages elsewhere back this range
     // before any new physical memory is created, so what the pool holds
     // tracks what is live rather than the history of its layout, except for
-    // the growth the layout has shown it needs (page_reclaim.cpp).
-    if (space_.parks_pages()) {
-      driver::ScopedContext scope(api_, context_);
-      free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
-    }
+    // the growth the layout has shown it needs (page_reclaim.cpp). Within
+    // that growth each place keeps pages of its own; beyond it, pages parked
+    // here come back first, at no driver cost.
     const std::size_t growth_room = learned_growth_room(reservation, begin, rounded);
+    if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
+      driver::ScopedContext scope(api_, context_);
+      if (space_.parks_pages()) free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
+    }
     if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
       driver::ScopedContext scope(api_, context_);
       // No context synchronisation here, where the budget still has room:

@@ -133,13 +133,12 @@ class Reservation {
     return {first, std::max(first, end)};
   }
   // Pages overlapping [address, address + length) the pool unmapped to back
-  // another range and has not mapped since, except those whose physical
-  // page is parked there and spare: they come back at no cost.
+  // another range and has not mapped since (parked there or not).
   [[nodiscard]] std::size_t reclaimed_pages(std::uintptr_t address, std::size_t length) const noexcept {
     if (chunk_ || length == 0) return 0;
     std::size_t count = 0;
     for (std::size_t p = page_of(address); p <= page_of(address + length - 1); ++p)
-      count += pages_[p].reclaimed && (pages_[p].physical == nullptr || !pages_[p].physical->is_spare()) ? 1 : 0;
+      count += pages_[p].reclaimed ? 1 : 0;
     return count;
   }
 

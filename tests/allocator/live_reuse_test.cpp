@@ -152,9 +152,9 @@ TEST(LiveReuse, ATrainingLoopSettlesIntoALayoutThatNeedsNoRemapping) {
 }
 
 TEST(LiveReuse, AlternatingASmallAndALargeBlockStopsMovingAPageBetweenArenas) {
-  // The small block's page and one of the large block's pages are never in
-  // use together: one physical page serves both places in turn, mapped at
-  // both, and moving it costs no driver call once both mappings exist.
+  // The small block's page and the large block's pages can never be shared
+  // for free (moving a page between them, even parked, costs fence checks on
+  // every call): one page more than the peak live bytes is always allowed.
   auto allocator = make_allocator(2048 * MiB);
   ASSERT_NE(allocator, nullptr);
   for (int step = 0; step < 100; ++step) {
@@ -169,8 +169,7 @@ TEST(LiveReuse, AlternatingASmallAndALargeBlockStopsMovingAPageBetweenArenas) {
     ASSERT_EQ(after.maps, before.maps) << "step " << step;
     ASSERT_EQ(after.unmaps, before.unmaps) << "step " << step;
   }
-  EXPECT_EQ(allocator->pool().stats(false).peak_reserved_bytes, 8 * MiB);
-  EXPECT_GE(allocator->pool().stats(false).parked_reuses, 90u);
+  EXPECT_EQ(allocator->pool().stats(false).peak_reserved_bytes, 10 * MiB);
 }
 
 TEST(LiveReuse, ALayoutBeyondTheSlackKeepsUtilizationFirst) {
