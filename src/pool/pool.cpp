@@ -225,17 +225,17 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // that growth each place keeps pages of its own; beyond it, pages parked
     // here come back first, at no driver cost.
     const std::size_t growth_room = learned_growth_room(reservation, begin, rounded);
-    if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
+    const auto short_of_pages = [&] { return missing > space_.spare_pages() + growth_room; };
+    if (options_.stitch_before_grow && space_.uses_vmm() && short_of_pages()) {
       driver::ScopedContext scope(api_, context_);
       if (space_.parks_pages()) free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
-    }
-    if (options_.stitch_before_grow && space_.uses_vmm() && missing > space_.spare_pages() + growth_room) {
-      driver::ScopedContext scope(api_, context_);
       // No context synchronisation here, where the budget still has room:
       // pages under stream-ordered frees are taken once their stream is past
       // them, waiting only for the requesting stream's own earlier work.
-      reclaim_idle_pages(missing - space_.spare_pages() - growth_room, begin, begin + rounded, false,
-                         ordered ? stream : kNoPendingWork, /*learn=*/true);
+      if (short_of_pages()) {
+        reclaim_idle_pages(missing - space_.spare_pages() - growth_room, begin, begin + rounded, false,
+                           ordered ? stream : kNoPendingWork, /*learn=*/true);
+      }
     }
     const std::size_t available = space_.available_pages();
     if (missing > available) {

@@ -78,11 +78,27 @@ Step move_x_pages_under_z(runtime::Allocator& allocator, std::uintptr_t* y_out) 
   return step;
 }
 
-TEST(ParkedPages, APageComesBackToWhereItWasParkedWithNoDriverCall) {
-  auto allocator = make_allocator(2048 * MiB);
-  ASSERT_NE(allocator, nullptr);
-  auto params = allocator->allocate(200 * MiB, 0, true);
-  ASSERT_TRUE(params.ok());
+// A long-lived 200 MiB block below the step, as a model's parameters are.
+class ParkedPagesUnderParams : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    allocator_ = make_allocator(2048 * MiB);
+    ASSERT_NE(allocator_, nullptr);
+    auto params = allocator_->allocate(200 * MiB, 0, true);
+    ASSERT_TRUE(params.ok());
+    params_ = params.value();
+  }
+  void TearDown() override {
+    if (allocator_ != nullptr) {
+      EXPECT_TRUE(allocator_->deallocate(params_, 0, true).ok());
+    }
+  }
+  std::unique_ptr<runtime::Allocator> allocator_;
+  std::uintptr_t params_ = 0;
+};
+
+TEST_F(ParkedPagesUnderParams, APageComesBackToWhereItWasParkedWithNoDriverCall) {
+  auto& allocator = allocator_;
   std::uintptr_t y = 0;
   const Step first = move_x_pages_under_z(*allocator, &y);
   ASSERT_TRUE(allocator->deallocate(first.z, 0, true).ok());
@@ -100,14 +116,10 @@ TEST(ParkedPages, APageComesBackToWhereItWasParkedWithNoDriverCall) {
   fill_marks(x.value(), 4 * MiB, 1);
   EXPECT_TRUE(marks_intact(x.value(), 4 * MiB, 1));
   EXPECT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
-  EXPECT_TRUE(allocator->deallocate(params.value(), 0, true).ok());
 }
 
-TEST(ParkedPages, APageInUseElsewhereIsNeverHandedOutWhereItIsParked) {
-  auto allocator = make_allocator(2048 * MiB);
-  ASSERT_NE(allocator, nullptr);
-  auto params = allocator->allocate(200 * MiB, 0, true);
-  ASSERT_TRUE(params.ok());
+TEST_F(ParkedPagesUnderParams, APageInUseElsewhereIsNeverHandedOutWhereItIsParked) {
+  auto& allocator = allocator_;
   std::uintptr_t y = 0;
   const Step step = move_x_pages_under_z(*allocator, &y);
   fill_marks(step.z, 6 * MiB, 2);
@@ -118,7 +130,7 @@ TEST(ParkedPages, APageInUseElsewhereIsNeverHandedOutWhereItIsParked) {
   fill_marks(w.value(), 4 * MiB, 3);
   EXPECT_TRUE(marks_intact(step.z, 6 * MiB, 2)) << "w shares a page with z";
   EXPECT_TRUE(marks_intact(w.value(), 4 * MiB, 3));
-  for (std::uintptr_t b : {w.value(), step.z, y, params.value()}) EXPECT_TRUE(allocator->deallocate(b, 0, true).ok());
+  for (std::uintptr_t b : {w.value(), step.z, y}) EXPECT_TRUE(allocator->deallocate(b, 0, true).ok());
 }
 
 TEST(ParkedPages, RandomWorkUnderATightBudgetKeepsEveryLiveBlocksBytes) {
