@@ -1,7 +1,7 @@
 // gpu/probe.cu: what the GPU machine's driver can do, as one JSON line:
 // driver/runtime versions, the VMM, host-located VMM (HOST, HOST_NUMA) and
 // granularity attributes, a trial host-located cuMemCreate + map + access +
-// memset + readback, the median latency of cuMemCreate/Map/SetAccess/Unmap/
+// memset + readback, one page mapped at two ranges (parked pages), the median latency of cuMemCreate/Map/SetAccess/Unmap/
 // Release per 2 MiB page, and pinned cudaMemcpyAsync bandwidth each way.
 #define PROGRAM "probe"
 #include <cuda.h>
@@ -71,6 +71,44 @@ int trial(CUmemLocationType type, int id) {
     cuMemRelease(handle);
   }
   cuMemAddressFree(va, gran);
+  return result;
+}
+
+// Maps one device page at two reserved ranges (what the pool's parked pages
+// rely on), writes through the first and reads through the second. 0 when the
+// bytes agree, else the first failing step's CUresult (or -1 for wrong bytes).
+int double_map_trial() {
+  CUmemAllocationProp prop = prop_for(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+  size_t gran = 0;
+  if (int r = DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
+  CUdeviceptr first = 0, second = 0;
+  CUmemGenericAllocationHandle handle;
+  if (int r = DRV(cuMemAddressReserve(&first, gran, 0, 0, 0))) return r;
+  int result = DRV(cuMemAddressReserve(&second, gran, 0, 0, 0));
+  bool created = false;
+  if (result == 0) {
+    result = DRV(cuMemCreate(&handle, gran, &prop, 0));
+    created = result == 0;
+  }
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  bool first_mapped = false, second_mapped = false;
+  if (result == 0) first_mapped = (result = DRV(cuMemMap(first, gran, 0, handle, 0))) == 0;
+  if (result == 0) second_mapped = (result = DRV(cuMemMap(second, gran, 0, handle, 0))) == 0;
+  if (result == 0) result = DRV(cuMemSetAccess(first, gran, &access, 1));
+  if (result == 0) result = DRV(cuMemSetAccess(second, gran, &access, 1));
+  if (result == 0) result = DRV(cuMemsetD8(first, 0x5a, gran));
+  if (result == 0) {
+    std::vector<unsigned char> host(gran);
+    result = DRV(cuMemcpyDtoH(host.data(), second, gran));
+    if (result == 0 && std::count(host.begin(), host.end(), 0x5a) != static_cast<long>(gran)) result = -1;
+  }
+  if (first_mapped) cuMemUnmap(first, gran);
+  if (second_mapped) cuMemUnmap(second, gran);
+  if (created) cuMemRelease(handle);
+  if (second) cuMemAddressFree(second, gran);
+  cuMemAddressFree(first, gran);
   return result;
 }
 
@@ -188,6 +226,7 @@ int main() {
   put("granularity_recommended", static_cast<double>(rec));
   put("trial_host_result", trial(CU_MEM_LOCATION_TYPE_HOST, 0));
   put("trial_host_numa_result", trial(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa));
+  put("trial_double_map_result", double_map_trial());
   vmm_latencies();
   bandwidth();
   put("status", "ok");
