@@ -50,14 +50,15 @@ util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, Symb
   if (api.driverGetVersion == nullptr || api.driverGetVersion(&driver->version_) != CUDA_SUCCESS) {
     return util::Status(util::Error::driver_error, "the driver library has no working cuDriverGetVersion");
   }
-  const int request_version = std::min(driver->version_, CUDA_VERSION);
-
   api.getProcAddress = reinterpret_cast<decltype(api.getProcAddress)>(lookup(handle, "cuGetProcAddress_v2"));
 
-  auto resolve = [&](const char* name, const char* symbol) -> void* {
+  // Each entry is asked for at the version of the variant we call (see
+  // entry_points.hpp), capped at the driver's own.
+  auto resolve = [&](const char* name, const char* symbol, int abi_version) -> void* {
     if (api.getProcAddress != nullptr) {
       void* fn = nullptr;
       CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      const int request_version = std::min(driver->version_, abi_version);
       if (api.getProcAddress(name, &fn, request_version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&
           found == CU_GET_PROC_ADDRESS_SUCCESS && fn != nullptr) {
         return fn;
@@ -65,8 +66,8 @@ util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, Symb
     }
     return lookup(handle, symbol);
   };
-#define TIDEPOOL_RESOLVE_ENTRY(field, name, symbol) \
-  api.field = reinterpret_cast<decltype(api.field)>(resolve(name, #symbol));
+#define TIDEPOOL_RESOLVE_ENTRY(field, name, symbol, abi_version) \
+  api.field = reinterpret_cast<decltype(api.field)>(resolve(name, #symbol, abi_version));
   TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_RESOLVE_ENTRY)
 #undef TIDEPOOL_RESOLVE_ENTRY
 

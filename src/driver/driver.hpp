@@ -20,7 +20,7 @@
 namespace tidepool::driver {
 
 struct Api {
-#define TIDEPOOL_DECLARE_ENTRY(field, name, symbol) decltype(&::symbol) field = nullptr;
+#define TIDEPOOL_DECLARE_ENTRY(field, name, symbol, abi_version) decltype(&::symbol) field = nullptr;
   TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_DECLARE_ENTRY)
 #undef TIDEPOOL_DECLARE_ENTRY
   // The driver's resolver, v2 signature. Null on drivers older than 12.0.

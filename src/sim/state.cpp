@@ -284,17 +284,22 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxPopCurrent(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
-  if (CUresult r = enter_initialized("cuCtxGetDevice"); r != CUDA_SUCCESS) return r;
+namespace {
+
+// CUDA 13's _v2 forms name their context; null means the current one.
+Context* named_or_current(CUcontext ctx) {
+  if (ctx == nullptr) return current_context();
+  return valid_context(ctx) ? reinterpret_cast<Context*>(ctx) : nullptr;
+}
+
+CUresult context_device(Context* context, CUdevice* device) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = current_context()->device;
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = context->device;
   return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
-  if (CUresult r = enter_initialized("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
-  Context* context = current_context();
+CUresult context_synchronize(Context* context) {
   if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   // Potentially unsafe during capture; and it would wait on any capture of
   // this context, whatever the mode.
@@ -302,6 +307,30 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
   if (CUresult r = check_context_sync(context); r != CUDA_SUCCESS) return r;
   synchronize_context(context);
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  if (CUresult r = enter_initialized("cuCtxGetDevice"); r != CUDA_SUCCESS) return r;
+  return context_device(current_context(), device);
+}
+
+// What cuGetProcAddress("cuCtxGetDevice") hands out at CUDA 13.0 and later.
+TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (CUresult r = enter_initialized("cuCtxGetDevice_v2"); r != CUDA_SUCCESS) return r;
+  return context_device(named_or_current(ctx), device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
+  if (CUresult r = enter_initialized("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
+  return context_synchronize(current_context());
+}
+
+// What cuGetProcAddress("cuCtxSynchronize") hands out at CUDA 13.0 and later.
+TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (CUresult r = enter_initialized("cuCtxSynchronize_v2"); r != CUDA_SUCCESS) return r;
+  return context_synchronize(named_or_current(ctx));
 }
 
 // --- errors ----------------------------------------------------------------------------------

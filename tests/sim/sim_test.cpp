@@ -1186,7 +1186,9 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuCtxPushCurrent_v2, context),
       TIDEPOOL_FAULT_CASE(cuCtxPopCurrent_v2, &ctx),
       TIDEPOOL_FAULT_CASE(cuCtxGetDevice, &dev),
+      TIDEPOOL_FAULT_CASE(cuCtxGetDevice_v2, &dev, context),
       TIDEPOOL_FAULT_CASE(cuCtxSynchronize),
+      TIDEPOOL_FAULT_CASE(cuCtxSynchronize_v2, context),
       TIDEPOOL_FAULT_CASE(cuMemAlloc_v2, &dptr, 0),
       TIDEPOOL_FAULT_CASE(cuMemFree_v2, 0),
       TIDEPOOL_FAULT_CASE(cuMemAllocPitch_v2, &dptr, &size, 0, 0, 4),
@@ -1351,9 +1353,48 @@ TEST(Driver, ProbeReadsTheSimsCapabilities) {
 
 TEST(Driver, EveryTableEntryResolvesOnTheSim) {
   const driver::Api& api = sim_driver().api();
-#define TIDEPOOL_EXPECT_ENTRY(field, name, symbol) EXPECT_NE(reinterpret_cast<void*>(api.field), nullptr) << name;
+#define TIDEPOOL_EXPECT_ENTRY(field, name, symbol, abi_version) \
+  EXPECT_NE(reinterpret_cast<void*>(api.field), nullptr) << name;
   TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_EXPECT_ENTRY)
 #undef TIDEPOOL_EXPECT_ENTRY
+}
+
+// cuGetProcAddress hands out the newest variant at or below the version asked
+// for, and CUDA 13.0 changed cuCtxGetDevice's and cuCtxSynchronize's
+// signatures (as the sim does, like the real driver): every field must hold
+// the very variant whose type it is called through, the exported ABI symbol.
+TEST(Driver, EveryTableEntryIsTheVariantItsTypeNames) {
+  const driver::Driver& d = sim_driver();
+  ASSERT_GE(d.version(), 13000);
+  const driver::Api& api = d.api();
+#define TIDEPOOL_EXPECT_VARIANT(field, name, symbol, abi_version) \
+  EXPECT_EQ(reinterpret_cast<void*>(api.field), ::dlsym(d.handle(), #symbol)) << name << " as " << #symbol;
+  TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_EXPECT_VARIANT)
+#undef TIDEPOOL_EXPECT_VARIANT
+}
+
+TEST(Driver, TheSimHandsOutCuda13ContextVariantsLikeTheDriver) {
+  const driver::Driver& d = sim_driver();
+  auto* resolve = d.api().getProcAddress;
+  ASSERT_NE(resolve, nullptr);
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_EQ(resolve("cuCtxGetDevice", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS);
+  EXPECT_EQ(fn, ::dlsym(d.handle(), "cuCtxGetDevice_v2"));
+  ASSERT_EQ(resolve("cuCtxGetDevice", &fn, 12090, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS);
+  EXPECT_EQ(fn, ::dlsym(d.handle(), "cuCtxGetDevice"));
+  ASSERT_EQ(resolve("cuCtxSynchronize", &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS);
+  EXPECT_EQ(fn, ::dlsym(d.handle(), "cuCtxSynchronize_v2"));
+  // The 13.0 forms name their context; null is the current one.
+  auto* get_device = reinterpret_cast<decltype(&::cuCtxGetDevice_v2)>(::dlsym(d.handle(), "cuCtxGetDevice_v2"));
+  ASSERT_EQ(d.api().init(0), CUDA_SUCCESS);
+  CUcontext primary = nullptr;
+  ASSERT_EQ(d.api().devicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  CUdevice device = -1;
+  EXPECT_EQ(get_device(&device, primary), CUDA_SUCCESS);
+  EXPECT_EQ(device, 0);
+  EXPECT_EQ(d.api().devicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(get_device(&device, reinterpret_cast<CUcontext>(&device)), CUDA_ERROR_INVALID_CONTEXT);
 }
 
 }  // namespace
