@@ -23,6 +23,20 @@ part_probe() {
   "$PY" "$HERE/check.py" probe "$1" > "$1/../probe.figures.json"
 }
 
+# A preloaded program killed by a signal is run again under cuda-gdb (the
+# GPU image has no gdb) with the unstripped library, for a backtrace.
+backtrace_of() {
+  local out=$1 exe=$2
+  shift 2
+  command -v cuda-gdb > /dev/null 2>&1 || return 0
+  local debug_lib=$HERE/lib/debug/libtidepool.so
+  [ -f "$debug_lib" ] || debug_lib=$LIB
+  # env passes the program's variables and the preload on; cuda-gdb follows
+  # the exec into the program.
+  timeout -k 5 90 cuda-gdb -batch -ex run -ex bt -ex "thread apply all bt 10" \
+    --args env "$@" LD_PRELOAD="$debug_lib" "$exe" > "$out" 2>&1
+}
+
 # Runs one CUDA program natively and preloaded, 40 s each.
 run_both() {
   local dir=$1 name=$2 exe=$HERE/cuda/$2
@@ -31,7 +45,9 @@ run_both() {
   echo $? > "$dir/$name.native.rc"
   timeout -k 5 40 env "$@" LD_PRELOAD="$LIB" TIDEPOOL_CONF="report:$dir/$name.report.json" \
     "$exe" > "$dir/$name.preload.out" 2> "$dir/$name.preload.err"
-  echo $? > "$dir/$name.preload.rc"
+  local rc=$?
+  echo $rc > "$dir/$name.preload.rc"
+  [ $rc -gt 128 ] && [ $rc -ne 137 ] && backtrace_of "$dir/$name.backtrace.txt" "$exe" "$@"
   echo "$name: native rc $(cat "$dir/$name.native.rc"), preload rc $(cat "$dir/$name.preload.rc")"
   cat "$dir/$name.native.out" "$dir/$name.preload.out"
 }

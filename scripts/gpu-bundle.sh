@@ -29,6 +29,9 @@ rm -rf "$OUT"
 mkdir -p "$OUT/cuda" "$OUT/tests"
 cmake --install "$BUILD" --prefix "$OUT" --strip > /dev/null
 rm -rf "$OUT/include" "$OUT/lib/cmake" "$OUT/lib/pkgconfig"  # headers and packaging: not needed there
+# An unstripped copy, for backtraces when a preloaded program crashes there.
+mkdir -p "$OUT/lib/debug"
+cp -L "$BUILD/libtidepool.so" "$OUT/lib/debug/libtidepool.so"
 {
   echo "tidepool GPU bundle, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"

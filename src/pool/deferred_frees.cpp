@@ -145,6 +145,20 @@ std::size_t DeferredFrees::finished_prefix(Wait wait) {
   return ready;
 }
 
+void DeferredFrees::drop_fences() {
+  for (Fence& fence : fences_) {
+    for (CUevent e : fence.events) {
+      if (fence.needs_sync) {
+        (void)api_.eventDestroy(e);
+      } else {
+        events_.give_back(e);
+      }
+    }
+  }
+  fences_.clear();
+  fenced_ = blocks_.size();
+}
+
 void DeferredFrees::drop_prefix(std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i]->size;
   fenced_ -= count;

@@ -76,6 +76,18 @@ class DeferredFrees {
     return ready;
   }
 
+  // Hands every block to `release` at once, without looking at the fences:
+  // for a caller that has ordered all later work after them (a device
+  // barrier). Their events go back to the cache.
+  template <typename Release>
+  std::size_t release_all(Release&& release) {
+    const std::size_t count = blocks_.size();
+    drop_fences();
+    drop_prefix(count);
+    for (Block* b : blocks_) release(b);
+    blocks_.clear();
+    return count;
+  }
   [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
   // Whether promote() without waiting could release anything: the oldest
   // fence is not one only a synchronisation proves.
@@ -98,6 +110,9 @@ class DeferredFrees {
   std::size_t finished_prefix(Wait wait);
   // Forgets the first `count` blocks' bytes and fences (the caller erases them).
   void drop_prefix(std::size_t count);
+  // Forgets every fence, giving its events back (or destroying them, for a
+  // fence that erred: such an event may sit in a capture).
+  void drop_fences();
   bool fence_finished(Fence& fence, bool wait);
   bool synchronize_context();
 

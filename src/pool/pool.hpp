@@ -10,8 +10,15 @@
 // Reuse is never on a guess. Two rules decide when a freed block may go to new
 // work:
 //  - cudaFree semantics (deallocate with ordered=false): DeferredFrees holds
-//    the block until a fence over every stream of the context has finished
-//    (deferred_frees.hpp states the rule and why it covers every stream).
+//    the block until it can go back safely. Under a complete stream registry
+//    (the preload) the pool puts a batch back behind a device barrier
+//    (StreamRegistry::device_barrier): every stream's later work is ordered
+//    after all work queued before, on the device, and the host never waits;
+//    the blocks carry kAfterBarrier, so only unmapping their pages waits for
+//    the barrier to finish. Otherwise (no registry, a capture in progress, a
+//    failed call) the block waits until a fence over every stream of the
+//    context has finished (deferred_frees.hpp states the rule and why it
+//    covers every stream).
 //  - Stream order (ordered=true on stream s): the block is reusable on s at
 //    once. Another stream t first waits on an event recorded on s after the
 //    free (cuStreamWaitEvent, no host wait); a cudaMalloc-style request waits
@@ -94,6 +101,9 @@ struct PoolOptions {
   // more rather than move them every step, up to this much over the peak
   // live bytes (see try_place). TIDEPOOL_CONF's hold_slack.
   std::size_t hold_slack_percent = 3;
+  // cudaFree frees go back behind a device barrier rather than after a host
+  // wait (see the rules above). TIDEPOOL_CONF's free_barrier.
+  bool free_barrier = true;
 };
 
 struct PoolStats {
@@ -114,6 +124,7 @@ struct PoolStats {
   std::uint64_t parked_reuses = 0;  // pages moved back to a place still mapped for them: no driver call
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
+  std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
   std::uint64_t live_blocks = 0;
   std::uint64_t free_blocks = 0;
   std::uint64_t segments = 0;
@@ -187,6 +198,7 @@ class Pool {
   // which walks every free block (O(n)); the counters alone are O(1).
   [[nodiscard]] PoolStats stats(bool with_fragmentation = true) const;
   [[nodiscard]] std::string_view policy_name() const;
+  [[nodiscard]] const PoolOptions& options() const noexcept { return options_; }
   // Every block, free and live, in address order per segment.
   [[nodiscard]] std::vector<BlockView> snapshot() const;
 
@@ -235,6 +247,11 @@ class Pool {
   bool synchronize_context();
 
   bool promote_deferred(DeferredFrees::Wait wait);
+  // Every deferred block back to the index behind a device barrier, no host
+  // wait; false (nothing moved) when the barrier cannot be made.
+  bool promote_deferred_behind_barrier();
+  // promote_deferred_behind_barrier(), else wait for every fence.
+  bool promote_all_deferred();
   // Whether enough is deferred that it should rejoin the index before the
   // next placement rather than when a request misses.
   [[nodiscard]] bool deferred_worth_promoting() const;

@@ -4,7 +4,9 @@
 // on that stream (its key) up to its free_epoch. It goes to work on the same
 // stream at once; to another stream only after that stream waits on an event
 // recorded after the free (or the event is known finished); to a
-// cudaMalloc-style request only once the event finished on the host. A
+// cudaMalloc-style request only once the event finished on the host. A block
+// put back behind a device barrier (kAfterBarrier) goes to any work at once;
+// its "stream" for settling is the legacy stream, which is behind the barrier. A
 // stream's finished_epoch only grows, and only from an event that reported
 // CUDA_SUCCESS or a context synchronisation that succeeded: a failed call is
 // never read as "finished".
@@ -97,9 +99,31 @@ bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for) {
   return settle(block);
 }
 
+bool Pool::promote_deferred_behind_barrier() {
+  if (!options_.free_barrier || deferred_.empty() || !registry_.device_barrier(context_)) return false;
+  // The blocks' earlier work may still run; nothing that runs later can
+  // overlap it. Unmapping their pages waits for a record on the legacy
+  // stream made after this barrier (settle_by_query), or a synchronisation.
+  const std::uint64_t epoch = ++epoch_;
+  unsynchronized_async_frees_ = true;
+  stats_.device_barriers++;
+  deferred_.release_all([&](Block* b) {
+    b->stream = kAfterBarrier;
+    b->free_epoch = epoch;
+    release_to_index(arena_of(b), b);
+  });
+  stats_.deferred_bytes = deferred_.bytes();
+  return true;
+}
+
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
   const std::uintptr_t last = block->stream;
   if (last == kNoPendingWork) return util::Status::success();
+  // Behind a device barrier: every stream's new work follows the old.
+  if (last == kAfterBarrier) {
+    block->stream = kNoPendingWork;
+    return util::Status::success();
+  }
   if (ordered && last == stream) return util::Status::success();
   if (settle(block)) return util::Status::success();
 

@@ -15,6 +15,14 @@ namespace tidepool::pool {
 // The Block::stream value of a block no queued work can touch.
 inline constexpr std::uintptr_t kNoPendingWork = ~std::uintptr_t{0};
 
+// The Block::stream value of a block freed with cudaFree semantics and put
+// back behind a device barrier (StreamRegistry::device_barrier): work queued
+// before it may still run, but every stream's later work is ordered after
+// that work, so any request may take the block at once. Only unmapping its
+// pages waits, for a record on the legacy stream (which is behind the barrier).
+// No stream handle takes this value: handles are pointers.
+inline constexpr std::uintptr_t kAfterBarrier = 0x6;
+
 namespace stream_keys {
 
 inline constexpr std::uintptr_t kPerThreadTag = 0x2;
@@ -38,6 +46,7 @@ inline std::uintptr_t stream_key(std::uintptr_t stream) {
 // per-thread stream cannot be named here; the legacy stream waits for all of
 // its earlier work (it is a blocking stream), so a record there covers it.
 inline CUstream fence_handle(std::uintptr_t key) {
+  if (key == kAfterBarrier) return nullptr;
   if (is_per_thread_key(key)) return key == this_thread_key() ? CU_STREAM_PER_THREAD : nullptr;
   return reinterpret_cast<CUstream>(key);
 }

@@ -30,6 +30,7 @@ bool RetiredStream::finished() {
 
 void StreamRegistry::created(CUstream stream) {
   if (special_handle(stream)) return;
+  std::lock_guard<std::mutex> creations(creation_lock_);
   Entry entry;
   CUgreenCtx green = nullptr;
   if (api_.streamGetCtx == nullptr || api_.streamGetCtx(stream, &entry.context, &green) != CUDA_SUCCESS) {
@@ -39,8 +40,62 @@ void StreamRegistry::created(CUstream stream) {
   // Unknown flags read as non-blocking: a fence then covers the stream itself.
   entry.non_blocking = api_.streamGetFlags == nullptr || api_.streamGetFlags(stream, &flags) != CUDA_SUCCESS ||
                        (flags & CU_STREAM_NON_BLOCKING) != 0;
-  std::lock_guard<std::mutex> guard(lock_);
-  streams_[stream] = entry;
+  {
+    std::lock_guard<std::mutex> guard(lock_);
+    streams_[stream] = entry;
+  }
+  // Memory the pools hand out may still be in use by work queued before a
+  // device barrier; a non-blocking stream does not wait for the legacy
+  // stream, so it starts behind the barrier instead. (A blocking one waits
+  // for the legacy stream, which is behind it.)
+  auto barrier = barriers_.find(entry.context);
+  if (!entry.non_blocking || barrier == barriers_.end() || barrier->second.after == nullptr) return;
+  const CUresult state = api_.eventQuery(barrier->second.after);
+  if (state == CUDA_SUCCESS) return;
+  if (state != CUDA_ERROR_NOT_READY || api_.streamWaitEvent(stream, barrier->second.after, 0) != CUDA_SUCCESS) {
+    // The stream's work is not known to follow the barrier: fences fall
+    // back to what proves them without the registry.
+    set_complete(false);
+  }
+}
+
+CUevent StreamRegistry::barrier_event(CUevent* slot) {
+  if (*slot == nullptr && api_.eventCreate(slot, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) *slot = nullptr;
+  return *slot;
+}
+
+bool StreamRegistry::device_barrier(CUcontext context) {
+  if (!complete() || api_.streamWaitEvent == nullptr) return false;
+  std::lock_guard<std::mutex> creations(creation_lock_);
+  std::vector<CUstream> non_blocking;
+  std::vector<std::shared_ptr<RetiredStream>> retired;
+  fence_targets(context, &non_blocking, &retired);
+  if (non_blocking.size() > kMaxBarrierStreams) return false;
+  // A record or wait on a capturing stream (or on the legacy stream while a
+  // blocking one captures) would join or break the capture.
+  if (driver::capturing(api_, nullptr)) return false;
+  for (CUstream s : non_blocking) {
+    if (driver::capturing(api_, s)) return false;
+  }
+  Barrier& barrier = barriers_[context];
+  if (barrier.joins.size() < non_blocking.size()) barrier.joins.resize(non_blocking.size(), nullptr);
+  for (std::size_t i = 0; i < non_blocking.size(); ++i) {
+    CUevent join = barrier_event(&barrier.joins[i]);
+    if (join == nullptr || api_.eventRecord(join, non_blocking[i]) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(nullptr, join, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+  }
+  for (const auto& r : retired) {
+    if (r->finished()) continue;
+    if (!r->recorded() || api_.streamWaitEvent(nullptr, r->event(), 0) != CUDA_SUCCESS) return false;
+  }
+  CUevent after = barrier_event(&barrier.after);
+  if (after == nullptr || api_.eventRecord(after, nullptr) != CUDA_SUCCESS) return false;
+  for (CUstream s : non_blocking) {
+    if (api_.streamWaitEvent(s, after, 0) != CUDA_SUCCESS) return false;
+  }
+  return true;
 }
 
 bool StreamRegistry::destroying(CUstream stream) {

@@ -13,8 +13,10 @@
 // Without it the registry may miss a non-blocking stream, and the fences
 // built from it fall back to a context synchronisation (see DeferredFrees).
 //
-// Lock: `lock_` (a mutex) guards the maps. It is taken after a pool's lock,
-// never before one: destroying() releases it before any pool is told.
+// Locks: `lock_` (a mutex) guards the maps. `creation_lock_` orders stream
+// creation against device barriers and is taken before `lock_`. Both are
+// taken after a pool's lock, never before one: destroying() releases them
+// before any pool is told.
 #pragma once
 
 #include <cuda.h>
@@ -43,6 +45,8 @@ class RetiredStream {
   RetiredStream& operator=(const RetiredStream&) = delete;
   [[nodiscard]] CUevent event() const noexcept { return event_; }
   [[nodiscard]] CUcontext context() const noexcept { return context_; }
+  // Whether the event was recorded behind the stream's work.
+  [[nodiscard]] bool recorded() const noexcept { return recorded_; }
   // Whether the work queued before the destruction is known to be finished
   // (an error reads as "not known").
   bool finished();
@@ -82,6 +86,20 @@ class StreamRegistry {
   void fence_targets(CUcontext context, std::vector<CUstream>* non_blocking,
                      std::vector<std::shared_ptr<RetiredStream>>* retired);
 
+  // A device barrier for `context` (the context must be current): each live
+  // non-blocking stream records an event that the legacy stream waits for,
+  // the legacy stream waits for the events of destroyed streams still
+  // running, records the context's barrier event, and each non-blocking
+  // stream waits for that. All work any stream of the context queues
+  // afterwards then runs after all work queued before, with no host wait.
+  // Blocking streams (per-thread default streams too) are ordered by the
+  // legacy stream itself; streams created later wait for the barrier event
+  // at creation (created()). False when the barrier cannot be made whole:
+  // an incomplete registry, a capture, a record without an event, more than
+  // kMaxBarrierStreams streams, or a failed call. Then nothing may be assumed.
+  bool device_barrier(CUcontext context);
+  static constexpr std::size_t kMaxBarrierStreams = 32;
+
   // Whether `stream` is registered as alive (tests, diagnostics).
   [[nodiscard]] bool alive(CUstream stream) const;
 
@@ -90,8 +108,20 @@ class StreamRegistry {
     CUcontext context = nullptr;
     bool non_blocking = false;
   };
+  // Per context: the barrier's legacy-stream event, and the events the
+  // non-blocking streams record for the legacy stream to wait on (reused:
+  // a wait is on the record made before it, not on later ones).
+  struct Barrier {
+    CUevent after = nullptr;
+    std::vector<CUevent> joins;
+  };
+  CUevent barrier_event(CUevent* slot);
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
+  // Held across a device barrier and across created(), so that a stream is
+  // either covered by a barrier or made to wait for it. Taken before lock_.
+  std::mutex creation_lock_;
+  std::unordered_map<CUcontext, Barrier> barriers_;  // guarded by creation_lock_
   mutable std::mutex lock_;
   std::unordered_map<CUstream, Entry> streams_;
   std::vector<std::shared_ptr<RetiredStream>> retired_;

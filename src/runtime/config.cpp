@@ -204,6 +204,7 @@ std::string describe(const Config& config) {
   }
   static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
+         ",free_barrier:" + (config.free_barrier ? "on" : "off") +
          ",small_size:" + std::to_string(config.small_size) + ",hold_slack:" + std::to_string(config.hold_slack) +
          "%,report:" + config.report + ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
          ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;

@@ -24,6 +24,7 @@ struct Config {
   std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
   std::string policy = "best_fit";
   bool evict = false;
+  bool free_barrier = true;
   std::uint64_t small_size = 128 * util::KiB;
   unsigned hold_slack = 3;  // percent
   std::string report;

@@ -14,6 +14,7 @@
   X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device. Default: what the device reports.") \
   X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
   X(evict,            switch,          "off",      "Move idle pages to a pinned host cache under the budget. Not available yet: on is accepted and logged as ignored.") \
+  X(free_barrier,     switch,          "on",       "cudaFree frees go back behind a device barrier (every stream's later work ordered after earlier work), so the host never waits. off: wait for the work before the free to finish, as cudaFree does; for memory written outside streams (cuFile, RDMA from a NIC, peer devices).") \
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
   X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \
   X(report,           path,            "",         "Write the JSON report to this path at exit.") \

@@ -34,6 +34,7 @@ std::string report_json(const Report& report) {
         {"spare_bytes", s.spare_bytes},
         {"deferred_bytes", s.deferred_bytes},
         {"cross_stream_waits", s.cross_stream_waits},
+        {"device_barriers", s.device_barriers},
         {"live_blocks", s.live_blocks},
         {"free_blocks", s.free_blocks},
         {"segments", s.segments},

@@ -125,6 +125,7 @@ Allocator* Runtime::allocator(int device) {
   options.pool.policy = config_.policy;
   options.pool.small_size = static_cast<std::size_t>(config_.small_size);
   options.pool.hold_slack_percent = config_.hold_slack;
+  options.pool.free_barrier = config_.free_barrier;
   options.trace = trace_.get();
   options.streams = streams_.get();
   // A percentage needs the device's size: create first, then apply the limit.

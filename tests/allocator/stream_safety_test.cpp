@@ -1,7 +1,9 @@
 // Specification: a block is never handed to new work while work queued
 // earlier can still touch it. Each test queues a slow (gated) write on the
 // sim, frees the block the way a program would, allocates again, and checks
-// that the new owner's bytes survive the old writer.
+// that the new owner's bytes survive the old writer. The new owner writes
+// from the host (what memory written outside streams needs: free_barrier off)
+// or through a stream (a device barrier orders it after the old writer).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -29,9 +31,10 @@ using util::MiB;
 
 // An allocator whose registry is fed by the test, as the preload's hooks feed
 // the runtime's, and known complete.
-std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
+std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit, bool free_barrier = false) {
   runtime::AllocatorOptions options;
   options.device_limit = limit;
+  options.pool.free_barrier = free_barrier;
   auto created = runtime::Allocator::create(testing::sim_driver(), options);
   EXPECT_TRUE(created.ok()) << created.status().message();
   if (!created.ok()) return nullptr;
@@ -41,6 +44,15 @@ std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
 
 void inject_fault(const char* name, unsigned nth, CUresult result) {
   testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")(name, nth, result);
+}
+
+std::uint64_t calls(const char* name) {
+  return testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count")(name);
+}
+
+std::uint64_t host_waits() {
+  return calls("cuEventSynchronize") + calls("cuStreamSynchronize") + calls("cuCtxSynchronize") +
+         calls("cuCtxSynchronize_v2");
 }
 
 void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
@@ -111,9 +123,109 @@ class StreamSafety : public ::testing::Test {
     EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
   }
 
+  // With free_barrier on: as above, but the new owner fills the block with
+  // 0x5a through cuMemsetD8Async on `user` (made by `make_user` after the
+  // reallocation when `user_after` is set, so it was no part of the barrier).
+  // The allocation must come back without any host wait while the old write
+  // is still gated, and the fill must land after it.
+  template <typename MakeUser>
+  // Call use_barrier_allocator() first, before any stream is made: the
+  // registry is the allocator's.
+  void expect_barrier_orders(CUstream writer, MakeUser make_user, bool user_after, bool destroy_writer = false) {
+    ASSERT_TRUE(allocator_->pool().options().free_barrier);
+    constexpr std::size_t kSize = 2 * MiB;
+    allocator_->pool().set_device_limit(kSize);
+    CUstream user = user_after ? nullptr : make_user();
+    auto first = allocator_->allocate(kSize, 0, false);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    testing::Gate gate;
+    ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
+    if (destroy_writer) destroy_stream(writer);
+    ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+    // Opened at once after the fill is queued; the timer only keeps a host
+    // wait (a failure) from hanging the test.
+    std::thread opener([&gate] {
+      std::unique_lock<std::mutex> lock(gate.m);
+      if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
+        lock.unlock();
+        gate.release();
+      }
+    });
+    const std::uint64_t waits_before = host_waits();
+    auto second = allocator_->allocate(kSize, 0, false);
+    const std::uint64_t waits = host_waits() - waits_before;
+    if (second.ok()) {
+      if (user_after) user = make_user();
+      EXPECT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(second.value()), 0x5a, kSize, user), CUDA_SUCCESS);
+    }
+    gate.release();
+    opener.join();
+    ASSERT_TRUE(second.ok()) << second.status().message();
+    EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
+    EXPECT_EQ(waits, 0u) << "the host waited for the old writer";
+    EXPECT_EQ(allocator_->pool().stats().device_barriers, 1u);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(filled_with(second.value(), kSize, 0x5a)) << "the old owner's queued write landed after the fill";
+    EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+    if (user != nullptr) destroy_stream(user);
+  }
+
+  void use_barrier_allocator() {
+    allocator_ = make_allocator(64 * MiB, /*free_barrier=*/true);
+    ASSERT_NE(allocator_, nullptr);
+  }
+
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
 };
+
+TEST_F(StreamSafety, BarrierOrdersTheLegacyStreamAfterANonBlockingWriter) {
+  use_barrier_allocator();
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  expect_barrier_orders(
+      side, [] { return CUstream{nullptr}; }, false);
+  destroy_stream(side);
+}
+
+TEST_F(StreamSafety, BarrierOrdersAnotherNonBlockingStreamAfterTheWriter) {
+  use_barrier_allocator();
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  expect_barrier_orders(
+      side, [this] { return make_stream(CU_STREAM_NON_BLOCKING); }, false);
+  destroy_stream(side);
+}
+
+TEST_F(StreamSafety, ANonBlockingStreamCreatedAfterTheBarrierStartsBehindIt) {
+  use_barrier_allocator();
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  expect_barrier_orders(
+      side, [this] { return make_stream(CU_STREAM_NON_BLOCKING); }, true);
+  destroy_stream(side);
+}
+
+TEST_F(StreamSafety, BarrierOrdersANonBlockingStreamAfterALegacyWriter) {
+  use_barrier_allocator();
+  expect_barrier_orders(
+      nullptr, [this] { return make_stream(CU_STREAM_NON_BLOCKING); }, false);
+}
+
+TEST_F(StreamSafety, BarrierOrdersAfterADestroyedStreamsQueuedWrite) {
+  use_barrier_allocator();
+  // The writer is destroyed, its work still gated, before the free.
+  expect_barrier_orders(
+      make_stream(CU_STREAM_NON_BLOCKING), [this] { return make_stream(CU_STREAM_NON_BLOCKING); }, false,
+      /*destroy_writer=*/true);
+}
+
+TEST_F(StreamSafety, WithoutACompleteRegistryNoBarrierIsAssumed) {
+  use_barrier_allocator();
+  allocator_->streams().set_complete(false);
+  CUstream unseen = nullptr;  // created behind tidepool's back
+  ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  expect_reuse_waits_for(unseen, false);
+  EXPECT_EQ(allocator_->pool().stats().device_barriers, 0u);
+  ASSERT_EQ(api().streamDestroy(unseen), CUDA_SUCCESS);
+}
 
 TEST_F(StreamSafety, CudaFreeWaitsForANonBlockingStreamThePoolNeverSaw) {
   CUstream side = make_stream(CU_STREAM_NON_BLOCKING);

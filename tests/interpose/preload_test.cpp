@@ -122,9 +122,19 @@ TEST_F(Preload, ThreadsOnStreamsOfTheirOwnShareThePool) {
   EXPECT_EQ(r.report.value("live_bytes", -1), 0);
 }
 
+// The new owners write from the host, as a NIC or cuFile would: free_barrier:off.
 TEST_F(Preload, CudaFreeUnderASideStreamsQueuedWriteIsNotReusedUntilItLands) {
-  const ProgramRun r = both(PROBE_LINKED, "sidestream", nullptr, "device_limit:8MiB");
+  const ProgramRun r = both(PROBE_LINKED, "sidestream", nullptr, "device_limit:8MiB,free_barrier:off");
   expect_all_returned(r, 6);
+  EXPECT_EQ(r.report.value("device_barriers", -1), 0);
+}
+
+// The new owners write through a stream: the frees came back behind a device
+// barrier, and the old writers' queued writes still landed first.
+TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
+  const ProgramRun r = both(PROBE_LINKED, "sidestream_ordered", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 6);
+  EXPECT_GE(r.report.value("device_barriers", -1), 1);
 }
 
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {

@@ -8,12 +8,15 @@
 //   fork     allocations on both sides of a fork
 //   sidestream  cuMemFree while a slow kernel on a non-blocking stream (live,
 //            or destroyed) still writes the block; run under a tight budget
-//            so that reuse of the freed pages is forced
+//            so that reuse of the freed pages is forced; the new owners
+//            write from the host
+//   sidestream_ordered  the same, the new owners writing with cuMemsetD8
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -291,7 +294,9 @@ void slow_fill(void** params, void* /*user*/) {
   std::memset(reinterpret_cast<void*>(address), 0xAA, size);
 }
 
-int sidestream_route() {
+// `through_stream`: the new owners write with cuMemsetD8 (the legacy stream)
+// rather than from the host: what a device barrier orders (free_barrier:on).
+int sidestream_route(bool through_stream) {
   make_context_current();
   CUfunction kernel = nullptr;
   const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
@@ -321,16 +326,27 @@ int sidestream_route() {
     CUdeviceptr p = 0;
     PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
     if (p == 0) continue;
-    fill(p, kBlock, 20 + i);
+    if (through_stream) {
+      PROBE_CHECK(cuMemsetD8(p, static_cast<unsigned char>(20 + i), kBlock) == CUDA_SUCCESS);
+    } else {
+      fill(p, kBlock, 20 + i);
+    }
     blocks.push_back(p);
   }
   PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
   for (unsigned i = 0; i < blocks.size(); ++i) {
-    PROBE_CHECK(holds(blocks[i], kBlock, 20 + i));  // a late write would have left 0xAA
+    // A late write would have left 0xAA.
+    if (through_stream) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
+      PROBE_CHECK(std::count(bytes, bytes + kBlock, static_cast<unsigned char>(20 + i)) ==
+                  static_cast<std::ptrdiff_t>(kBlock));
+    } else {
+      PROBE_CHECK(holds(blocks[i], kBlock, 20 + i));
+    }
     PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
   }
   PROBE_CHECK(cuStreamDestroy(live_side) == CUDA_SUCCESS);
-  return probe::finish("sidestream");
+  return probe::finish(through_stream ? "sidestream_ordered" : "sidestream");
 }
 
 }  // namespace
@@ -341,7 +357,8 @@ int main(int argc, char** argv) {
   if (mode == "driver") return driver_route();
   if (mode == "threads") return threads_route();
   if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
-  if (mode == "sidestream") return sidestream_route();
+  if (mode == "sidestream") return sidestream_route(false);
+  if (mode == "sidestream_ordered") return sidestream_route(true);
   std::fprintf(stderr, "usage: probe_linked runtime|driver|threads|fork [report-path]\n");
   return 2;
 }
