@@ -119,7 +119,10 @@ std::size_t Pool::trim_chunks() {
     for (auto it = arena.segments.begin(); it != arena.segments.end();) {
       Segment* segment = *it;
       Block* only = segment->first;
-      if (!only->is_free || only->next != nullptr || !only->in_index) {
+      // A chunk whose free block may still be in use by queued work (stream
+      // order, or behind a device barrier) is kept until that work is done.
+      if (!only->is_free || only->next != nullptr || !only->in_index ||
+          (unsynchronized_async_frees_ && !settle_by_query(only, kNoPendingWork))) {
         ++it;
         continue;
       }

@@ -324,7 +324,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   // here: a free does not wait for the device. Under a complete registry
   // they go back behind a device barrier, which needs no fence: the free
   // makes no driver call at all.
-  if (!options_.free_barrier || !registry_.complete()) {
+  if (!options_.free_barrier || barrier_failed_ || !registry_.complete()) {
     driver::ScopedContext scope(api_, context_);
     deferred_.fence_when_idle();
   }

@@ -303,6 +303,7 @@ class Pool {
   std::uint64_t buffer_id_base_ = 0;  // this pool's share of the process-wide id space
   std::uint64_t sequence_ = 0;
   bool unsynchronized_async_frees_ = false;
+  bool barrier_failed_ = false;  // the last device barrier could not be made
   // Set by try_place: no free block was large enough; the chosen block's
   // pending work could not be fenced (it went to unsafe_).
   bool no_fit_ = false;

@@ -100,7 +100,11 @@ bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for) {
 }
 
 bool Pool::promote_deferred_behind_barrier() {
-  if (!options_.free_barrier || deferred_.empty() || !registry_.device_barrier(context_)) return false;
+  if (!options_.free_barrier || deferred_.empty()) return false;
+  // While barriers fail (a capture, too many streams), frees are fenced as
+  // they come (deallocate), so that promotions without a wait find them done.
+  barrier_failed_ = !registry_.device_barrier(context_);
+  if (barrier_failed_) return false;
   // The blocks' earlier work may still run; nothing that runs later can
   // overlap it. Unmapping their pages waits for a record on the legacy
   // stream made after this barrier (settle_by_query), or a synchronisation.

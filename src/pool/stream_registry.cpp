@@ -52,11 +52,17 @@ void StreamRegistry::created(CUstream stream) {
   if (!entry.non_blocking || barrier == barriers_.end() || barrier->second.after == nullptr) return;
   const CUresult state = api_.eventQuery(barrier->second.after);
   if (state == CUDA_SUCCESS) return;
-  if (state != CUDA_ERROR_NOT_READY || api_.streamWaitEvent(stream, barrier->second.after, 0) != CUDA_SUCCESS) {
-    // The stream's work is not known to follow the barrier: fences fall
-    // back to what proves them without the registry.
-    set_complete(false);
+  if (state == CUDA_ERROR_NOT_READY && api_.streamWaitEvent(stream, barrier->second.after, 0) == CUDA_SUCCESS) return;
+  // The stream cannot be made to wait: the host waits instead (stream
+  // creation is rare), so nothing it runs can overlap work before the
+  // barrier. Only if that fails too are fences left to what proves them
+  // without the registry.
+  driver::ScopedContext scope(api_, entry.context);
+  if (api_.eventSynchronize(barrier->second.after) == CUDA_SUCCESS) return;
+  if (api_.ctxSynchronize != nullptr && !driver::capturing(api_, nullptr) && api_.ctxSynchronize() == CUDA_SUCCESS) {
+    return;
   }
+  set_complete(false);
 }
 
 CUevent StreamRegistry::barrier_event(CUevent* slot) {

@@ -203,6 +203,22 @@ TEST_F(StreamSafety, ANonBlockingStreamCreatedAfterTheBarrierStartsBehindIt) {
   destroy_stream(side);
 }
 
+// The new stream's wait fails: the host waits for the barrier instead (here
+// until the test's timer opens the gate), and the registry stays complete.
+TEST_F(StreamSafety, AStreamThatCannotWaitForTheBarrierMakesTheHostWait) {
+  use_barrier_allocator();
+  CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
+  expect_barrier_orders(
+      side,
+      [this] {
+        inject_fault("cuStreamWaitEvent", 1, CUDA_ERROR_UNKNOWN);
+        return make_stream(CU_STREAM_NON_BLOCKING);
+      },
+      true);
+  EXPECT_TRUE(allocator_->streams().complete());
+  destroy_stream(side);
+}
+
 TEST_F(StreamSafety, BarrierOrdersANonBlockingStreamAfterALegacyWriter) {
   use_barrier_allocator();
   expect_barrier_orders(
