@@ -91,6 +91,25 @@ TIDEPOOL_API tidepool_status tidepool_set_device_limit(int device, size_t bytes)
  * `released` (may be NULL) receives the bytes given back to the driver. */
 TIDEPOOL_API tidepool_status tidepool_trim(int device, size_t* released);
 
+/* Residency hints (TIDEPOOL_CONF evict:on; without eviction they check the
+ * pointer and do nothing else). Pages of a block that were evicted to the
+ * host cache come back to the device. */
+typedef enum tidepool_advice {
+  TIDEPOOL_ADVICE_WILL_NEED = 1,     /* used soon: bring back now, evict last */
+  TIDEPOOL_ADVICE_WONT_NEED = 2,     /* idle for a while: evict first */
+  TIDEPOOL_ADVICE_KEEP_RESIDENT = 3  /* bring back and never evict until freed */
+} tidepool_advice;
+
+/* Brings the evicted pages of the allocation(s) in [ptr, ptr + bytes) back
+ * to the device. The copies are ordered before any work queued afterwards,
+ * on `stream` and on every other stream; the caller does not wait for them.
+ * TIDEPOOL_ERROR_INVALID_VALUE when `ptr` is not inside a live allocation;
+ * TIDEPOOL_ERROR_OUT_OF_MEMORY when the budget had no room for some pages
+ * (they stay on the host, where kernels still reach them). */
+TIDEPOOL_API tidepool_status tidepool_prefetch(const void* ptr, size_t bytes, void* stream);
+/* Applies `advice` to every live allocation overlapping [ptr, ptr + bytes). */
+TIDEPOOL_API tidepool_status tidepool_advise(const void* ptr, size_t bytes, tidepool_advice advice);
+
 #ifdef __cplusplus
 }
 #endif

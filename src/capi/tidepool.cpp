@@ -149,4 +149,30 @@ tidepool_status tidepool_trim(int device, size_t* released) {
   });
 }
 
+tidepool_status tidepool_prefetch(const void* ptr, size_t bytes, void* stream) {
+  return guarded([&] {
+    const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+    Allocator* owner = address != 0 ? Runtime::get().segment_owner_of(address) : nullptr;
+    if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+    return to_c(owner->pool().make_resident(address, bytes, reinterpret_cast<std::uintptr_t>(stream)));
+  });
+}
+
+tidepool_status tidepool_advise(const void* ptr, size_t bytes, tidepool_advice advice) {
+  return guarded([&] {
+    using Advice = tidepool::pool::Pool::Advice;
+    Advice what = Advice::will_need;
+    switch (advice) {
+      case TIDEPOOL_ADVICE_WILL_NEED: what = Advice::will_need; break;
+      case TIDEPOOL_ADVICE_WONT_NEED: what = Advice::wont_need; break;
+      case TIDEPOOL_ADVICE_KEEP_RESIDENT: what = Advice::keep_resident; break;
+      default: return TIDEPOOL_ERROR_INVALID_VALUE;
+    }
+    const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+    Allocator* owner = address != 0 ? Runtime::get().segment_owner_of(address) : nullptr;
+    if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+    return to_c(owner->pool().advise(address, bytes, what));
+  });
+}
+
 }  // extern "C"

@@ -63,6 +63,9 @@
   X(eventRecord,                 "cuEventRecord",                cuEventRecord,                  2000)        \
   X(eventQuery,                  "cuEventQuery",                 cuEventQuery,                   2000)        \
   X(eventSynchronize,            "cuEventSynchronize",           cuEventSynchronize,             2000)        \
+  X(eventElapsedTime,            "cuEventElapsedTime",           cuEventElapsedTime_v2,         12080)        \
+  X(streamWaitValue32,           "cuStreamWaitValue32",          cuStreamWaitValue32_v2,        11070)        \
+  X(memHostGetDevicePointer,     "cuMemHostGetDevicePointer",    cuMemHostGetDevicePointer_v2,   3020)        \
   X(memcpy,                      "cuMemcpy",                     cuMemcpy,                       4000)        \
   X(memcpyAsync,                 "cuMemcpyAsync",                cuMemcpyAsync,                  4000)        \
   X(memcpyHtoD,                  "cuMemcpyHtoD",                 cuMemcpyHtoD_v2,                3020)        \

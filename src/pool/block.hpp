@@ -25,6 +25,8 @@ struct Block {
   std::uint64_t free_epoch = 0;  // when it was last freed in stream order
   std::uint64_t freed_at = 0;    // the pool's allocation count when it was last freed (merges keep the latest)
   std::uint64_t buffer_id = 0;   // while live: unique for the life of the process
+  std::uint64_t last_use = 0;    // while live: the pool's use clock at its last known use (residency)
+  bool keep_resident = false;    // while live: never evicted (TIDEPOOL_ADVICE_KEEP_RESIDENT)
   bool is_free = false;
   bool in_index = false;
 

@@ -104,7 +104,10 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
          p = r.next_mapped(p + 1, end)) {
       const std::uintptr_t at = r.page_address(p);
       if (at < keep_end && at + r.page_size() > keep_begin) continue;
-      if (!space_.unback(r, p, 1)) continue;
+      // A host page under a free block goes back to the host cache, but
+      // frees no device page.
+      const bool on_host = r.page(p).residency == space::Residency::host;
+      if (!space_.unback(r, p, 1) || on_host) continue;
       r.page(p).reclaimed = learn;
       ++reclaimed;
     }
@@ -148,6 +151,7 @@ std::size_t Pool::trim() {
     trim_chunks();
   }
   space_.release_spares(std::numeric_limits<std::size_t>::max());
+  if (mover_ != nullptr) mover_->collect_released_host_pages();
   stats_.trims++;
   return before - space_.device_bytes();
 }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 
@@ -96,6 +97,13 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   block->requested = size;
   block->buffer_id = buffer_id_base_ | ++next_buffer_id_;
   live_.insert(block->address, block);
+  block->last_use = ++use_clock_;
+  block->keep_resident = false;
+  // Memory handed out lives on the device: host pages left under a freed
+  // block come back before the new owner can queue work on them.
+  if (mover_ != nullptr && space_.host_pages() > 0) {
+    (void)bring_back_locked(*block->segment->reservation, block->address, block->size, stream);
+  }
   stats_.allocations++;
   stats_.live_bytes += size;
   stats_.handed_out_bytes += block->size;
@@ -178,6 +186,11 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
           continue;
         }
         break;
+      case 5: {  // evict: pages of idle live blocks move to the host cache
+        if (mover_ == nullptr || no_fit || pages_short_ == 0) continue;
+        if (evict_locked(pages_short_, keep_begin_, keep_end_) == 0) continue;
+        break;
+      }
       default: continue;
     }
     if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
@@ -385,6 +398,93 @@ util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes
   segments_.push_back(std::move(segment));
   arena.index.insert(block);
   return util::Status::success();
+}
+
+void Pool::set_page_mover(PageMover* mover) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  mover_ = mover;
+}
+
+util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_block_containing(address);
+  if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
+  block->last_use = ++use_clock_;
+  if (mover_ == nullptr || space_.host_pages() == 0) return util::Status::success();
+  const std::uintptr_t end = block->address + block->size;
+  const std::uintptr_t last = bytes > end - address ? end : address + bytes;
+  if (last <= address) return util::Status::success();
+  driver::ScopedContext scope(api_, context_);
+  return bring_back_locked(*block->segment->reservation, address, last - address, stream);
+}
+
+util::Status Pool::bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                     std::uintptr_t stream) {
+  if (r.is_chunk() || length == 0) return util::Status::success();
+  std::size_t on_host = 0;
+  for (std::size_t p = r.page_of(begin); p <= r.page_of(begin + length - 1); ++p) {
+    on_host += r.page(p).residency == space::Residency::host ? 1 : 0;
+  }
+  if (on_host == 0) return util::Status::success();
+  driver::ScopedContext scope(api_, context_);
+  if (space_.available_pages() < on_host) {
+    // Free memory first, live memory last: idle pages of free blocks, then
+    // eviction of other live blocks.
+    reclaim_idle_pages(on_host - space_.available_pages(), begin, begin + length, true, kNoPendingWork,
+                       /*learn=*/false);
+  }
+  if (space_.available_pages() < on_host) evict_locked(on_host - space_.available_pages(), begin, begin + length);
+  util::Status s = mover_->bring_back(r, begin, length, stream);
+  stats_.host_pages = space_.host_pages();
+  return s;
+}
+
+std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
+  if (mover_ == nullptr || pages == 0) return 0;
+  eviction_scratch_.clear();
+  for (const auto& segment : segments_) {
+    if (segment->reservation->is_chunk()) continue;
+    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+      if (b->is_free || b->requested == 0 || b->keep_resident) continue;
+      const auto [first, end] = segment->reservation->whole_pages(b->address, b->size);
+      if (first == end) continue;  // shares every page it touches: never evicted
+      eviction_scratch_.push_back({b->address, b->size, segment->reservation, b->last_use});
+    }
+  }
+  if (eviction_scratch_.empty()) return 0;
+  return mover_->evict(eviction_scratch_, pages, keep_begin, keep_end);
+}
+
+util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advice) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_.find(address);
+  if (block == nullptr) block = live_block_containing(address);
+  if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
+  const std::uintptr_t end = bytes > UINTPTR_MAX - address ? UINTPTR_MAX : address + std::max<std::size_t>(bytes, 1);
+  util::Status result;
+  driver::ScopedContext scope(api_, context_);
+  for (Block* b = block; b != nullptr && b->address < end; b = b->next) {
+    if (b->is_free || b->requested == 0) continue;
+    switch (advice) {
+      case Advice::wont_need:
+        b->last_use = 0;
+        b->keep_resident = false;
+        break;
+      case Advice::keep_resident:
+        b->keep_resident = true;
+        [[fallthrough]];
+      case Advice::will_need:
+        b->last_use = ++use_clock_;
+        if (mover_ != nullptr && space_.host_pages() > 0) {
+          if (auto s = bring_back_locked(*b->segment->reservation, b->address, b->size, kNoPendingWork);
+              !s && result.ok()) {
+            result = s;
+          }
+        }
+        break;
+    }
+  }
+  return result;
 }
 
 void Pool::set_device_limit(std::size_t bytes) {

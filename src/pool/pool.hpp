@@ -76,6 +76,7 @@
 #include "pool/deferred_frees.hpp"
 #include "pool/event_cache.hpp"
 #include "pool/free_index.hpp"
+#include "pool/page_mover.hpp"
 #include "pool/policy.hpp"
 #include "pool/stream_keys.hpp"
 #include "pool/stream_registry.hpp"
@@ -125,6 +126,7 @@ struct PoolStats {
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
+  std::uint64_t host_pages = 0;       // pool pages backed by host memory now (evicted)
   std::uint64_t live_blocks = 0;
   std::uint64_t free_blocks = 0;
   std::uint64_t segments = 0;
@@ -189,6 +191,25 @@ class Pool {
   [[nodiscard]] std::size_t servable_bytes(std::size_t driver_free) const;
   // Whether `address` lies inside any segment of this pool.
   [[nodiscard]] bool in_segments(std::uintptr_t address) const;
+
+  // Residency (residency/): a mover of pages between device and host. Once
+  // set, the pool tells it every block it hands out and takes back, evicts
+  // through it when the budget is short (after free memory: deferred frees,
+  // stitching), and brings back host pages under a block it hands out.
+  // Set once, before the first allocation; the mover outlives the pool.
+  void set_page_mover(PageMover* mover);
+  // Brings the host-resident pages of the live block containing `address`
+  // (within [address, address + bytes)) back to the device, evicting others
+  // if the budget is short, ordered before work queued later on any stream.
+  // invalid_value when no live block holds `address`.
+  util::Status make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream);
+  // Use hints for the live blocks overlapping [address, address + bytes):
+  // will_need marks them used now and brings them back; wont_need makes
+  // them the first to evict; keep_resident brings them back and exempts
+  // them from eviction until freed. invalid_value when no live block holds
+  // `address`.
+  enum class Advice { will_need, wont_need, keep_resident };
+  util::Status advise(std::uintptr_t address, std::size_t bytes, Advice advice);
 
   // Waits for deferred frees, unmaps every idle page and releases every spare
   // page to the driver. Returns the bytes released.
@@ -273,9 +294,19 @@ class Pool {
   // hold more (pages_to_hold_); a trim does not.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                  bool may_synchronize, std::uintptr_t request_stream, bool learn);
+  // Host pages under [begin, begin + length) back to the device, making room
+  // first (stitching, then eviction elsewhere). Best effort: pages that
+  // cannot come back stay on the host, where they are still correct.
+  util::Status bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                 std::uintptr_t stream);
+  // Moves live blocks' pages to the host until `pages` device pages are
+  // spare (sparing [keep_begin, keep_end)); returns how many it freed.
+  std::size_t evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end);
   // Whether no stream-ordered free can still be in use (synchronising if needed).
   bool synchronize_if_needed();
   std::size_t trim_chunks();
+  // The live block whose range holds `address` (a walk of its segment's blocks).
+  [[nodiscard]] Block* live_block_containing(std::uintptr_t address) const;
   Arena& arena_of(const Block* block) { return arenas_[block->segment->arena]; }
   [[nodiscard]] const Segment* segment_of(const space::Reservation* r) const;
 
@@ -286,6 +317,9 @@ class Pool {
   PoolOptions options_;
   std::unique_ptr<PlacementPolicy> policy_;
   StreamRegistry& registry_;
+  PageMover* mover_ = nullptr;
+  std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
+  std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
 
   mutable util::SpinLock lock_;
   Arena arenas_[2];

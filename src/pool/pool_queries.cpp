@@ -29,19 +29,24 @@ bool Pool::in_segments(std::uintptr_t address) const {
 bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size,
                            std::uint64_t* buffer_id) const {
   std::lock_guard<util::SpinLock> guard(lock_);
+  const Block* b = live_block_containing(address);
+  // The driver knows an allocation only as large as it was asked for.
+  if (b == nullptr || address >= b->address + b->requested) return false;
+  *base = b->address;
+  *size = b->requested;
+  if (buffer_id != nullptr) *buffer_id = b->buffer_id;
+  return true;
+}
+
+Block* Pool::live_block_containing(std::uintptr_t address) const {
   for (const auto& segment : segments_) {
     if (!segment->reservation->contains(address)) continue;
-    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+    for (Block* b = segment->first; b != nullptr; b = b->next) {
       if (address < b->address || address >= b->address + b->size) continue;
-      // The driver knows an allocation only as large as it was asked for.
-      if (b->is_free || b->requested == 0 || address >= b->address + b->requested) return false;
-      *base = b->address;
-      *size = b->requested;
-      if (buffer_id != nullptr) *buffer_id = b->buffer_id;
-      return true;
+      return b->is_free || b->requested == 0 ? nullptr : b;
     }
   }
-  return false;
+  return nullptr;
 }
 
 std::size_t Pool::servable_bytes(std::size_t driver_free) const {
@@ -82,6 +87,7 @@ PoolStats Pool::stats(bool with_fragmentation) const {
   s.maps = space_.counters().maps;
   s.unmaps = space_.counters().unmaps;
   s.parked_reuses = space_.counters().parked_reuses;
+  s.host_pages = space_.host_pages();
   s.live_blocks = live_.size();
   s.segments = segments_.size();
   s.free_bytes = s.reserved_bytes > s.handed_out_bytes ? s.reserved_bytes - s.handed_out_bytes : 0;

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -97,7 +98,16 @@ class StreamRegistry {
   // at creation (created()). False when the barrier cannot be made whole:
   // an incomplete registry, a capture, a record without an event, more than
   // kMaxBarrierStreams streams, or a failed call. Then nothing may be assumed.
-  bool device_barrier(CUcontext context);
+  bool device_barrier(CUcontext context) { return device_gate(context, nullptr); }
+  // device_barrier() with `on_legacy` called once the legacy stream waits for
+  // every other stream and before it records the barrier event: what it
+  // queues on the legacy stream (or on a stream made to wait for it) runs
+  // after all work queued before the gate, and all work queued after the
+  // gate, on any stream of the context, runs after it. The residency layer
+  // queues its copies and a wait on a host-written flag here, so that no
+  // work touches a page while the host remaps it. False from `on_legacy`
+  // stops the gate (false returned).
+  bool device_gate(CUcontext context, const std::function<bool()>& on_legacy);
   static constexpr std::size_t kMaxBarrierStreams = 32;
 
   // Whether `stream` is registered as alive (tests, diagnostics).

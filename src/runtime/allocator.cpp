@@ -36,6 +36,16 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   auto pool = pool::Pool::create(driver, *allocator->space_, allocator->context_, *allocator->streams_, options.pool);
   if (!pool) return pool.status();
   allocator->pool_ = std::move(pool.value());
+  if (options.evict) {
+    auto residency = residency::Residency::create(driver, allocator->context_, *allocator->space_,
+                                                  *allocator->streams_, options.residency);
+    if (residency) {
+      allocator->residency_ = std::move(residency.value());
+      allocator->pool_->set_page_mover(allocator->residency_.get());
+    } else {
+      allocator->eviction_off_reason_ = residency.status().message();
+    }
+  }
   allocator->trace_ = options.trace;
   return allocator;
 }
@@ -64,6 +74,7 @@ util::Status Allocator::traced_deallocate(std::uintptr_t address, std::uintptr_t
 
 Allocator::~Allocator() {
   pool_.reset();
+  residency_.reset();
   space_.reset();
   if (context_ != nullptr && driver_->api().devicePrimaryCtxRelease != nullptr) {
     (void)driver_->api().devicePrimaryCtxRelease(cu_device_);

@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "driver/driver.hpp"
 #include "pool/pool.hpp"
+#include "residency/residency.hpp"
 #include "space/space.hpp"
 #include "util/status.hpp"
 
@@ -34,6 +36,10 @@ struct AllocatorOptions {
   // allocator keeps a registry of its own, fed by stream_created() and
   // stream_destroying(), which is not known complete until set so.
   pool::StreamRegistry* streams = nullptr;
+  // Eviction under the budget (residency/). When the device cannot do it,
+  // the allocator runs without and eviction_off_reason() says why.
+  bool evict = false;
+  residency::ResidencyOptions residency;
 };
 
 class Allocator {
@@ -68,6 +74,9 @@ class Allocator {
   [[nodiscard]] const space::AddressSpace& space() const noexcept { return *space_; }
   [[nodiscard]] std::size_t device_total_bytes() const noexcept { return space_->capabilities().total_bytes; }
   [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_; }
+  // Null without eviction.
+  [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }
+  [[nodiscard]] const std::string& eviction_off_reason() const noexcept { return eviction_off_reason_; }
 
  private:
   Allocator() = default;
@@ -80,6 +89,8 @@ class Allocator {
   std::unique_ptr<pool::StreamRegistry> own_streams_;
   pool::StreamRegistry* streams_ = nullptr;
   std::unique_ptr<space::AddressSpace> space_;
+  std::unique_ptr<residency::Residency> residency_;  // outlives the pool, which calls it
+  std::string eviction_off_reason_;
   std::unique_ptr<pool::Pool> pool_;
   TraceRecorder* trace_ = nullptr;
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pool/policy.hpp"
+#include "residency/eviction_policy.hpp"
 
 namespace tidepool::runtime {
 
@@ -82,6 +83,36 @@ bool parse_policy(std::string_view value, std::string& out, std::string& expecte
     expected += ' ';
     expected.append(name);
   }
+  return false;
+}
+
+bool parse_evict_policy(std::string_view value, std::string& out, std::string& expected) {
+  for (std::string_view name : residency::eviction_policy_names()) {
+    if (name == value) {
+      out = std::string(value);
+      return true;
+    }
+  }
+  expected = "one of";
+  for (std::string_view name : residency::eviction_policy_names()) {
+    expected += ' ';
+    expected.append(name);
+  }
+  return false;
+}
+
+bool parse_prefetch_mode(std::string_view value, PrefetchMode& out, std::string& expected) {
+  static constexpr std::pair<std::string_view, PrefetchMode> kModes[] = {{"off", PrefetchMode::off},
+                                                                          {"hints", PrefetchMode::hints},
+                                                                          {"launch", PrefetchMode::launch},
+                                                                          {"learn", PrefetchMode::learn}};
+  for (const auto& [name, mode] : kModes) {
+    if (name == value) {
+      out = mode;
+      return true;
+    }
+  }
+  expected = "one of off hints launch learn";
   return false;
 }
 
@@ -203,7 +234,10 @@ std::string describe(const Config& config) {
                                             : std::to_string(config.device_limit->bytes) + "B";
   }
   static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
+  static constexpr const char* kPrefetchNames[] = {"off", "hints", "launch", "learn"};
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
+         ",host_cache:" + std::to_string(config.host_cache) + ",evict_policy:" + config.evict_policy +
+         ",prefetch:" + kPrefetchNames[static_cast<int>(config.prefetch)] +
          ",free_barrier:" + (config.free_barrier ? "on" : "off") +
          ",small_size:" + std::to_string(config.small_size) + ",hold_slack:" + std::to_string(config.hold_slack) +
          "%,report:" + config.report + ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +

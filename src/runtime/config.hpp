@@ -19,11 +19,15 @@
 namespace tidepool::runtime {
 
 enum class LogLevel { off, error, warn, info, debug, trace };
+enum class PrefetchMode { off, hints, launch, learn };
 
 struct Config {
   std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
   std::string policy = "best_fit";
   bool evict = false;
+  std::uint64_t host_cache = 0;  // 0: half the host's memory
+  std::string evict_policy = "lru";
+  PrefetchMode prefetch = PrefetchMode::hints;
   bool free_barrier = true;
   std::uint64_t small_size = 128 * util::KiB;
   unsigned hold_slack = 3;  // percent

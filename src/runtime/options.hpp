@@ -6,14 +6,18 @@
 //
 // Kinds: size (bytes with units), size_or_percent (bytes or % of the
 // device), switch (on/off), policy (a registered placement policy), path,
-// log_level (off, error, warn, info, debug, trace).
+// log_level (off, error, warn, info, debug, trace), evict_policy (lru,
+// largest), prefetch_mode (off, hints, launch, learn).
 #pragma once
 
 // clang-format off
 #define TIDEPOOL_OPTIONS(X)                                                                                 \
   X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device. Default: what the device reports.") \
   X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
-  X(evict,            switch,          "off",      "Move idle pages to a pinned host cache under the budget. Not available yet: on is accepted and logged as ignored.") \
+  X(evict,            switch,          "off",      "Under device_limit, move pages of idle live blocks to a pinned host cache instead of failing; they come back on hints and when handed out again. The device pointers never change. Needs host-located VMM (CUDA 12.2+); without it eviction stays off and the log says why.") \
+  X(host_cache,       size,            "",         "Bound on pinned host memory for evicted pages. Default: half the host's physical memory. An allocation that would evict past it fails with out-of-memory.") \
+  X(evict_policy,     evict_policy,    "lru",      "Which live blocks are evicted first: lru (least recently used: allocation, hints, prefetches) or largest (most device pages first).") \
+  X(prefetch,         prefetch_mode,   "hints",    "When evicted pages come back: off (only when handed out again or prefetched explicitly), hints (tidepool_prefetch / tidepool_advise). launch and learn are accepted and act as hints for now.") \
   X(free_barrier,     switch,          "on",       "cudaFree frees go back behind a device barrier (every stream's later work ordered after earlier work), so the host never waits. off: wait for the work before the free to finish, as cudaFree does; for memory written outside streams (cuFile, RDMA from a NIC, peer devices).") \
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
   X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \

@@ -42,6 +42,29 @@ std::string report_json(const Report& report) {
         {"device_total_bytes", d.device_total_bytes},
         {"vmm", d.vmm},
     });
+    // The residency keys are always there (zero without eviction), so that
+    // a reader needs no case for their absence.
+    const residency::ResidencyStats& r = d.residency;
+    nlohmann::json& out = devices.back();
+    out["eviction"] = d.eviction;
+    out["evictions"] = r.evictions;
+    out["evicted_bytes"] = r.evicted_bytes;
+    out["prefetches"] = r.prefetches;
+    out["prefetched_bytes"] = r.prefetched_bytes;
+    out["host_resident_launches"] = r.host_resident_launches;
+    out["host_resident_bytes"] = r.host_resident_bytes;
+    out["peak_evicted_bytes"] = r.peak_evicted_bytes;
+    out["host_cache_bytes"] = r.host_cache_bytes;
+    out["host_cache_peak_bytes"] = r.host_cache_peak_bytes;
+    out["host_cache_limit_bytes"] = r.host_cache_limit_bytes;
+    out["host_cache_full"] = r.host_cache_full;
+    out["pin_calls"] = r.pin_calls;
+    out["sync_pins"] = r.sync_pins;
+    out["residency_gates"] = r.gates;
+    out["residency_fallbacks"] = r.fallbacks;
+    out["failed_page_moves"] = r.failed_moves;
+    out["to_host_gbps"] = r.to_host_gbps;
+    out["to_device_gbps"] = r.to_device_gbps;
   }
   nlohmann::json root = {
       {"version", 1},

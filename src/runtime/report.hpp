@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pool/pool.hpp"
+#include "residency/residency.hpp"
 #include "util/status.hpp"
 
 namespace tidepool::runtime {
@@ -21,6 +22,8 @@ struct DeviceReport {
   std::uint64_t device_limit_bytes = 0;
   std::uint64_t device_total_bytes = 0;
   bool vmm = false;
+  bool eviction = false;  // residency is on for this device
+  residency::ResidencyStats residency;
 };
 
 struct Report {

@@ -63,7 +63,9 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
                 recorder.status().message());
     }
   }
-  if (config_.evict) log_warn("evict:on is not available in this build yet; continuing without eviction");
+  if (config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn) {
+    log_warn("prefetch:launch and prefetch:learn are not available in this build yet; prefetching on hints");
+  }
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
 
@@ -128,6 +130,9 @@ Allocator* Runtime::allocator(int device) {
   options.pool.free_barrier = config_.free_barrier;
   options.trace = trace_.get();
   options.streams = streams_.get();
+  options.evict = config_.evict;
+  options.residency.host_cache_bytes = static_cast<std::size_t>(config_.host_cache);
+  options.residency.evict_policy = config_.evict_policy;
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
@@ -146,6 +151,8 @@ Allocator* Runtime::allocator(int device) {
   }
   if (!allocator->space().uses_vmm()) {
     log_warn("device {}: no virtual memory management; pooling cuMemAlloc segments, eviction off", device);
+  } else if (config_.evict && allocator->residency() == nullptr) {
+    log_warn("device {}: eviction is off: {}", device, allocator->eviction_off_reason());
   }
   log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device, allocator->pool().policy_name(),
            allocator->space().device_limit(), allocator->space().page_size());
@@ -188,6 +195,10 @@ Report Runtime::report() const {
     d.passthrough_allocations = passed;
     if (a != nullptr) {
       d.pool = a->pool().stats();
+      if (const residency::Residency* r = a->residency()) {
+        d.residency = r->stats();
+        d.eviction = true;
+      }
       d.device_limit_bytes = a->space().device_limit();
       d.device_total_bytes = a->device_total_bytes();
       d.vmm = a->space().uses_vmm();

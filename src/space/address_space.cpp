@@ -86,6 +86,10 @@ util::Status AddressSpace::unreserve(Reservation* r) {
     // Current and parked mappings alike: no physical page may keep a
     // location in a reservation that is gone.
     for (std::size_t p = 0; p < r->mapped_limit(); ++p) {
+      if (r->page(p).host != nullptr) {
+        if (auto s = unmap_at(*r, p); !s && result.ok()) result = s;
+        continue;
+      }
       PhysicalPage* physical = r->page(p).physical;
       if (physical == nullptr) continue;
       if (auto s = unmap_at(*r, p); !s) {
@@ -167,6 +171,16 @@ void AddressSpace::take_spare(PhysicalPage* page) {
 
 util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p) {
   PageEntry& entry = r.page(p);
+  if (HostPage* host = entry.host; host != nullptr) {
+    if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
+    counters_.unmaps++;
+    entry.host = nullptr;
+    host->current = {};
+    host_pages_--;
+    r.set_residency(p, Residency::unmapped);
+    released_host_.push_back(host);
+    return util::Status::success();
+  }
   PhysicalPage* physical = entry.physical;
   if (physical == nullptr) return util::Status::success();
   if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
@@ -284,12 +298,7 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
   std::size_t run_start = SIZE_MAX;  // first page of the current run of newly mapped pages
   auto grant_access = [&](std::size_t run_end) -> util::Status {
     if (run_start == SIZE_MAX) return util::Status::success();
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const std::size_t bytes = (run_end - run_start) * page_size_;
-    auto s = driver::check(api_.memSetAccess(r.page_address(run_start), bytes, &access, 1), "cuMemSetAccess");
+    auto s = this->grant_access(r.page_address(run_start), (run_end - run_start) * page_size_);
     if (!s) {
       // Mapped but not accessible: nothing may be handed out on these pages.
       // Unmap them again; a page that will not unmap is never used again.
@@ -342,6 +351,87 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
     if (!release_page(spares_.back())) break;
   }
   return result;
+}
+
+util::Status AddressSpace::grant_access(std::uintptr_t address, std::size_t bytes) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return driver::check(api_.memSetAccess(address, bytes, &access, 1), "cuMemSetAccess");
+}
+
+util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage* host) {
+  PageEntry& entry = r.page(p);
+  if (r.is_chunk() || entry.residency != Residency::device || host == nullptr) {
+    return {util::Error::invalid_value, "page is not on the device"};
+  }
+  const std::uintptr_t address = r.page_address(p);
+  if (auto s = unmap_at(r, p); !s) return s;  // the device page becomes spare, last on the list
+  util::Status s = driver::check(api_.memMap(address, page_size_, 0, host->handle, 0), "cuMemMap");
+  if (s) {
+    counters_.maps++;
+    s = grant_access(address, page_size_);
+    if (!s) {
+      if (driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) {
+        counters_.unmaps++;
+      } else {
+        // Neither usable nor removable: the page is lost to the pool, the
+        // bytes are not (they are in `host` and in the device page).
+        entry.host = host;
+        host->current = {&r, p};
+        host_pages_++;
+        r.set_residency(p, Residency::broken);
+        return s;
+      }
+    }
+  }
+  if (!s) {
+    // The device page still holds the bytes: it goes back where it was.
+    if (auto back_again = map_spare(r, p); back_again) (void)grant_access(address, page_size_);
+    return s;
+  }
+  entry.host = host;
+  host->current = {&r, p};
+  host_pages_++;
+  r.set_residency(p, Residency::host);
+  return util::Status::success();
+}
+
+util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPage** released) {
+  PageEntry& entry = r.page(p);
+  HostPage* host = entry.host;
+  if (host == nullptr || entry.residency != Residency::host) return {util::Error::invalid_value, "page is not on the host"};
+  if (spares_.empty() && available_pages() == 0) return {util::Error::out_of_memory, "device budget exhausted"};
+  const std::uintptr_t address = r.page_address(p);
+  if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
+  counters_.unmaps++;
+  entry.host = nullptr;
+  r.set_residency(p, Residency::unmapped);
+  util::Status s = map_spare(r, p);
+  if (s) {
+    s = grant_access(address, page_size_);
+    if (!s) (void)unmap_at(r, p);  // back to spare
+  }
+  if (!s) {
+    // The host page still holds the bytes: it goes back where it was.
+    if (!driver::check(api_.memMap(address, page_size_, 0, host->handle, 0), "cuMemMap")) {
+      // Two failures in a row: the page stays unmapped and the host page
+      // goes back to the cache. The caller reports the loss.
+      host->current = {};
+      host_pages_--;
+      released_host_.push_back(host);
+      return {util::Error::driver_error, "a page could not be mapped back after a failed move"};
+    }
+    counters_.maps++;
+    entry.host = host;
+    r.set_residency(p, grant_access(address, page_size_) ? Residency::host : Residency::broken);
+    return s;
+  }
+  host->current = {};
+  host_pages_--;
+  *released = host;
+  return util::Status::success();
 }
 
 std::size_t AddressSpace::release_spares(std::size_t bytes) {

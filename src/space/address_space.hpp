@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -77,6 +78,24 @@ class AddressSpace {
   // no block in use lies on them and no queued device work touches them.
   util::Status unback(Reservation& r, std::size_t first, std::size_t count);
 
+  // Eviction (the residency layer decides what and when; these only remap).
+  // move_to_host: page `p` of `r` is on the device; its bytes have been
+  // copied to `host`, and no device work can touch the page until this
+  // returns. The device page is unmapped there (it becomes spare) and `host`
+  // mapped in its place, device-accessible. On failure the device page is
+  // mapped back, with the bytes it held, and the page stays on the device.
+  util::Status move_to_host(Reservation& r, std::size_t p, HostPage* host);
+  // move_to_device: page `p` is on the host; a device page (spare, or new
+  // within the budget) is mapped there instead and the host page is handed
+  // back through `released` (its bytes still readable at its staging
+  // address: the caller copies them in before any device work touches the
+  // page). On failure the host page is mapped back and nothing changes.
+  util::Status move_to_device(Reservation& r, std::size_t p, HostPage** released);
+  // Host pages unmapped by unback(), unreserve() or a trim since the last
+  // call: the residency layer takes them back into its cache.
+  std::vector<HostPage*> take_released_host_pages() { return std::exchange(released_host_, {}); }
+  [[nodiscard]] std::size_t host_pages() const noexcept { return host_pages_; }
+
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
   // SIZE_MAX). Returns the bytes released.
   std::size_t release_spares(std::size_t bytes);
@@ -111,6 +130,7 @@ class AddressSpace {
   util::Status unmap_at(Reservation& r, std::size_t p);
   util::Status park(Reservation& r, std::size_t p);
   util::Status map_spare(Reservation& r, std::size_t p);
+  util::Status grant_access(std::uintptr_t address, std::size_t bytes);
   void note_device_pages(std::size_t pages) noexcept;
 
   const driver::Driver& driver_;
@@ -126,6 +146,8 @@ class AddressSpace {
   std::vector<std::unique_ptr<PhysicalPage>> pages_;  // every device page held
   std::vector<PhysicalPage*> spares_;
   std::vector<std::unique_ptr<Reservation>> reservations_;
+  std::vector<HostPage*> released_host_;  // owned by the residency layer
+  std::size_t host_pages_ = 0;            // pool pages backed by a host page now
   SpaceCounters counters_;
 };
 

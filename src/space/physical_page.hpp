@@ -47,4 +47,16 @@ struct PhysicalPage {
   [[nodiscard]] bool is_spare() const noexcept { return spare_slot != SIZE_MAX; }
 };
 
+// HostPage: one host-located physical page (cuMemCreate with a host
+// location: pinned host memory the device reaches over PCIe). The residency
+// layer owns and creates them (its host cache keeps each mapped at a
+// `staging` address of its own, which copies use); the space maps one at a
+// pool address in place of a device page to evict that page, so the
+// device pointer stays valid.
+struct HostPage {
+  CUmemGenericAllocationHandle handle = 0;
+  std::uintptr_t staging = 0;  // where the host cache keeps it mapped, device-accessible
+  PageLocation current;        // the pool page it backs; nowhere while in the cache
+};
+
 }  // namespace tidepool::space

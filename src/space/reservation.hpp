@@ -24,12 +24,15 @@
 
 namespace tidepool::space {
 
-// `broken`: mapped, but the access grant failed and so did the unmap; such a
-// page backs nothing until an unmap succeeds.
+// `host`: a host page (HostPage) is mapped here in place of a device page:
+// the bytes were moved to the host (evicted) and the device reads them over
+// PCIe until they come back. `broken`: mapped, but the access grant failed
+// and so did the unmap; such a page backs nothing until an unmap succeeds.
 enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
 struct PageEntry {
   PhysicalPage* physical = nullptr;           // current here, or parked here while unmapped
+  HostPage* host = nullptr;                   // mapped here while residency == host
   Residency residency = Residency::unmapped;  // change only through Reservation::set_residency
   // Unmapped by the pool to back another range (not by a trim). The pool
   // reads it when it needs the page again: a sign its layout needs more

@@ -1,0 +1,163 @@
+// Residency: which pages move, to which host pages, and the counters. See
+// residency.hpp; the moves themselves are transit.cpp's.
+#include "residency/residency.hpp"
+
+#include <algorithm>
+
+namespace tidepool::residency {
+
+util::Result<std::unique_ptr<Residency>> Residency::create(const driver::Driver& driver, CUcontext context,
+                                                           space::AddressSpace& space, pool::StreamRegistry& streams,
+                                                           const ResidencyOptions& options) {
+  auto policy = make_eviction_policy(options.evict_policy);
+  if (!policy) return util::Status(util::Error::bad_config, "unknown eviction policy");
+  if (!space.uses_vmm()) {
+    return util::Status(util::Error::not_supported, "the pool has no virtual memory management (cuMemAlloc chunks)");
+  }
+  const std::size_t limit = options.host_cache_bytes != 0 ? options.host_cache_bytes : default_host_cache_bytes();
+  auto cache = HostCache::create(driver, context, space.capabilities(), space.page_size(), limit);
+  if (!cache) return cache.status();
+  auto transit = Transit::create(driver, context, streams, space.page_size());
+  if (!transit) return transit.status();
+  return std::unique_ptr<Residency>(new Residency(space, std::move(cache).value(), std::move(transit).value(),
+                                                  std::move(policy), options));
+}
+
+Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,
+                     std::unique_ptr<EvictionPolicy> policy, const ResidencyOptions& options)
+    : space_(space),
+      cache_(std::move(cache)),
+      transit_(std::move(transit)),
+      policy_(std::move(policy)),
+      options_(options) {}
+
+Residency::~Residency() {
+  // The pool (and its space) go first; what is left are copies in flight.
+  return_pages(transit_->reap(true));
+}
+
+void Residency::return_pages(std::vector<space::HostPage*> pages) {
+  for (space::HostPage* page : pages) cache_->give(page);
+}
+
+void Residency::collect_released_host_pages() {
+  return_pages(space_.take_released_host_pages());
+  return_pages(transit_->reap(false));
+  std::lock_guard<std::mutex> guard(stats_lock_);
+  note_transit_stats();
+}
+
+std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, std::size_t pages,
+                             std::uintptr_t keep_begin, std::uintptr_t keep_end) {
+  collect_released_host_pages();
+  const std::size_t page_size = space_.page_size();
+  const auto kept = [&](std::uintptr_t at) { return at < keep_end && at + page_size > keep_begin; };
+  ordered_.clear();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const pool::EvictionCandidate& c = candidates[i];
+    const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
+    std::size_t on_device = 0;
+    for (std::size_t p = first; p < end; ++p) {
+      if (c.reservation->page(p).residency == space::Residency::device && !kept(c.reservation->page_address(p))) {
+        ++on_device;
+      }
+    }
+    if (on_device > 0) ordered_.push_back({c.address, c.size, c.last_use, on_device, i});
+  }
+  policy_->order(ordered_);
+
+  // A batch of at least min_evict_pages, but never more than a sixteenth of
+  // the budget beyond what was asked: a small budget evicts only what it needs.
+  const std::size_t budget_pages = space_.device_limit() / page_size;
+  const std::size_t target = std::max(pages, std::min(options_.min_evict_pages, budget_pages / 16));
+  moves_.clear();
+  bool cache_full = false;
+  for (const EvictionCandidate& c : ordered_) {
+    space::Reservation& r = *candidates[c.source].reservation;
+    const auto [first, end] = r.whole_pages(c.address, c.size);
+    for (std::size_t p = first; p < end && moves_.size() < target; ++p) {
+      if (r.page(p).residency != space::Residency::device || kept(r.page_address(p))) continue;
+      space::HostPage* host = cache_->take();
+      if (host == nullptr) {
+        cache_full = true;
+        break;
+      }
+      moves_.push_back({&r, p, host, false});
+    }
+    if (cache_full || moves_.size() >= target) break;
+  }
+  const std::size_t moved = transit_->to_host(space_, moves_);
+  for (const PageMove& m : moves_) {
+    if (!m.moved) cache_->give(m.host);
+  }
+  std::lock_guard<std::mutex> guard(stats_lock_);
+  note_transit_stats();
+  if (cache_full) counters_.host_cache_full++;
+  if (moved > 0) {
+    counters_.evictions++;
+    counters_.evicted_bytes += moved * page_size;
+  }
+  return moved;
+}
+
+util::Status Residency::bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
+                                   std::uintptr_t /*stream*/) {
+  collect_released_host_pages();
+  if (length == 0) return util::Status::success();
+  moves_.clear();
+  const std::size_t last = reservation.page_of(address + length - 1);
+  for (std::size_t p = reservation.page_of(address); p <= last; ++p) {
+    if (reservation.page(p).residency == space::Residency::host) {
+      moves_.push_back({&reservation, p, reservation.page(p).host, false});
+    }
+  }
+  if (moves_.empty()) return util::Status::success();
+  // Only as many as the budget lets back; the rest stay on the host, where
+  // they are still correct.
+  if (moves_.size() > space_.available_pages()) moves_.resize(space_.available_pages());
+  const std::size_t wanted = moves_.size();
+  const std::size_t moved = transit_->to_device(space_, moves_);
+  return_pages(transit_->reap(false));
+  {
+    std::lock_guard<std::mutex> guard(stats_lock_);
+    note_transit_stats();
+    if (moved > 0) {
+      counters_.prefetches++;
+      counters_.prefetched_bytes += moved * space_.page_size();
+    }
+  }
+  if (moved < wanted || wanted == 0) {
+    return {util::Error::out_of_memory, "some pages stay on the host: the device budget has no room for them"};
+  }
+  return util::Status::success();
+}
+
+void Residency::note_transit_stats() {
+  const TransitStats& t = transit_->stats();
+  counters_.gates = t.gates;
+  counters_.fallbacks = t.fallbacks;
+  counters_.failed_moves = t.failed_moves;
+  // Bytes per millisecond / 1e6 is GB/s.
+  counters_.to_host_gbps = t.to_host_ms > 0 ? static_cast<double>(t.timed_to_host_bytes) / t.to_host_ms / 1e6 : 0;
+  counters_.to_device_gbps =
+      t.to_device_ms > 0 ? static_cast<double>(t.timed_to_device_bytes) / t.to_device_ms / 1e6 : 0;
+}
+
+ResidencyStats Residency::stats() const {
+  ResidencyStats s;
+  {
+    std::lock_guard<std::mutex> guard(stats_lock_);
+    s = counters_;
+  }
+  const HostCacheStats cache = cache_->stats();
+  s.host_cache_bytes = cache.held_bytes;
+  s.host_cache_peak_bytes = cache.peak_held_bytes;
+  s.host_cache_limit_bytes = cache_->limit_bytes();
+  s.peak_evicted_bytes = cache.peak_in_use_bytes;
+  s.pin_calls = cache.pin_calls;
+  s.sync_pins = cache.sync_pins;
+  s.host_resident_bytes = cache.in_use_bytes;
+  return s;
+}
+
+}  // namespace tidepool::residency

@@ -1,0 +1,108 @@
+// The residency layer's one header: moving the pages of live blocks between
+// the device and a pinned host cache, so that a program whose live data is
+// larger than its device budget keeps running, with the same pointers.
+//
+// Residency implements the pool's PageMover. The pool decides when (an
+// allocation short of budget after free memory is used up, a hint, a block
+// handed out over host pages) and keeps the use bookkeeping; Residency
+// decides which pages (an EvictionPolicy over the pool's candidates), where
+// they go (HostCache) and how they move (Transit: copies on dedicated
+// streams behind a device gate). An evicted page is a host page mapped at the
+// same device address: a kernel that touches it still runs, reading over
+// PCIe, and nothing is lost.
+//
+// Eviction unit: the device page. Only pages lying wholly inside one live
+// block are evicted, so a host page always holds the bytes of one block (or
+// of free space, after that block is freed): blocks smaller than a page,
+// and a block's end pages shared with neighbours, stay on the device.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "pool/page_mover.hpp"
+#include "pool/stream_registry.hpp"
+#include "residency/eviction_policy.hpp"
+#include "residency/host_cache.hpp"
+#include "residency/transit.hpp"
+#include "space/space.hpp"
+#include "util/status.hpp"
+
+namespace tidepool::residency {
+
+struct ResidencyOptions {
+  std::size_t host_cache_bytes = 0;  // 0: default_host_cache_bytes()
+  std::string evict_policy = "lru";
+  // Pages moved per eviction at least: each move is a gate that drains the
+  // device's queue, so evictions come in batches rather than page by page.
+  std::size_t min_evict_pages = 8;
+};
+
+struct ResidencyStats {
+  std::uint64_t evictions = 0;  // eviction batches that moved pages
+  std::uint64_t evicted_bytes = 0;
+  std::uint64_t prefetches = 0;  // bring-backs that moved pages
+  std::uint64_t prefetched_bytes = 0;
+  std::uint64_t host_resident_launches = 0;  // launches seen reading host pages (prefetch:launch)
+  std::uint64_t host_resident_bytes = 0;  // pool bytes on host pages now
+  std::uint64_t host_cache_bytes = 0;     // pinned now
+  std::uint64_t host_cache_peak_bytes = 0;
+  std::uint64_t host_cache_limit_bytes = 0;
+  std::uint64_t peak_evicted_bytes = 0;  // host pages in use at the peak
+  std::uint64_t pin_calls = 0;
+  std::uint64_t sync_pins = 0;  // pinned on an allocating thread
+  std::uint64_t gates = 0;
+  std::uint64_t fallbacks = 0;
+  std::uint64_t failed_moves = 0;
+  std::uint64_t host_cache_full = 0;  // evictions cut short by the host cache's bound
+  double to_host_gbps = 0;            // copy bandwidth where events timed it, GB/s
+  double to_device_gbps = 0;
+};
+
+class Residency final : public pool::PageMover {
+ public:
+  // not_supported (with the reason) when the device cannot hold pool pages
+  // on the host: no VMM, no host-located VMM, a failed trial page.
+  static util::Result<std::unique_ptr<Residency>> create(const driver::Driver& driver, CUcontext context,
+                                                         space::AddressSpace& space, pool::StreamRegistry& streams,
+                                                         const ResidencyOptions& options);
+  ~Residency() override;
+  Residency(const Residency&) = delete;
+  Residency& operator=(const Residency&) = delete;
+
+  // pool::PageMover, under the pool's lock.
+  std::size_t evict(std::vector<pool::EvictionCandidate>& candidates, std::size_t pages, std::uintptr_t keep_begin,
+                    std::uintptr_t keep_end) override;
+  util::Status bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
+                          std::uintptr_t stream) override;
+  void collect_released_host_pages() override;
+
+  [[nodiscard]] ResidencyStats stats() const;
+  [[nodiscard]] std::string_view policy_name() const { return policy_->name(); }
+
+ private:
+  Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,
+            std::unique_ptr<EvictionPolicy> policy, const ResidencyOptions& options);
+  void return_pages(std::vector<space::HostPage*> pages);
+  void note_transit_stats();  // under stats_lock_ and the pool's lock
+
+  space::AddressSpace& space_;
+  std::unique_ptr<HostCache> cache_;
+  std::unique_ptr<Transit> transit_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  ResidencyOptions options_;
+
+  mutable std::mutex stats_lock_;  // the counters below; the rest is under the pool's lock
+  ResidencyStats counters_;
+  std::vector<EvictionCandidate> ordered_;  // evict()'s scratch
+  std::vector<PageMove> moves_;
+};
+
+}  // namespace tidepool::residency

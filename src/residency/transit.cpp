@@ -1,0 +1,269 @@
+// See transit.hpp.
+#include "residency/transit.hpp"
+
+#include <atomic>
+
+namespace tidepool::residency {
+
+util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& driver, CUcontext context,
+                                                       pool::StreamRegistry& streams, std::size_t page_size) {
+  const driver::Api& api = driver.api();
+  if (api.streamCreate == nullptr || api.memcpyDtoDAsync == nullptr || api.eventSynchronize == nullptr) {
+    return util::Status(util::Error::not_supported, "the driver lacks the stream and copy entry points eviction needs");
+  }
+  std::unique_ptr<Transit> transit(new Transit(driver, context, streams, page_size));
+  driver::ScopedContext scope(api, context);
+  if (auto s = driver::check(api.streamCreate(&transit->to_host_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      !s) {
+    return s;
+  }
+  if (auto s = driver::check(api.streamCreate(&transit->to_device_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      !s) {
+    return s;
+  }
+  transit->joined_ = transit->new_event();
+  transit->copied_ = transit->new_event();
+  if (transit->joined_ == nullptr || transit->copied_ == nullptr) {
+    return util::Status(util::Error::driver_error, "cuEventCreate failed for the copy events");
+  }
+  // The gate's flag. Without it (or without cuStreamWaitValue32) every move
+  // takes the fallback.
+  void* flag = nullptr;
+  if (api.memHostAlloc != nullptr && api.memHostGetDevicePointer != nullptr && api.streamWaitValue32 != nullptr &&
+      api.memHostAlloc(&flag, sizeof(std::uint32_t), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) ==
+          CUDA_SUCCESS) {
+    if (api.memHostGetDevicePointer(&transit->flag_device_, flag, 0) == CUDA_SUCCESS) {
+      transit->flag_ = static_cast<volatile std::uint32_t*>(flag);
+      *transit->flag_ = 0;
+    } else {
+      (void)api.memFreeHost(flag);
+    }
+  }
+  return transit;
+}
+
+Transit::Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams,
+                 std::size_t page_size)
+    : api_(driver.api()), context_(context), registry_(streams), page_size_(page_size) {}
+
+Transit::~Transit() {
+  driver::ScopedContext scope(api_, context_);
+  (void)reap(true);
+  if (to_host_stream_ != nullptr) (void)api_.streamSynchronize(to_host_stream_);
+  if (to_device_stream_ != nullptr) (void)api_.streamSynchronize(to_device_stream_);
+  for (CUevent e : spare_events_) (void)api_.eventDestroy(e);
+  if (joined_ != nullptr) (void)api_.eventDestroy(joined_);
+  if (copied_ != nullptr) (void)api_.eventDestroy(copied_);
+  if (to_host_stream_ != nullptr) (void)api_.streamDestroy(to_host_stream_);
+  if (to_device_stream_ != nullptr) (void)api_.streamDestroy(to_device_stream_);
+  if (flag_ != nullptr) (void)api_.memFreeHost(const_cast<std::uint32_t*>(flag_));
+}
+
+CUevent Transit::new_event() {
+  if (!spare_events_.empty()) {
+    CUevent e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  CUevent e = nullptr;
+  if (api_.eventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return nullptr;
+  return e;
+}
+
+void Transit::open(std::uint32_t generation) noexcept {
+  if (flag_ == nullptr) return;
+  std::atomic_thread_fence(std::memory_order_release);
+  *flag_ = generation;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void Transit::time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host) {
+  float ms = 0;
+  if (api_.eventElapsedTime == nullptr || api_.eventElapsedTime(&ms, start, end) != CUDA_SUCCESS) return;
+  if (to_host) {
+    stats_.to_host_ms += ms;
+    stats_.timed_to_host_bytes += bytes;
+  } else {
+    stats_.to_device_ms += ms;
+    stats_.timed_to_device_bytes += bytes;
+  }
+}
+
+std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (moves.empty()) return 0;
+  driver::ScopedContext scope(api_, context_);
+  if (!gated_to_host(space, moves)) fallback_to_host(space, moves);
+  std::size_t moved = 0;
+  for (const PageMove& m : moves) {
+    if (m.moved) {
+      ++moved;
+      stats_.to_host_bytes += page_size_;
+    } else {
+      stats_.failed_moves++;
+    }
+  }
+  return moved;
+}
+
+bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (flag_ == nullptr) return false;
+  const std::uint32_t generation = ++generation_;
+  bool waiting = false;  // the legacy stream waits for the flag: it must be opened
+  const bool gate = registry_.device_gate(context_, [&] {
+    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+    for (const PageMove& m : moves) {
+      const CUdeviceptr from = m.reservation->page_address(m.page);
+      if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
+    }
+    if (api_.eventRecord(copied_, to_host_stream_) != CUDA_SUCCESS) return false;
+    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    return waiting;
+  });
+  if (!gate) {
+    if (waiting) open(generation);
+    return false;
+  }
+  if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) {
+    // The copies did not finish: every page stays on the device.
+    open(generation);
+    return true;
+  }
+  time_copies(joined_, copied_, moves.size() * page_size_, true);
+  for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+  open(generation);
+  stats_.gates++;
+  return true;
+}
+
+void Transit::fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
+    return;  // nothing can be proven idle: nothing moves
+  }
+  stats_.fallbacks++;
+  for (const PageMove& m : moves) {
+    const CUdeviceptr from = m.reservation->page_address(m.page);
+    if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return;
+  }
+  if (api_.streamSynchronize(to_host_stream_) != CUDA_SUCCESS) return;
+  for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+}
+
+std::size_t Transit::to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (moves.empty()) return 0;
+  driver::ScopedContext scope(api_, context_);
+  if (!gated_to_device(space, moves)) fallback_to_device(space, moves);
+  std::size_t moved = 0;
+  for (const PageMove& m : moves) {
+    if (m.moved) {
+      ++moved;
+      stats_.to_device_bytes += page_size_;
+    } else {
+      stats_.failed_moves++;
+    }
+  }
+  return moved;
+}
+
+bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (flag_ == nullptr) return false;
+  PendingRelease pending;
+  pending.start = new_event();
+  pending.done = new_event();
+  if (pending.start == nullptr || pending.done == nullptr) {
+    if (pending.start != nullptr) spare_events_.push_back(pending.start);
+    if (pending.done != nullptr) spare_events_.push_back(pending.done);
+    return false;
+  }
+  const std::uint32_t generation = ++generation_;
+  bool waiting = false;
+  const bool gate = registry_.device_gate(context_, [&] {
+    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
+    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    if (!waiting || api_.eventRecord(pending.start, nullptr) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(to_device_stream_, pending.start, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+    for (const PageMove& m : moves) {
+      // Copies into the page's own address: it is a device page by the time
+      // the flag lets this run. A page whose remap fails keeps its host
+      // page there, and the copy writes that page onto itself.
+      const CUdeviceptr to = m.reservation->page_address(m.page);
+      if (api_.memcpyDtoDAsync(to, m.host->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) return false;
+    }
+    return api_.eventRecord(pending.done, to_device_stream_) == CUDA_SUCCESS &&
+           api_.streamWaitEvent(nullptr, pending.done, 0) == CUDA_SUCCESS;
+  });
+  if (!gate || api_.eventSynchronize(joined_) != CUDA_SUCCESS) {
+    // The copies may be queued behind the flag: they run once it opens, on
+    // pages still mapped to their host pages, writing each onto itself.
+    if (waiting) open(generation);
+    if (waiting) (void)api_.streamSynchronize(to_device_stream_);
+    spare_events_.push_back(pending.start);
+    spare_events_.push_back(pending.done);
+    return false;
+  }
+  for (PageMove& m : moves) {
+    space::HostPage* released = nullptr;
+    m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
+    if (m.moved) pending.pages.push_back(released);
+  }
+  open(generation);
+  stats_.gates++;
+  pending.bytes = pending.pages.size() * page_size_;
+  pending_.push_back(std::move(pending));
+  return true;
+}
+
+void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
+    return;
+  }
+  stats_.fallbacks++;
+  std::vector<space::HostPage*> released_pages;
+  for (PageMove& m : moves) {
+    space::HostPage* released = nullptr;
+    m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
+    if (!m.moved) continue;
+    const CUdeviceptr to = m.reservation->page_address(m.page);
+    if (api_.memcpyDtoDAsync(to, released->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) {
+      // The bytes are still on the host page: map it back rather than lose them.
+      (void)api_.streamSynchronize(to_device_stream_);
+      (void)space.move_to_host(*m.reservation, m.page, released);
+      m.moved = false;
+      continue;
+    }
+    released_pages.push_back(released);
+  }
+  (void)api_.streamSynchronize(to_device_stream_);
+  PendingRelease done;
+  done.pages = std::move(released_pages);
+  pending_.push_back(std::move(done));
+}
+
+std::vector<space::HostPage*> Transit::reap(bool wait) {
+  std::vector<space::HostPage*> ready;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    bool finished = it->done == nullptr;
+    if (!finished) {
+      const CUresult r = wait ? api_.eventSynchronize(it->done) : api_.eventQuery(it->done);
+      // An error reads as finished only after a wait: the stream is past
+      // the copies or broken, and the pages are not read again either way.
+      finished = r == CUDA_SUCCESS || (wait && r != CUDA_ERROR_NOT_READY);
+      if (r == CUDA_SUCCESS) time_copies(it->start, it->done, it->bytes, false);
+    }
+    if (!finished) {
+      ++it;
+      continue;
+    }
+    ready.insert(ready.end(), it->pages.begin(), it->pages.end());
+    if (it->start != nullptr) spare_events_.push_back(it->start);
+    if (it->done != nullptr) spare_events_.push_back(it->done);
+    it = pending_.erase(it);
+  }
+  return ready;
+}
+
+}  // namespace tidepool::residency

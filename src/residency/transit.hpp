@@ -1,0 +1,118 @@
+// Transit: moves pool pages between the device and the host cache, with
+// every stream of the context ordered around the move.
+//
+// A page cannot change its physical memory while the device touches it: a
+// kernel would read an unmapped address between the unmap and the map, and a
+// write landing after the copy would be lost. So each move is a gate
+// (pool::StreamRegistry::device_gate) on the device:
+//   to_host:   all work queued so far  ->  copy device -> host cache on the
+//              device-to-host stream  ->  the legacy stream waits for a flag
+//              the host writes  ->  every stream's later work.
+//              The host waits for the copy, remaps the pages (device page
+//              out, host page in, same address), then writes the flag.
+//   to_device: all work queued so far  ->  the legacy stream waits for the
+//              flag  ->  copy host cache -> device on the host-to-device
+//              stream  ->  every stream's later work.
+//              The host waits only for the work before the gate, remaps,
+//              and writes the flag; the copy runs on the device after it.
+// Nothing any stream queues after the gate runs before the flag, so the host
+// remaps pages no work is touching, and no host thread waits for work queued
+// after it. The flag lives in mapped pinned memory (cuMemHostAlloc with
+// DEVICEMAP) and the wait is cuStreamWaitValue32. Every path writes the flag,
+// failures included: a gate left shut would stop the device for good.
+//
+// Without a whole gate (no complete stream registry, a capture, a failed
+// call, a driver without stream memory operations) the move falls back to a
+// context synchronisation and host-waited copies. That orders everything
+// queued before the move, but not work another host thread queues during it:
+// such a program should run under the preload, whose registry is complete.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "pool/stream_registry.hpp"
+#include "space/space.hpp"
+#include "util/status.hpp"
+
+namespace tidepool::residency {
+
+struct PageMove {
+  space::Reservation* reservation = nullptr;
+  std::size_t page = 0;
+  space::HostPage* host = nullptr;  // to_host: the destination; to_device: set to the page released
+  bool moved = false;
+};
+
+struct TransitStats {
+  std::uint64_t gates = 0;      // moves ordered by a device gate
+  std::uint64_t fallbacks = 0;  // moves ordered by a context synchronisation
+  std::uint64_t to_host_bytes = 0;
+  std::uint64_t to_device_bytes = 0;
+  double to_host_ms = 0;  // device time of the copies, where events could time them
+  double to_device_ms = 0;
+  std::uint64_t timed_to_host_bytes = 0;
+  std::uint64_t timed_to_device_bytes = 0;
+  std::uint64_t failed_moves = 0;  // a copy or remap failed; the page stayed where it was
+};
+
+class Transit {
+ public:
+  static util::Result<std::unique_ptr<Transit>> create(const driver::Driver& driver, CUcontext context,
+                                                       pool::StreamRegistry& streams, std::size_t page_size);
+  ~Transit();
+  Transit(const Transit&) = delete;
+  Transit& operator=(const Transit&) = delete;
+
+  // Each move whose page reached the host (or the device) is marked `moved`.
+  // Called under the pool's lock (the space is the pool's); returns how many
+  // moved. to_device: host pages released are handed to `release` once the
+  // copies reading them have finished (see reap()).
+  std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  std::size_t to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // Host pages whose outgoing copies have finished, ready for the cache.
+  // `wait`: wait for all of them.
+  std::vector<space::HostPage*> reap(bool wait);
+  [[nodiscard]] const TransitStats& stats() const noexcept { return stats_; }
+
+ private:
+  Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size);
+  // The gated move; false when no whole gate could be made (the flag is
+  // open again and nothing was remapped).
+  bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  bool gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  void open(std::uint32_t generation) noexcept;
+  CUevent new_event();
+  void time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host);
+
+  struct PendingRelease {
+    CUevent start = nullptr;  // when the copies began (timing), and when they finished
+    CUevent done = nullptr;
+    std::uint64_t bytes = 0;
+    std::vector<space::HostPage*> pages;
+  };
+
+  const driver::Api& api_;
+  CUcontext context_;
+  pool::StreamRegistry& registry_;
+  std::size_t page_size_;
+  CUstream to_host_stream_ = nullptr;
+  CUstream to_device_stream_ = nullptr;
+  volatile std::uint32_t* flag_ = nullptr;  // host view, written by the host only
+  CUdeviceptr flag_device_ = 0;             // device view, waited on
+  std::uint32_t generation_ = 0;
+  CUevent joined_ = nullptr;
+  CUevent copied_ = nullptr;
+  std::vector<PendingRelease> pending_;
+  std::vector<CUevent> spare_events_;
+  TransitStats stats_;
+};
+
+}  // namespace tidepool::residency

@@ -1,0 +1,408 @@
+// Specification: under a device budget with evict:on, live data larger than
+// the budget stays correct. Pages of idle blocks move to the pinned host
+// cache and come back on hints or when handed out again; kernels that touch
+// an evicted block still read and write the right bytes (over "PCIe", on the
+// sim: the host page mapped at the same address); the budget is never
+// exceeded, not even while moves are in flight; a full host cache is a clean
+// out-of-memory; a failed driver call on any move loses nothing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "runtime/allocator.hpp"
+#include "sim/sim_control.h"
+#include "support/sim_driver.hpp"
+
+namespace tidepool {
+namespace {
+
+using util::MiB;
+
+constexpr std::size_t kPage = 2 * MiB;
+
+// Kernels: fill a block with a pattern derived from a seed, and count the
+// words of a block that do not match one.
+std::uint32_t pattern(std::uint32_t seed, std::size_t i) {
+  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+}
+
+void fill_kernel(void** params, void* /*user*/) {
+  auto* words = *static_cast<std::uint32_t**>(params[0]);
+  const std::size_t count = *static_cast<std::size_t*>(params[1]);
+  const std::uint32_t seed = *static_cast<std::uint32_t*>(params[2]);
+  for (std::size_t i = 0; i < count; ++i) words[i] = pattern(seed, i);
+}
+
+void check_kernel(void** params, void* /*user*/) {
+  const auto* words = *static_cast<const std::uint32_t**>(params[0]);
+  const std::size_t count = *static_cast<std::size_t*>(params[1]);
+  const std::uint32_t seed = *static_cast<std::uint32_t*>(params[2]);
+  auto* errors = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) bad += words[i] != pattern(seed, i) ? 1 : 0;
+  errors->fetch_add(bad);
+}
+
+CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
+  CUfunction f = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
+  auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
+  EXPECT_EQ(reg(&f, fn, nullptr, params, sizes), CUDA_SUCCESS);
+  return f;
+}
+
+CUfunction fill_function() {
+  static CUfunction f = register_kernel(&fill_kernel, 3);
+  return f;
+}
+CUfunction check_function() {
+  static CUfunction f = register_kernel(&check_kernel, 4);
+  return f;
+}
+
+std::size_t sim_device_bytes() {
+  return testing::sim_control<decltype(&tidepool_sim_device_bytes_in_use)>("tidepool_sim_device_bytes_in_use")();
+}
+void inject_fault(const char* name, unsigned nth, CUresult result) {
+  testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")(name, nth, result);
+}
+void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
+
+// Watches the sim's device bytes on a thread for as long as it lives, and
+// remembers the most it saw.
+class BudgetWatch {
+ public:
+  BudgetWatch()
+      : thread_([this] {
+          while (!stop_.load()) {
+            const std::size_t now = sim_device_bytes();
+            std::size_t seen = peak_.load();
+            while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+        }) {}
+  ~BudgetWatch() { stop(); }
+  std::size_t stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    return peak_.load();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> peak_{0};
+  std::thread thread_;
+};
+
+enum class Touch { neither, hints };
+
+class Residency : public ::testing::Test {
+ protected:
+  void make(std::size_t limit, std::size_t host_cache = 0, bool complete_registry = true) {
+    runtime::AllocatorOptions options;
+    options.device_limit = limit;
+    options.evict = true;
+    options.residency.host_cache_bytes = host_cache;
+    auto created = runtime::Allocator::create(testing::sim_driver(), options);
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    allocator_ = std::move(created.value());
+    ASSERT_NE(allocator_->residency(), nullptr) << allocator_->eviction_off_reason();
+    allocator_->streams().set_complete(complete_registry);
+    scope_ = std::make_unique<driver::ScopedContext>(api(), allocator_->context());
+    ASSERT_EQ(api().streamCreate(&stream_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    allocator_->stream_created(stream_);
+  }
+  void TearDown() override {
+    clear_faults();
+    if (allocator_ == nullptr) return;
+    (void)api().ctxSynchronize();
+    allocator_->stream_destroying(stream_);
+    (void)api().streamDestroy(stream_);
+    scope_.reset();
+    allocator_.reset();
+  }
+  static const driver::Api& api() { return testing::sim_driver().api(); }
+
+  CUresult fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    return launch_fill(stream_, block, bytes, seed);
+  }
+  CUresult check(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    return launch_check(stream_, block, bytes, seed);
+  }
+  static CUresult launch_fill(CUstream stream, std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(block);
+    std::size_t count = bytes / 4;
+    void* params[] = {&words, &count, &seed};
+    return api().launchKernel(fill_function(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+  CUresult launch_check(CUstream stream, std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(block);
+    std::size_t count = bytes / 4;
+    std::atomic<std::uint64_t>* errors = &errors_;
+    void* params[] = {&words, &count, &seed, &errors};
+    return api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+  static std::uint64_t host_mismatches(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    const auto* words = reinterpret_cast<const std::uint32_t*>(block);
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < bytes / 4; ++i) bad += words[i] != pattern(seed, i) ? 1 : 0;
+    return bad;
+  }
+
+  // Live data of `blocks` x `bytes` under the budget: written by kernels,
+  // then touched in random order by kernels that check and rewrite it.
+  void run_integrity(std::size_t blocks, std::size_t bytes, Touch touch) {
+    BudgetWatch watch;
+    std::vector<std::uintptr_t> live;
+    std::vector<std::uint32_t> seeds;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      auto got = allocator_->allocate(bytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "block " << b << ": " << got.status().message();
+      live.push_back(got.value());
+      seeds.push_back(static_cast<std::uint32_t>(0x1000 + b));
+      ASSERT_EQ(fill(live.back(), bytes, seeds.back()), CUDA_SUCCESS);
+    }
+    std::mt19937 random(42);
+    for (int round = 0; round < 48; ++round) {
+      const std::size_t b = random() % blocks;
+      if (touch == Touch::hints) {
+        // Out of room is allowed: pages left on the host are still correct.
+        const util::Status hinted =
+            allocator_->pool().make_resident(live[b], bytes, reinterpret_cast<std::uintptr_t>(stream_));
+        ASSERT_TRUE(hinted.ok() || hinted.error() == util::Error::out_of_memory) << hinted.message();
+      }
+      ASSERT_EQ(check(live[b], bytes, seeds[b]), CUDA_SUCCESS);
+      seeds[b] += 7919;
+      ASSERT_EQ(fill(live[b], bytes, seeds[b]), CUDA_SUCCESS);
+      if (round % 8 == 7) {
+        // Fresh allocations keep evicting while the kernels run.
+        auto extra = allocator_->allocate(bytes, 0, false);
+        ASSERT_TRUE(extra.ok()) << extra.status().message();
+        ASSERT_EQ(fill(extra.value(), bytes, 99), CUDA_SUCCESS);
+        ASSERT_TRUE(allocator_->deallocate(extra.value(), 0, false).ok());
+      }
+    }
+    for (std::size_t b = 0; b < blocks; ++b) ASSERT_EQ(check(live[b], bytes, seeds[b]), CUDA_SUCCESS);
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+    for (std::size_t b = 0; b < blocks; ++b) {
+      EXPECT_EQ(host_mismatches(live[b], bytes, seeds[b]), 0u) << "block " << b;
+    }
+    const std::size_t peak = watch.stop();
+    EXPECT_LE(peak, allocator_->space().device_limit()) << "device bytes over the budget";
+    const auto stats = allocator_->residency()->stats();
+    EXPECT_GT(stats.evictions, 0u);
+    EXPECT_GE(stats.evicted_bytes, (blocks * bytes - allocator_->space().device_limit()));
+    if (touch == Touch::hints) {
+      EXPECT_GT(stats.prefetches, 0u);
+    }
+    EXPECT_LE(stats.host_cache_peak_bytes, stats.peak_evicted_bytes + stats.peak_evicted_bytes / 10);
+    for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
+  }
+
+  std::unique_ptr<runtime::Allocator> allocator_;
+  std::unique_ptr<driver::ScopedContext> scope_;
+  CUstream stream_ = nullptr;
+  std::atomic<std::uint64_t> errors_{0};
+};
+
+TEST_F(Residency, LiveDataFourTimesTheBudgetStaysIntactTouchedByKernels) {
+  make(16 * MiB);
+  run_integrity(8, 8 * MiB, Touch::neither);
+}
+
+TEST_F(Residency, LiveDataFourTimesTheBudgetStaysIntactWithHints) {
+  make(16 * MiB);
+  run_integrity(8, 8 * MiB, Touch::hints);
+}
+
+TEST_F(Residency, WithoutACompleteRegistryMovesFallBackToASynchronisationAndStayIntact) {
+  make(16 * MiB, 0, /*complete_registry=*/false);
+  run_integrity(8, 8 * MiB, Touch::hints);
+  EXPECT_GT(allocator_->residency()->stats().fallbacks, 0u);
+}
+
+TEST_F(Residency, AnEvictedBlockKeepsItsAddressAndComesBackWhenHinted) {
+  make(8 * MiB);
+  auto a = allocator_->allocate(6 * MiB, 0, false);
+  ASSERT_TRUE(a.ok());
+  std::memset(reinterpret_cast<void*>(a.value()), 0x11, 6 * MiB);
+  auto b = allocator_->allocate(6 * MiB, 0, false);  // needs a's pages
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  std::memset(reinterpret_cast<void*>(b.value()), 0x22, 6 * MiB);
+  const auto before = allocator_->pool().stats();
+  EXPECT_GT(before.host_pages, 0u);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(a.value());
+  for (std::size_t i = 0; i < 6 * MiB; i += 4096) ASSERT_EQ(bytes[i], 0x11) << i;
+  ASSERT_TRUE(allocator_->pool().advise(a.value(), 6 * MiB, pool::Pool::Advice::will_need).ok());
+  EXPECT_GT(allocator_->residency()->stats().prefetches, 0u);
+  (void)api().ctxSynchronize();
+  for (std::size_t i = 0; i < 6 * MiB; ++i) ASSERT_EQ(bytes[i], 0x11) << i;
+  const auto* other = reinterpret_cast<const unsigned char*>(b.value());
+  for (std::size_t i = 0; i < 6 * MiB; ++i) ASSERT_EQ(other[i], 0x22) << i;
+  EXPECT_LE(allocator_->pool().stats().reserved_bytes, 8 * MiB);
+}
+
+TEST_F(Residency, KeepResidentBlocksAreNeverEvicted) {
+  make(8 * MiB);
+  auto keep = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(keep.ok());
+  ASSERT_TRUE(allocator_->pool().advise(keep.value(), 1, pool::Pool::Advice::keep_resident).ok());
+  auto other = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(other.ok());
+  auto more = allocator_->allocate(4 * MiB, 0, false);  // must evict `other`, not `keep`
+  ASSERT_TRUE(more.ok()) << more.status().message();
+  space::Reservation* r = nullptr;
+  for (const auto& reservation : allocator_->space().reservations()) {
+    if (reservation->contains(keep.value())) r = reservation.get();
+  }
+  ASSERT_NE(r, nullptr);
+  const auto [first, end] = r->whole_pages(keep.value(), 4 * MiB);
+  for (std::size_t p = first; p < end; ++p) EXPECT_EQ(r->page(p).residency, space::Residency::device);
+  // With every block kept resident there is nothing to evict: the next
+  // request is refused cleanly.
+  ASSERT_TRUE(allocator_->pool().advise(more.value(), 1, pool::Pool::Advice::keep_resident).ok());
+  auto refused = allocator_->allocate(4 * MiB, 0, false);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().error(), util::Error::out_of_memory);
+}
+
+TEST_F(Residency, WontNeedBlocksGoFirst) {
+  make(8 * MiB);
+  auto a = allocator_->allocate(4 * MiB, 0, false);
+  auto b = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(allocator_->pool().advise(b.value(), 1, pool::Pool::Advice::wont_need).ok());
+  auto c = allocator_->allocate(4 * MiB, 0, false);
+  ASSERT_TRUE(c.ok());
+  const auto residency_of = [&](std::uintptr_t block) {
+    for (const auto& reservation : allocator_->space().reservations()) {
+      if (reservation->contains(block)) return reservation->page(reservation->page_of(block)).residency;
+    }
+    return space::Residency::unmapped;
+  };
+  EXPECT_EQ(residency_of(b.value()), space::Residency::host);
+  EXPECT_EQ(residency_of(a.value()), space::Residency::device);
+}
+
+TEST_F(Residency, AFullHostCacheIsACleanOutOfMemoryAndLosesNothing) {
+  make(8 * MiB, /*host_cache=*/4 * MiB);
+  std::vector<std::uintptr_t> live;
+  util::Status refused;
+  for (int i = 0; i < 8; ++i) {
+    auto got = allocator_->allocate(4 * MiB, 0, false);
+    if (!got.ok()) {
+      refused = got.status();
+      break;
+    }
+    std::memset(reinterpret_cast<void*>(got.value()), 0x30 + i, 4 * MiB);
+    live.push_back(got.value());
+  }
+  // 8 MiB on the device and 4 MiB on the host: the fourth block is refused.
+  EXPECT_EQ(live.size(), 3u);
+  EXPECT_EQ(refused.error(), util::Error::out_of_memory);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(live[i]);
+    for (std::size_t k = 0; k < 4 * MiB; k += 512) ASSERT_EQ(bytes[k], 0x30 + i) << "block " << i;
+  }
+  EXPECT_GT(allocator_->residency()->stats().host_cache_full, 0u);
+  // Usable afterwards: a free makes room.
+  ASSERT_TRUE(allocator_->deallocate(live.back(), 0, false).ok());
+  live.pop_back();
+  auto again = allocator_->allocate(4 * MiB, 0, false);
+  EXPECT_TRUE(again.ok()) << again.status().message();
+}
+
+// Device memory is written and read only by device work (kernels here), as
+// on a real GPU, where the host cannot touch it directly: the gate orders
+// each move against every stream's work, whichever thread queued it.
+TEST_F(Residency, EvictionsRunBesideFreesAndAllocationsOnOtherThreads) {
+  make(16 * MiB);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      driver::ScopedContext scope(api(), allocator_->context());
+      CUstream stream = nullptr;
+      if (api().streamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        failures++;
+        return;
+      }
+      allocator_->stream_created(stream);
+      std::mt19937 random(static_cast<unsigned>(t));
+      std::vector<std::pair<std::uintptr_t, std::uint32_t>> mine;
+      constexpr std::size_t kBytes = 4 * MiB;
+      for (int step = 0; step < 30; ++step) {
+        if (mine.size() < 3 || random() % 2 == 0) {
+          auto got = allocator_->allocate(kBytes, 0, false);
+          if (!got.ok()) continue;  // the budget may be short at a moment: every other block kept resident
+          const auto seed = static_cast<std::uint32_t>(t * 1000 + step);
+          if (launch_fill(stream, got.value(), kBytes, seed) != CUDA_SUCCESS) failures++;
+          mine.emplace_back(got.value(), seed);
+        } else {
+          const std::size_t i = random() % mine.size();
+          if (launch_check(stream, mine[i].first, kBytes, mine[i].second) != CUDA_SUCCESS) failures++;
+          if (!allocator_->deallocate(mine[i].first, 0, false).ok()) failures++;
+          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+      for (auto& [p, seed] : mine) {
+        if (launch_check(stream, p, kBytes, seed) != CUDA_SUCCESS) failures++;
+        if (!allocator_->deallocate(p, 0, false).ok()) failures++;
+      }
+      if (api().streamSynchronize(stream) != CUDA_SUCCESS) failures++;
+      allocator_->stream_destroying(stream);
+      (void)api().streamDestroy(stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_GT(allocator_->residency()->stats().evictions, 0u);
+}
+
+// Each driver call on the move paths fails once, at each of its first calls
+// in turn; the data survives and the allocator keeps working.
+TEST_F(Residency, AFailedDriverCallOnAMoveLosesNothing) {
+  const char* calls[] = {"cuMemcpyDtoDAsync_v2", "cuMemMap",        "cuMemUnmap",         "cuMemCreate",
+                         "cuMemSetAccess",       "cuEventRecord",   "cuEventSynchronize", "cuStreamWaitValue32_v2",
+                         "cuStreamWaitEvent",    "cuCtxSynchronize"};
+  for (const char* call : calls) {
+    for (unsigned nth = 1; nth <= 3; ++nth) {
+      SCOPED_TRACE(std::string(call) + " #" + std::to_string(nth));
+      make(8 * MiB);
+      auto a = allocator_->allocate(6 * MiB, 0, false);
+      ASSERT_TRUE(a.ok());
+      std::memset(reinterpret_cast<void*>(a.value()), 0x41, 6 * MiB);
+      inject_fault(call, nth, CUDA_ERROR_UNKNOWN);
+      auto b = allocator_->allocate(6 * MiB, 0, false);  // evicts a (or fails cleanly)
+      if (b.ok()) std::memset(reinterpret_cast<void*>(b.value()), 0x42, 6 * MiB);
+      (void)allocator_->pool().advise(a.value(), 6 * MiB, pool::Pool::Advice::will_need);
+      clear_faults();  // the test's own synchronisation must not be the call that fails
+      ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+      const auto* bytes = reinterpret_cast<const unsigned char*>(a.value());
+      for (std::size_t k = 0; k < 6 * MiB; k += 512) ASSERT_EQ(bytes[k], 0x41) << k;
+      if (b.ok()) {
+        const auto* other = reinterpret_cast<const unsigned char*>(b.value());
+        for (std::size_t k = 0; k < 6 * MiB; k += 512) ASSERT_EQ(other[k], 0x42) << k;
+        ASSERT_TRUE(allocator_->deallocate(b.value(), 0, false).ok());
+      }
+      // Still usable: another eviction round works.
+      auto c = allocator_->allocate(6 * MiB, 0, false);
+      ASSERT_TRUE(c.ok()) << c.status().message();
+      ASSERT_TRUE(allocator_->deallocate(c.value(), 0, false).ok());
+      ASSERT_TRUE(allocator_->deallocate(a.value(), 0, false).ok());
+      TearDown();
+      allocator_.reset();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tidepool
