@@ -20,6 +20,9 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shared, CUstream stream, void** params, void** extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
 // The destroy of CUDA before 4.0, which cuda.h renames away; drivers still
 // export it and cuGetProcAddress hands it out for old versions.
 CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy");
@@ -35,7 +38,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemAllocPitch_v2)       \
   X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)     \
   X(cuPointerGetAttributes) X(cuStreamCreate) X(cuStreamCreateWithPriority)  \
-  X(cuGreenCtxStreamCreate) X(cuStreamDestroy_v2)
+  X(cuGreenCtxStreamCreate) X(cuStreamDestroy_v2) X(cuLaunchKernel)         \
+  X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {

@@ -395,6 +395,14 @@ util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes
   block->is_free = true;
   segment->first = block;
   arena.segments.push_back(segment.get());
+  // Segments only grow the span (a trimmed chunk leaves it wide): the span
+  // is a pre-check, and a stale one costs a locked lookup, never an answer.
+  if (block->address < span_begin_.load(std::memory_order_relaxed)) {
+    span_begin_.store(block->address, std::memory_order_relaxed);
+  }
+  if (block->address + block->size > span_end_.load(std::memory_order_relaxed)) {
+    span_end_.store(block->address + block->size, std::memory_order_relaxed);
+  }
   segments_.push_back(std::move(segment));
   arena.index.insert(block);
   return util::Status::success();
@@ -421,10 +429,7 @@ util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std:
 util::Status Pool::bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                      std::uintptr_t stream) {
   if (r.is_chunk() || length == 0) return util::Status::success();
-  std::size_t on_host = 0;
-  for (std::size_t p = r.page_of(begin); p <= r.page_of(begin + length - 1); ++p) {
-    on_host += r.page(p).residency == space::Residency::host ? 1 : 0;
-  }
+  const std::size_t on_host = host_pages_in(r, begin, length);
   if (on_host == 0) return util::Status::success();
   driver::ScopedContext scope(api_, context_);
   if (space_.available_pages() < on_host) {
@@ -437,6 +442,34 @@ util::Status Pool::bring_back_locked(space::Reservation& r, std::uintptr_t begin
   util::Status s = mover_->bring_back(r, begin, length, stream);
   stats_.host_pages = space_.host_pages();
   return s;
+}
+
+std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
+  if (r.is_chunk() || length == 0) return 0;
+  std::size_t on_host = 0;
+  for (std::size_t p = r.page_of(begin); p <= r.page_of(begin + length - 1); ++p) {
+    on_host += r.page(p).residency == space::Residency::host ? 1 : 0;
+  }
+  return on_host;
+}
+
+bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
+                          std::size_t* still_on_host) {
+  *host_pages = 0;
+  *still_on_host = 0;
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_.find(address);
+  if (block == nullptr) block = live_block_containing(address);
+  if (block == nullptr) return false;
+  block->last_use = ++use_clock_;
+  if (mover_ == nullptr || space_.host_pages() == 0) return true;
+  space::Reservation& r = *block->segment->reservation;
+  *host_pages = host_pages_in(r, block->address, block->size);
+  if (*host_pages == 0) return true;
+  driver::ScopedContext scope(api_, context_);
+  (void)bring_back_locked(r, block->address, block->size, stream);
+  *still_on_host = host_pages_in(r, block->address, block->size);
+  return true;
 }
 
 std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {

@@ -62,6 +62,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -209,6 +210,19 @@ class Pool {
   // them from eviction until freed. invalid_value when no live block holds
   // `address`.
   enum class Advice { will_need, wont_need, keep_resident };
+  // For launch scans, without the lock: whether `address` lies within the
+  // span of this pool's segments (a pre-check; use_for_launch decides).
+  [[nodiscard]] bool may_own(std::uintptr_t address) const noexcept {
+    return address >= span_begin_.load(std::memory_order_relaxed) &&
+           address < span_end_.load(std::memory_order_relaxed);
+  }
+  // A kernel launch passes `address`: the live block holding it is marked
+  // used, and its pages on the host come back before work queued later (on
+  // any stream). `host_pages` receives how many of its pages were on the
+  // host, `still_on_host` how many stayed there (no room). False when no
+  // live block holds `address`.
+  bool use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
+                      std::size_t* still_on_host);
   util::Status advise(std::uintptr_t address, std::size_t bytes, Advice advice);
 
   // Waits for deferred frees, unmaps every idle page and releases every spare
@@ -299,6 +313,7 @@ class Pool {
   // cannot come back stay on the host, where they are still correct.
   util::Status bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                  std::uintptr_t stream);
+  static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // Moves live blocks' pages to the host until `pages` device pages are
   // spare (sparing [keep_begin, keep_end)); returns how many it freed.
   std::size_t evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end);
@@ -318,6 +333,8 @@ class Pool {
   std::unique_ptr<PlacementPolicy> policy_;
   StreamRegistry& registry_;
   PageMover* mover_ = nullptr;
+  std::atomic<std::uintptr_t> span_begin_{UINTPTR_MAX};  // the segments' lowest and highest address
+  std::atomic<std::uintptr_t> span_end_{0};
   std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
 

@@ -149,6 +149,8 @@ ResidencyStats Residency::stats() const {
     std::lock_guard<std::mutex> guard(stats_lock_);
     s = counters_;
   }
+  s.launch_prefetches = launch_prefetches_.load(std::memory_order_relaxed);
+  s.host_resident_launches = host_resident_launches_.load(std::memory_order_relaxed);
   const HostCacheStats cache = cache_->stats();
   s.host_cache_bytes = cache.held_bytes;
   s.host_cache_peak_bytes = cache.peak_held_bytes;

@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,7 +51,8 @@ struct ResidencyStats {
   std::uint64_t evicted_bytes = 0;
   std::uint64_t prefetches = 0;  // bring-backs that moved pages
   std::uint64_t prefetched_bytes = 0;
-  std::uint64_t host_resident_launches = 0;  // launches seen reading host pages (prefetch:launch)
+  std::uint64_t host_resident_launches = 0;  // launches that read host pages: no room to bring them back (prefetch:launch)
+  std::uint64_t launch_prefetches = 0;       // launches whose blocks' host pages were brought back first
   std::uint64_t host_resident_bytes = 0;  // pool bytes on host pages now
   std::uint64_t host_cache_bytes = 0;     // pinned now
   std::uint64_t host_cache_peak_bytes = 0;
@@ -85,6 +87,13 @@ class Residency final : public pool::PageMover {
   void collect_released_host_pages() override;
 
   [[nodiscard]] ResidencyStats stats() const;
+  // A scanned launch (prefetch:launch) found pages of its blocks on the
+  // host: `brought_back` some came back before it, `still_on_host` some
+  // stay there and it reads them over PCIe.
+  void note_launch(bool brought_back, bool still_on_host) noexcept {
+    if (brought_back) launch_prefetches_.fetch_add(1, std::memory_order_relaxed);
+    if (still_on_host) host_resident_launches_.fetch_add(1, std::memory_order_relaxed);
+  }
   [[nodiscard]] std::string_view policy_name() const { return policy_->name(); }
 
  private:
@@ -99,6 +108,8 @@ class Residency final : public pool::PageMover {
   std::unique_ptr<EvictionPolicy> policy_;
   ResidencyOptions options_;
 
+  std::atomic<std::uint64_t> launch_prefetches_{0};
+  std::atomic<std::uint64_t> host_resident_launches_{0};
   mutable std::mutex stats_lock_;  // the counters below; the rest is under the pool's lock
   ResidencyStats counters_;
   std::vector<EvictionCandidate> ordered_;  // evict()'s scratch

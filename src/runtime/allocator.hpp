@@ -76,6 +76,7 @@ class Allocator {
   [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_; }
   // Null without eviction.
   [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }
+  [[nodiscard]] residency::Residency* residency() noexcept { return residency_.get(); }
   [[nodiscard]] const std::string& eviction_off_reason() const noexcept { return eviction_off_reason_; }
 
  private:

@@ -52,6 +52,7 @@ std::string report_json(const Report& report) {
     out["prefetches"] = r.prefetches;
     out["prefetched_bytes"] = r.prefetched_bytes;
     out["host_resident_launches"] = r.host_resident_launches;
+    out["launch_prefetches"] = r.launch_prefetches;
     out["host_resident_bytes"] = r.host_resident_bytes;
     out["peak_evicted_bytes"] = r.peak_evicted_bytes;
     out["host_cache_bytes"] = r.host_cache_bytes;

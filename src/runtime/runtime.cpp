@@ -63,8 +63,11 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
                 recorder.status().message());
     }
   }
-  if (config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn) {
-    log_warn("prefetch:launch and prefetch:learn are not available in this build yet; prefetching on hints");
+  if (config_.evict && (config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn)) {
+    launch_scanner_ = std::make_unique<residency::LaunchScanner>(driver_->api());
+    if (config_.prefetch == PrefetchMode::learn) {
+      log_warn("prefetch:learn is not available in this build yet; prefetching on launches and hints");
+    }
   }
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
@@ -158,6 +161,28 @@ Allocator* Runtime::allocator(int device) {
            allocator->space().device_limit(), allocator->space().page_size());
   allocators_[device].store(allocator, std::memory_order_release);
   return allocator;
+}
+
+void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream) {
+  if (launch_scanner_ == nullptr) return;
+  Allocator* touched = nullptr;
+  bool brought_back = false;
+  bool still_on_host = false;
+  launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+    for (auto& slot : allocators_) {
+      Allocator* a = slot.load(std::memory_order_acquire);
+      if (a == nullptr || a->residency() == nullptr || !a->pool().may_own(word)) continue;
+      std::size_t host_pages = 0;
+      std::size_t left = 0;
+      if (a->pool().use_for_launch(word, reinterpret_cast<std::uintptr_t>(stream), &host_pages, &left)) {
+        touched = a;
+        brought_back = brought_back || host_pages > left;
+        still_on_host = still_on_host || left > 0;
+      }
+      return;
+    }
+  });
+  if (touched != nullptr && (brought_back || still_on_host)) touched->residency()->note_launch(brought_back, still_on_host);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {

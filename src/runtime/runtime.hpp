@@ -30,6 +30,7 @@
 #include <string>
 
 #include "driver/driver.hpp"
+#include "residency/launch_scan.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
@@ -89,6 +90,13 @@ class Runtime {
   // Null in pass-through mode.
   [[nodiscard]] pool::StreamRegistry* streams() const noexcept { return streams_.get(); }
 
+  // Launch prefetch (TIDEPOOL_CONF prefetch:launch or learn, with eviction):
+  // the preload's launch hooks call before_launch() with each launch's
+  // arguments; the pool blocks it passes are marked used, and their pages
+  // on the host come back before it runs.
+  [[nodiscard]] bool launch_prefetch() const noexcept { return launch_scanner_ != nullptr; }
+  void before_launch(CUfunction function, void** params, void** extra, CUstream stream);
+
   [[nodiscard]] Report report() const;
   // Writes the report to `path`, or to the configured path when empty.
   util::Status write_report(const std::string& path = {}) const;
@@ -103,6 +111,7 @@ class Runtime {
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;           // outlives the allocators: ~Runtime deletes them first
   std::unique_ptr<pool::StreamRegistry> streams_;  // likewise
+  std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with prefetch:launch/learn and evict:on
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   std::array<std::atomic<bool>, kMaxDevices> failed_{};

@@ -109,6 +109,25 @@ std::vector<std::map<std::uintptr_t, Mapping>::iterator> covering(State& s, std:
   return out;
 }
 
+// The allocation or mapping holding `address`, if any. Locked.
+const Allocation* allocation_at(const State& s, std::uintptr_t address, std::uintptr_t* base) {
+  auto a = s.allocations.upper_bound(address);
+  if (a == s.allocations.begin()) return nullptr;
+  --a;
+  if (address >= a->first + a->second.size) return nullptr;
+  *base = a->first;
+  return &a->second;
+}
+
+const Mapping* mapping_at(const State& s, std::uintptr_t address, std::uintptr_t* base) {
+  auto m = s.mappings.upper_bound(address);
+  if (m == s.mappings.begin()) return nullptr;
+  --m;
+  if (address >= m->first + m->second.size) return nullptr;
+  *base = m->first;
+  return &m->second;
+}
+
 }  // namespace
 
 // --- cuMemAlloc family --------------------------------------------------------------------------
@@ -249,6 +268,23 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemHostAlloc(void** pp, std::size_t bytes, unsign
   return r;
 }
 
+// Unified addressing: pinned host memory is mapped into the device's
+// address space at its host address whatever the allocation flags, so the
+// device pointer is the host pointer.
+TIDEPOOL_SIM_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int flags) {
+  if (CUresult r = enter_initialized("cuMemHostGetDevicePointer_v2"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pdptr == nullptr || p == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uintptr_t base = 0;
+  const Allocation* a = allocation_at(s, address, &base);
+  if (a == nullptr || a->kind != AllocationKind::host) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = static_cast<CUdeviceptr>(address);
+  return CUDA_SUCCESS;
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuMemFreeHost(void* p) {
   if (CUresult r = enter_initialized("cuMemFreeHost"); r != CUDA_SUCCESS) return r;
   if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
@@ -374,6 +410,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
                         static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   physical->maps++;
+  if (!physical->on_device) s.host_mappings.fetch_add(1);
   s.mappings[address] = Mapping{size, physical, offset, false, ++s.next_buffer_id};
   return CUDA_SUCCESS;
 }
@@ -388,6 +425,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   for (auto it : pieces) {
     Physical* physical = it->second.physical;
+    if (!physical->on_device) s.host_mappings.fetch_sub(1);
     s.mappings.erase(it);
     if (--physical->maps == 0 && physical->released) destroy_physical(s, physical);
   }
@@ -413,6 +451,45 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
   return CUDA_SUCCESS;
 }
 
+// --- where memory lives, for copies, launches and stream memory operations ---------------------------
+
+namespace tidepool::sim {
+
+bool host_located(std::uintptr_t address) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uintptr_t base = 0;
+  if (const Allocation* a = allocation_at(s, address, &base)) return a->kind == AllocationKind::host;
+  if (const Mapping* m = mapping_at(s, address, &base)) return !m->physical->on_device;
+  return !in_reservation(s, address, 1);
+}
+
+bool any_host_mapped(const std::uint64_t* values, std::size_t count) {
+  State& s = state();
+  if (count == 0 || s.host_mappings.load() == 0) return false;
+  std::lock_guard<std::mutex> guard(s.lock);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uintptr_t base = 0;
+    const Mapping* m = mapping_at(s, static_cast<std::uintptr_t>(values[i]), &base);
+    if (m != nullptr && !m->physical->on_device) return true;
+  }
+  return false;
+}
+
+bool device_reachable(std::uintptr_t address, std::size_t bytes) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uintptr_t base = 0;
+  if (const Allocation* a = allocation_at(s, address, &base)) {
+    // The stream memory operations refuse managed memory.
+    return a->kind != AllocationKind::managed && bytes <= base + a->size - address;
+  }
+  if (const Mapping* m = mapping_at(s, address, &base)) return bytes <= base + m->size - address;
+  return false;
+}
+
+}  // namespace tidepool::sim
+
 // --- address queries -----------------------------------------------------------------------------
 
 namespace {
@@ -422,29 +499,19 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
             int* device = nullptr, std::uint64_t* buffer_id = nullptr) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
-  auto a = s.allocations.upper_bound(address);
-  if (a != s.allocations.begin()) {
-    --a;
-    if (address < a->first + a->second.size) {
-      *base = a->first;
-      *size = a->second.size;
-      *kind = a->second.kind;
-      if (device != nullptr) *device = a->second.device;
-      if (buffer_id != nullptr) *buffer_id = a->second.buffer_id;
-      return true;
-    }
+  if (const Allocation* a = allocation_at(s, address, base)) {
+    *size = a->size;
+    *kind = a->kind;
+    if (device != nullptr) *device = a->device;
+    if (buffer_id != nullptr) *buffer_id = a->buffer_id;
+    return true;
   }
-  auto m = s.mappings.upper_bound(address);
-  if (m != s.mappings.begin()) {
-    --m;
-    if (address < m->first + m->second.size) {
-      *base = m->first;
-      *size = m->second.size;
-      *kind = m->second.physical->on_device ? AllocationKind::device : AllocationKind::host;
-      if (device != nullptr) *device = m->second.physical->device;
-      if (buffer_id != nullptr) *buffer_id = m->second.buffer_id;
-      return true;
-    }
+  if (const Mapping* m = mapping_at(s, address, base)) {
+    *size = m->size;
+    *kind = m->physical->on_device ? AllocationKind::device : AllocationKind::host;
+    if (device != nullptr) *device = m->physical->device;
+    if (buffer_id != nullptr) *buffer_id = m->buffer_id;
+    return true;
   }
   return false;
 }

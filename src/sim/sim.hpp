@@ -42,6 +42,15 @@ CUresult cuStreamBeginCapture(CUstream stream);
 CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id);
 CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                                    const CUgraphNode** dependencies, std::size_t* count);
+// Per-thread-default-stream variants, which cuda.h declares only for the
+// driver's own build.
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned shared_bytes, CUstream stream, void** params, void** extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
+CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
+CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
+CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
 }
 
 namespace tidepool::sim {
@@ -90,7 +99,10 @@ struct Event {
   std::uint64_t sequence = 0;
   std::shared_ptr<Capture> capture;   // set when last recorded in a capture
   std::vector<CUgraphNode> frontier;  // the captured work the record covers
-  std::atomic<std::int64_t> completed_at_ns{0};
+  // Shared with the record's stream work, so that cuEventDestroy can return
+  // at once, as the driver does, while that work is still queued (behind a
+  // cuStreamWaitValue32 that may never be satisfied, say).
+  std::shared_ptr<std::atomic<std::int64_t>> completed_at = std::make_shared<std::atomic<std::int64_t>>(0);
   unsigned flags = 0;
 };
 
@@ -200,6 +212,16 @@ struct State {
   // tidepool_sim_set_records_wait: cuEventRecord returns once its event is
   // complete, so tools that launch no work see the same answers every run.
   std::atomic<bool> records_wait{false};
+  // The host<->device copy model: GB/s (1e9 bytes/s) each copy gets, 0 for
+  // unlimited; read when a copy is enqueued (TIDEPOOL_SIM_COPY_GBPS,
+  // tidepool_sim_set_copy_gbps). Bytes are counted when a copy runs.
+  std::atomic<double> copy_gbps{0};
+  std::atomic<std::uint64_t> copied_to_device{0};
+  std::atomic<std::uint64_t> copied_to_host{0};
+  // VMM mappings of host-located memory. While there are none, a launch
+  // need not scan its parameters for pointers into them.
+  std::atomic<std::size_t> host_mappings{0};
+  std::atomic<std::uint64_t> host_resident_launches{0};
   // Signalled whenever any stream finishes an item; waiters re-check.
   std::mutex progress_lock;
   std::condition_variable progress;
@@ -248,5 +270,16 @@ void synchronize_all();
 // (memory.cpp); graph destruction uses it for its memory nodes.
 CUresult release_device_allocation(std::uintptr_t base);
 std::int64_t now_ns();
+// Where a copy engine finds the bytes at `address` (memory.cpp): on the
+// host for pinned allocations, host-located VMM mappings and anything the
+// sim did not allocate (pageable memory); on the device for cuMemAlloc
+// memory, device-located mappings and unmapped reserved VA.
+bool host_located(std::uintptr_t address);
+// Whether any of `values`, read as an address, lies in a VA range mapped to
+// host-located physical memory.
+bool any_host_mapped(const std::uint64_t* values, std::size_t count);
+// Whether [address, address + bytes) lies inside one allocation or VMM
+// mapping the device can reach: device, pinned host, or mapped memory.
+bool device_reachable(std::uintptr_t address, std::size_t bytes);
 
 }  // namespace tidepool::sim

@@ -48,6 +48,23 @@ uint64_t tidepool_sim_call_count(const char* name);
  * the stream still runs. A real capture is cuStreamBeginCapture. */
 void tidepool_sim_set_capturing(CUstream stream, int capturing);
 
+/* Host<->device copy bandwidth in GB/s (1e9 bytes/s); 0 (or a negative or
+ * non-finite value) is unlimited, the default unless TIDEPOOL_SIM_COPY_GBPS
+ * says otherwise. A copy between host memory (pageable, pinned, or VA mapped
+ * to host-located physical memory) and device memory enqueued after this call
+ * takes at least bytes / bandwidth of its stream's time. Each stream copies at
+ * the full bandwidth: concurrent copies do not share the link. Copies within
+ * the device or within the host are never slowed. */
+void tidepool_sim_set_copy_gbps(double gbps);
+/* Bytes copied so far from host to device memory (to_device non-zero) or
+ * from device to host memory, counted as the copies run. */
+uint64_t tidepool_sim_copied_bytes(int to_device);
+
+/* Kernel executions so far whose arguments held, in some 8-byte-aligned word
+ * of some parameter, an address inside VA mapped to host-located physical
+ * memory (what a GPU would read over the bus). Counted as the kernels run. */
+uint64_t tidepool_sim_host_resident_launches(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,9 @@
 //   TIDEPOOL_SIM_GRANULARITY  VMM granularity (default 2 MiB)
 //   TIDEPOOL_SIM_DEVICES      device count (default 1)
 //   TIDEPOOL_SIM_FAULTS       name:nth:result,... e.g. cuMemCreate:3:2
+//   TIDEPOOL_SIM_COPY_GBPS    host<->device copy bandwidth in GB/s (1e9 bytes/s),
+//                             e.g. 25 or 0.5; unset, 0 or not a number: unlimited
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -64,6 +67,19 @@ void parse_faults(State& s, const char* text) {
   }
 }
 
+// A bandwidth in GB/s. Anything but a whole non-negative finite number is
+// ignored (unlimited): the sim has no channel to complain on that a program
+// under test would not see as its own output.
+double parse_gbps(const char* text) {
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text) return 0;
+  while (*end == ' ') ++end;
+  if (*end != '\0' || !std::isfinite(value) || value < 0) return 0;
+  return value;
+}
+
 void configure_from_environment(State& s) {
   s.capacity = parse_bytes(std::getenv("TIDEPOOL_SIM_MEMORY"), std::size_t{16} << 30);
   s.granularity = parse_bytes(std::getenv("TIDEPOOL_SIM_GRANULARITY"), std::size_t{2} << 20);
@@ -73,6 +89,7 @@ void configure_from_environment(State& s) {
   const char* devices = std::getenv("TIDEPOOL_SIM_DEVICES");
   s.device_count = devices != nullptr ? std::max(1, std::atoi(devices)) : 1;
   parse_faults(s, std::getenv("TIDEPOOL_SIM_FAULTS"));
+  s.copy_gbps.store(parse_gbps(std::getenv("TIDEPOOL_SIM_COPY_GBPS")));
 }
 
 }  // namespace
@@ -210,7 +227,13 @@ TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    // cuStreamWaitValue32/64 (every condition) and cuStreamWriteValue32/64.
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: *value = 1; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = 0; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; return CUDA_SUCCESS;
@@ -427,4 +450,17 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_call_count(const char* name) {
   std::lock_guard<std::mutex> guard(s.lock);
   auto it = s.calls.find(name != nullptr ? name : "");
   return it == s.calls.end() ? 0 : it->second;
+}
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_set_copy_gbps(double gbps) {
+  state().copy_gbps.store(std::isfinite(gbps) && gbps > 0 ? gbps : 0);
+}
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_copied_bytes(int to_device) {
+  const State& s = state();
+  return (to_device != 0 ? s.copied_to_device : s.copied_to_host).load();
+}
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
+  return state().host_resident_launches.load();
 }

@@ -44,7 +44,13 @@
 //    capture) releases what the graph both allocated and freed.
 // tidepool_sim_set_capturing only forces the status cuStreamIsCapturing and
 // cuStreamGetCaptureInfo report; work still runs.
+//
+// Copies between host and device memory (see host_located) take
+// bytes / TIDEPOOL_SIM_COPY_GBPS of their stream's time when a bandwidth is
+// set. A kernel whose arguments hold an address in host-located VMM memory
+// is counted (tidepool_sim_host_resident_launches) when it runs.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unordered_set>
 
@@ -765,8 +771,8 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventDestroy(CUevent event) {
     owned = std::move(it->second);
     s.events.erase(it);
   }
-  // Work that will stamp the event still holds it; let it finish first.
-  if (owned->stream) owned->stream->wait_for(owned->sequence);
+  // Returns at once, as the driver does: the record's stream work holds
+  // only the completion stamp, never the event.
   return CUDA_SUCCESS;
 }
 
@@ -791,10 +797,10 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventRecord(CUevent event, CUstream handle) {
       return CUDA_SUCCESS;
     }
   }
-  const std::int64_t before = e->completed_at_ns.exchange(0);
-  Submitted sub = submit(stream, [e] { e->completed_at_ns.store(now_ns()); });
+  const std::int64_t before = e->completed_at->exchange(0);
+  Submitted sub = submit(stream, [stamp = e->completed_at] { stamp->store(now_ns()); });
   if (sub.result != CUDA_SUCCESS) {
-    e->completed_at_ns.store(before);
+    e->completed_at->store(before);
     return sub.result;
   }
   {
@@ -848,7 +854,7 @@ CUresult elapsed_time(float* ms, CUevent start, CUevent end) {
   const EventView vb = view(*b);
   if (va.captured || vb.captured) return CUDA_ERROR_CAPTURED_EVENT;
   if (!va.complete() || !vb.complete()) return CUDA_ERROR_NOT_READY;
-  *ms = static_cast<float>(b->completed_at_ns.load() - a->completed_at_ns.load()) / 1e6F;
+  *ms = static_cast<float>(b->completed_at->load() - a->completed_at->load()) / 1e6F;
   return CUDA_SUCCESS;
 }
 
@@ -910,10 +916,27 @@ TIDEPOOL_SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, std::size_t ind
   return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                            unsigned by, unsigned bz, unsigned /*shared_bytes*/, CUstream handle,
-                                            void** params, void** extra) {
-  if (CUresult r = enter_initialized("cuLaunchKernel"); r != CUDA_SUCCESS) return r;
+namespace {
+
+// Whether a launch's arguments hold an address in host-located VMM memory:
+// every 8-byte-aligned word of every parameter counts, so a pointer inside a
+// struct argument does too. The kernel would read that memory over the bus.
+bool reaches_host_memory(const std::vector<std::vector<unsigned char>>& arguments) {
+  if (state().host_mappings.load() == 0) return false;  // the common case: nothing to find
+  std::vector<std::uint64_t> words;
+  for (const auto& argument : arguments) {
+    for (std::size_t at = 0; at + sizeof(std::uint64_t) <= argument.size(); at += sizeof(std::uint64_t)) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, argument.data() + at, sizeof word);
+      words.push_back(word);
+    }
+  }
+  return any_host_mapped(words.data(), words.size());
+}
+
+// cuLaunchKernel and its variants, once the fault check is passed.
+CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       CUstream handle, void** params, void** extra) {
   if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Kernel* k = find_kernel(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -929,6 +952,8 @@ TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned 
   }
   return submit(stream,
                 [k, copies = std::move(copies)]() mutable {
+                  // Judged when the kernel runs: what is mapped then is what it would read.
+                  if (reaches_host_memory(copies)) state().host_resident_launches.fetch_add(1);
                   std::vector<void*> pointers;
                   for (auto& c : copies) pointers.push_back(c.data());
                   k->fn(pointers.data(), k->user_data);
@@ -936,16 +961,84 @@ TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned 
       .result;
 }
 
+CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {
+  // The attributes change nothing the sim models, but must be readable.
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  CUstream handle = config->hStream;
+  if (per_thread && handle == nullptr) handle = CU_STREAM_PER_THREAD;
+  return launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                       config->blockDimZ, handle, params, extra);
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                            unsigned by, unsigned bz, unsigned /*shared_bytes*/, CUstream handle,
+                                            void** params, void** extra) {
+  if (CUresult r = enter_initialized("cuLaunchKernel"); r != CUDA_SUCCESS) return r;
+  return launch_kernel(f, gx, gy, gz, bx, by, bz, handle, params, extra);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                 unsigned by, unsigned bz, unsigned /*shared_bytes*/, CUstream handle,
+                                                 void** params, void** extra) {
+  if (CUresult r = enter_initialized("cuLaunchKernel_ptsz"); r != CUDA_SUCCESS) return r;
+  return launch_kernel(f, gx, gy, gz, bx, by, bz, handle == nullptr ? CU_STREAM_PER_THREAD : handle, params, extra);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  if (CUresult r = enter_initialized("cuLaunchKernelEx"); r != CUDA_SUCCESS) return r;
+  return launch_kernel_ex(config, f, params, extra, false);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                                                   void** extra) {
+  if (CUresult r = enter_initialized("cuLaunchKernelEx_ptsz"); r != CUDA_SUCCESS) return r;
+  return launch_kernel_ex(config, f, params, extra, true);
+}
+
 // --- copies and sets ---------------------------------------------------------------------------------
 
 namespace {
+
+// A copy across the host-device link: which way, and how long it takes.
+struct Link {
+  std::atomic<std::uint64_t>* counter = nullptr;  // null: host-to-host or device-to-device
+  double gbps = 0;                                // 0: unlimited
+};
+
+Link link_of(const void* dst, const void* src) {
+  State& s = state();
+  const bool from_host = host_located(reinterpret_cast<std::uintptr_t>(src));
+  const bool to_host = host_located(reinterpret_cast<std::uintptr_t>(dst));
+  if (from_host == to_host) return {};
+  return Link{from_host ? &s.copied_to_device : &s.copied_to_host, s.copy_gbps.load()};
+}
+
+// Runs on the stream's worker and sleeps there, never under the sim's lock:
+// a slow copy holds up its own stream only. Each stream's copies get the
+// whole bandwidth; concurrent copies do not share the link.
+void copy(void* dst, const void* src, std::size_t n, Link link) {
+  const std::int64_t start = now_ns();
+  std::memmove(dst, src, n);
+  if (link.counter == nullptr) return;
+  link.counter->fetch_add(n);
+  if (link.gbps <= 0) return;
+  // bytes / (gbps * 1e9 bytes/s), in nanoseconds; a century at most, so that
+  // an absurd bandwidth cannot overflow the clock.
+  constexpr double kLongest = 3.2e18;
+  const auto duration = static_cast<std::int64_t>(std::min(static_cast<double>(n) / link.gbps, kLongest));
+  const std::int64_t left = start + duration - now_ns();
+  if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+}
 
 CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  const Submitted sub = submit(stream, [dst, src, n] { std::memmove(dst, src, n); });
+  const Link link = n > 0 ? link_of(dst, src) : Link{};
+  const Submitted sub = submit(stream, [dst, src, n, link] { copy(dst, src, n, link); });
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
 }

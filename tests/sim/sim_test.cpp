@@ -363,6 +363,13 @@ using ElapsedTimeV1 = CUresult (*)(float*, CUevent, CUevent);
 using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 using AllocAsync = CUresult (*)(CUdeviceptr*, std::size_t, CUstream);
 using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
+// Per-thread-default-stream forms, typed like the plain ones.
+using LaunchKernelPtsz = decltype(&::cuLaunchKernel);
+using LaunchKernelExPtsz = decltype(&::cuLaunchKernelEx);
+using WaitValue32Ptsz = decltype(&::cuStreamWaitValue32_v2);
+using WaitValue64Ptsz = decltype(&::cuStreamWaitValue64_v2);
+using WriteValue32Ptsz = decltype(&::cuStreamWriteValue32_v2);
+using WriteValue64Ptsz = decltype(&::cuStreamWriteValue64_v2);
 
 struct CaptureApi {
   decltype(&::cuStreamBeginCapture_v2) begin = entry<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
@@ -1201,6 +1208,7 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuMemAllocHost_v2, &host, 0),
       TIDEPOOL_FAULT_CASE(cuMemHostAlloc, &host, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemFreeHost, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemHostGetDevicePointer_v2, &dptr, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuMemAddressReserve, &dptr, 0, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemAddressFree, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemCreate, &handle, 0, &prop, 0),
@@ -1237,6 +1245,18 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuEventElapsedTime_v2, &ms, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuFuncGetParamInfo, nullptr, 0, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuLaunchKernel, nullptr, 1, 1, 1, 1, 1, 1, 0, bogus, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE_T("cuLaunchKernel_ptsz", LaunchKernelPtsz, nullptr, 1, 1, 1, 1, 1, 1, 0, bogus, nullptr,
+                            nullptr),
+      TIDEPOOL_FAULT_CASE(cuLaunchKernelEx, nullptr, nullptr, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE_T("cuLaunchKernelEx_ptsz", LaunchKernelExPtsz, nullptr, nullptr, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuStreamWaitValue32_v2, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue32_v2_ptsz", WaitValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamWaitValue64_v2, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue64_v2_ptsz", WaitValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamWriteValue32_v2, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue32_v2_ptsz", WriteValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamWriteValue64_v2, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue64_v2_ptsz", WriteValue64Ptsz, bogus, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpy, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpyAsync, 0, 0, 0, bogus),
       TIDEPOOL_FAULT_CASE(cuMemcpyHtoD_v2, 0, nullptr, 0),

@@ -1,0 +1,134 @@
+// Stream memory operations: cuStreamWaitValue32/64 and cuStreamWriteValue32/64
+// (the _v2 ABI, which cuGetProcAddress hands out from CUDA 11.7, and its
+// per-thread-default-stream forms).
+//
+// The address is a device pointer the device can reach: device memory,
+// pinned host memory (its device pointer is its host address, see
+// cuMemHostGetDevicePointer_v2) or a VMM mapping. A wait occupies its
+// stream's worker until the condition holds for a value stored by anyone
+// (the host, another stream), so later work on that stream waits, as on the
+// GPU. Nothing else waits for it: a stream destroyed while it waits stays
+// blocked, and its worker is abandoned at exit (the sim's state is leaked on
+// purpose, so no destructor joins it).
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <type_traits>
+
+#include "sim/sim.hpp"
+
+using namespace tidepool::sim;  // NOLINT(google-build-using-namespace): exported C entry points below
+
+namespace {
+
+template <typename T>
+bool satisfied(T current, T value, unsigned condition) {
+  switch (condition) {
+    // A cyclic comparison, as the driver documents: wraparound is ignored.
+    case CU_STREAM_WAIT_VALUE_GEQ: return static_cast<std::make_signed_t<T>>(static_cast<T>(current - value)) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return current == value;
+    case CU_STREAM_WAIT_VALUE_AND: return (current & value) != 0;
+    default: return static_cast<T>(~(current | value)) != 0;  // CU_STREAM_WAIT_VALUE_NOR
+  }
+}
+
+// Spins first, so a value stored soon after is seen at once, then backs off
+// to sleeps of at most 50 us, so a wait that lasts costs the machine (two
+// cores, shared with the program under test) little. The sim's lock is never
+// held here.
+template <typename T>
+void wait_until(const T* address, T value, unsigned condition) {
+  constexpr unsigned kSpins = 2000;
+  constexpr unsigned kYields = 200;
+  constexpr auto kLongestSleep = std::chrono::microseconds(50);
+  auto sleep = std::chrono::microseconds(1);
+  for (unsigned round = 0;; ++round) {
+    // Acquire: what was written before the value is visible to later work.
+    if (satisfied(__atomic_load_n(address, __ATOMIC_ACQUIRE), value, condition)) return;
+    if (round < kSpins) continue;
+    if (round < kSpins + kYields) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kLongestSleep);
+  }
+}
+
+// A naturally aligned word in memory the device can reach.
+CUresult check_address(CUdeviceptr address, std::size_t bytes) {
+  if (address == 0 || address % bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  return device_reachable(static_cast<std::uintptr_t>(address), bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+template <typename T>
+CUresult wait_value(const char* name, CUstream handle, CUdeviceptr address, T value, unsigned flags) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  // FLUSH orders remote writes seen before the wait; the acquiring load
+  // already gives that here.
+  const unsigned condition = flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+  if (condition > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_address(address, sizeof(T)); r != CUDA_SUCCESS) return r;
+  const auto* target = reinterpret_cast<const T*>(address);
+  return submit(stream, [target, value, condition] { wait_until(target, value, condition); }).result;
+}
+
+template <typename T>
+CUresult write_value(const char* name, CUstream handle, CUdeviceptr address, T value, unsigned flags) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  // CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER belongs to the v1 ABI only.
+  if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_address(address, sizeof(T)); r != CUDA_SUCCESS) return r;
+  auto* target = reinterpret_cast<T*>(address);
+  // The default write is fenced after the stream's earlier work: whoever
+  // sees the value sees what that work wrote.
+  return submit(stream, [target, value] { __atomic_store_n(target, value, __ATOMIC_SEQ_CST); }).result;
+}
+
+CUstream per_thread(CUstream handle) { return handle == nullptr ? CU_STREAM_PER_THREAD : handle; }
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                    unsigned int flags) {
+  return wait_value("cuStreamWaitValue32_v2", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                         unsigned int flags) {
+  return wait_value("cuStreamWaitValue32_v2_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                    unsigned int flags) {
+  return wait_value("cuStreamWaitValue64_v2", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                         unsigned int flags) {
+  return wait_value("cuStreamWaitValue64_v2_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                     unsigned int flags) {
+  return write_value("cuStreamWriteValue32_v2", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                          unsigned int flags) {
+  return write_value("cuStreamWriteValue32_v2_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                     unsigned int flags) {
+  return write_value("cuStreamWriteValue64_v2", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                          unsigned int flags) {
+  return write_value("cuStreamWriteValue64_v2_ptsz", per_thread(stream), addr, value, flags);
+}

@@ -1,0 +1,868 @@
+// Specification of the sim's transfer model and stream memory operations: the
+// host<->device copy bandwidth, launches whose arguments reach host-located
+// memory, cuLaunchKernelEx and the per-thread launch forms, and
+// cuStreamWaitValue/cuStreamWriteValue. Times are checked from below only.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/sim_control.h"
+#include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
+
+namespace tidepool {
+namespace {
+
+using testing::Gate;
+using testing::gated_write_kernel;
+using testing::launch_gated_write;
+using testing::sim_control;
+using testing::sim_driver;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+const driver::Api& api() { return sim_driver().api(); }
+
+// Entry points tidepool's table lacks, resolved from the sim by ABI name.
+template <typename Fn>
+Fn entry(const char* name) {
+  return sim_control<Fn>(name);
+}
+
+using WaitValue32 = decltype(&::cuStreamWaitValue32_v2);
+using WaitValue64 = decltype(&::cuStreamWaitValue64_v2);
+using WriteValue32 = decltype(&::cuStreamWriteValue32_v2);
+using WriteValue64 = decltype(&::cuStreamWriteValue64_v2);
+using LaunchKernel = decltype(&::cuLaunchKernel);
+using LaunchKernelEx = decltype(&::cuLaunchKernelEx);
+using HostGetDevicePointer = decltype(&::cuMemHostGetDevicePointer_v2);
+using ElapsedTime = decltype(&::cuEventElapsedTime_v2);
+
+void set_copy_gbps(double gbps) {
+  sim_control<decltype(&tidepool_sim_set_copy_gbps)>("tidepool_sim_set_copy_gbps")(gbps);
+}
+std::uint64_t copied(bool to_device) {
+  return sim_control<decltype(&tidepool_sim_copied_bytes)>("tidepool_sim_copied_bytes")(to_device ? 1 : 0);
+}
+std::uint64_t host_resident_launches() {
+  return sim_control<decltype(&tidepool_sim_host_resident_launches)>("tidepool_sim_host_resident_launches")();
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Polls until `done` holds; the bound turns a sim that never gets there into
+// a failure instead of a hang. It is no claim about speed.
+template <typename Done>
+bool eventually(Done done) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// Long enough for stream work that could run to have run, were it not held back.
+void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+
+// --- kernels ------------------------------------------------------------------------------------------
+
+// Marks the int its only argument points at, so tests see when it ran.
+void set_flag(void** params, void* /*user*/) { __atomic_store_n(*static_cast<int**>(params[0]), 1, __ATOMIC_RELEASE); }
+
+bool flag_set(const int& flag) { return __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 0; }
+
+// Counts its runs in the atomic it was registered with; never reads its arguments.
+void count_run(void** /*params*/, void* user) { static_cast<std::atomic<int>*>(user)->fetch_add(1); }
+
+CUfunction register_kernel(tidepool_sim_kernel_fn fn, const std::vector<std::size_t>& sizes, void* user = nullptr) {
+  CUfunction f = nullptr;
+  auto reg = sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
+  EXPECT_EQ(reg(&f, fn, user, sizes.size(), sizes.data()), CUDA_SUCCESS);
+  return f;
+}
+
+CUfunction set_flag_kernel() {
+  static CUfunction f = register_kernel(&set_flag, {sizeof(int*)});
+  return f;
+}
+
+CUresult launch_set_flag(CUstream stream, int* flag) {
+  void* params[] = {&flag};
+  return api().launchKernel(set_flag_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+}
+
+class SimTransfers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(api().init(0), CUDA_SUCCESS);
+    ASSERT_EQ(api().devicePrimaryCtxRetain(&context_, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+    CUmemAllocationProp prop = physical_prop(CU_MEM_LOCATION_TYPE_DEVICE);
+    ASSERT_EQ(api().memGetAllocationGranularity(&page_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    set_copy_gbps(0);
+    sim_control<void (*)()>("tidepool_sim_clear_faults")();
+    api().devicePrimaryCtxRelease(0);
+  }
+  static CUmemAllocationProp physical_prop(CUmemLocationType where) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = where;
+    prop.location.id = 0;
+    return prop;
+  }
+  // Maps one page of `where`-located physical memory at `at`, readable and
+  // writable; returns its handle.
+  CUmemGenericAllocationHandle map_page(CUdeviceptr at, CUmemLocationType where) {
+    CUmemAllocationProp prop = physical_prop(where);
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_EQ(api().memCreate(&h, page_, &prop, 0), CUDA_SUCCESS);
+    EXPECT_EQ(api().memMap(at, page_, 0, h, 0), CUDA_SUCCESS);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_EQ(api().memSetAccess(at, page_, &access, 1), CUDA_SUCCESS);
+    return h;
+  }
+  void unmap_page(CUdeviceptr at, CUmemGenericAllocationHandle h) {
+    EXPECT_EQ(api().memUnmap(at, page_), CUDA_SUCCESS);
+    EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  }
+  static CUstream new_stream() {
+    CUstream stream = nullptr;
+    EXPECT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    return stream;
+  }
+
+  CUcontext context_ = nullptr;
+  std::size_t page_ = 0;
+};
+
+// --- the copy bandwidth model -------------------------------------------------------------------------
+
+TEST_F(SimTransfers, HostToDeviceCopyTakesBytesOverBandwidthOfStreamTime) {
+  constexpr std::size_t kBytes = 64 * kMiB;  // 67.1 ms at 1 GB/s
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, kBytes), CUDA_SUCCESS);
+  // Both sides touched first: faulting pages in would take time of its own.
+  ASSERT_EQ(api().memsetD8(device, 0, kBytes), CUDA_SUCCESS);
+  std::vector<unsigned char> host(kBytes, 0x5a);  // pageable
+  CUstream stream = new_stream();
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(api().eventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&end, 0), CUDA_SUCCESS);
+  const std::uint64_t to_device = copied(true);
+  const std::uint64_t to_host = copied(false);
+  set_copy_gbps(1.0);
+  const auto t0 = Clock::now();
+  ASSERT_EQ(api().eventRecord(start, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyHtoDAsync(device, host.data(), kBytes, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(end, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 60.0);
+  float ms = 0;
+  ASSERT_EQ(entry<ElapsedTime>("cuEventElapsedTime_v2")(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 60.0F);
+  EXPECT_EQ(copied(true) - to_device, kBytes);
+  EXPECT_EQ(copied(false) - to_host, 0u);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(device)[kBytes - 1], 0x5a);
+  api().eventDestroy(start);
+  api().eventDestroy(end);
+  api().streamDestroy(stream);
+  api().memFree(device);
+}
+
+TEST_F(SimTransfers, SynchronousCopiesBothWaysRunOnTheLegacyStreamAtTheBandwidth) {
+  constexpr std::size_t kBytes = 16 * kMiB;  // 33.6 ms at 0.5 GB/s
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, kBytes), CUDA_SUCCESS);
+  std::vector<unsigned char> host(kBytes, 3);
+  const std::uint64_t to_device = copied(true);
+  const std::uint64_t to_host = copied(false);
+  set_copy_gbps(0.5);
+  auto t0 = Clock::now();
+  ASSERT_EQ(api().memcpyHtoD(device, host.data(), kBytes), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 30.0);  // the caller waits for the legacy stream
+  ASSERT_EQ(api().memsetD8(device, 7, kBytes), CUDA_SUCCESS);
+  t0 = Clock::now();
+  ASSERT_EQ(api().memcpyDtoH(host.data(), device, kBytes), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 30.0);
+  EXPECT_EQ(host[kBytes - 1], 7);
+  EXPECT_EQ(copied(true) - to_device, kBytes);
+  EXPECT_EQ(copied(false) - to_host, kBytes);
+  api().memFree(device);
+}
+
+TEST_F(SimTransfers, CopiesWithinTheDeviceOrTheHostAndUnlimitedCopiesAreNotSlowed) {
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(api().memAlloc(&a, kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAlloc(&b, kMiB), CUDA_SUCCESS);
+  void* pinned = nullptr;
+  ASSERT_EQ(api().memAllocHost(&pinned, kMiB), CUDA_SUCCESS);
+  std::vector<unsigned char> pageable(kMiB);
+  CUstream stream = new_stream();
+  const std::uint64_t to_device = copied(true);
+  const std::uint64_t to_host = copied(false);
+  set_copy_gbps(1e-6);  // a slowed 1 MiB copy would take twelve days
+  ASSERT_EQ(api().memcpyDtoDAsync(b, a, kMiB, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyAsync(reinterpret_cast<CUdeviceptr>(pageable.data()), reinterpret_cast<CUdeviceptr>(pinned),
+                              kMiB, stream),
+            CUDA_SUCCESS);
+  ASSERT_TRUE(eventually([&] { return api().streamQuery(stream) == CUDA_SUCCESS; }));
+  EXPECT_EQ(copied(true), to_device);
+  EXPECT_EQ(copied(false), to_host);
+  set_copy_gbps(0);
+  ASSERT_EQ(api().memcpyHtoDAsync(a, pageable.data(), kMiB, stream), CUDA_SUCCESS);
+  ASSERT_TRUE(eventually([&] { return api().streamQuery(stream) == CUDA_SUCCESS; }));
+  EXPECT_EQ(copied(true) - to_device, kMiB);  // counted even when unlimited
+  api().streamDestroy(stream);
+  api().memFreeHost(pinned);
+  api().memFree(a);
+  api().memFree(b);
+}
+
+TEST_F(SimTransfers, PinnedAndHostLocatedMappedMemoryIsHostMemory) {
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUdeviceptr host_page = va;
+  const CUdeviceptr device_page = va + page_;
+  CUmemGenericAllocationHandle on_host = map_page(host_page, CU_MEM_LOCATION_TYPE_HOST);
+  CUmemGenericAllocationHandle on_device = map_page(device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+  void* pinned = nullptr;
+  ASSERT_EQ(api().memAllocHost(&pinned, 4096), CUDA_SUCCESS);
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
+  std::vector<unsigned char> pageable(4096, 9);
+  CUstream stream = new_stream();
+  const std::uint64_t to_device = copied(true);
+  const std::uint64_t to_host = copied(false);
+  const auto at = [](const void* p) { return reinterpret_cast<CUdeviceptr>(p); };
+  ASSERT_EQ(api().memcpyAsync(host_page, at(pageable.data()), 4096, stream), CUDA_SUCCESS);  // host to host
+  ASSERT_EQ(api().memcpyAsync(device_page, host_page, 1000, stream), CUDA_SUCCESS);          // to the device
+  ASSERT_EQ(api().memcpyAsync(device, at(pinned), 100, stream), CUDA_SUCCESS);               // to the device
+  ASSERT_EQ(api().memcpyDtoHAsync(pageable.data(), device_page, 10, stream), CUDA_SUCCESS);  // to the host
+  ASSERT_EQ(api().memcpyAsync(host_page, device, 1, stream), CUDA_SUCCESS);                  // to the host
+  ASSERT_EQ(api().memcpyDtoDAsync(device, device_page, 4096, stream), CUDA_SUCCESS);         // within the device
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(copied(true) - to_device, 1100u);
+  EXPECT_EQ(copied(false) - to_host, 11u);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(device)[999], 9);
+  api().streamDestroy(stream);
+  unmap_page(host_page, on_host);
+  unmap_page(device_page, on_device);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+  api().memFreeHost(pinned);
+  api().memFree(device);
+}
+
+TEST_F(SimTransfers, ASlowCopyHoldsUpOnlyItsOwnStream) {
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 9 * kMiB), CUDA_SUCCESS);
+  std::vector<unsigned char> host(9 * kMiB);
+  CUstream slow = new_stream();
+  CUstream other = new_stream();
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(api().eventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&end, 0), CUDA_SUCCESS);
+  set_copy_gbps(0.02);  // 8 MiB: 419 ms; 1 MiB: 52 ms
+  ASSERT_EQ(api().memcpyHtoDAsync(device, host.data(), 8 * kMiB, slow), CUDA_SUCCESS);
+  // A copy of its own on another stream gets its own time, not a place behind the first.
+  ASSERT_EQ(api().eventRecord(start, other), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyHtoDAsync(device + 8 * kMiB, host.data(), kMiB, other), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(end, other), CUDA_SUCCESS);
+  int flag = 0;
+  ASSERT_EQ(launch_set_flag(other, &flag), CUDA_SUCCESS);  // submitting takes the sim's lock: not held by the sleep
+  ASSERT_TRUE(eventually([&] { return flag_set(flag); }));
+  EXPECT_EQ(api().streamQuery(slow), CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  ASSERT_EQ(entry<ElapsedTime>("cuEventElapsedTime_v2")(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 50.0F);
+  ASSERT_EQ(api().streamSynchronize(slow), CUDA_SUCCESS);
+  api().eventDestroy(start);
+  api().eventDestroy(end);
+  api().streamDestroy(slow);
+  api().streamDestroy(other);
+  api().memFree(device);
+}
+
+// --- launches that reach host-located memory ----------------------------------------------------------
+
+TEST_F(SimTransfers, LaunchesWhoseArgumentsPointIntoHostLocatedPagesAreCountedOnceAndStillRun) {
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUdeviceptr host_page = va;
+  const CUdeviceptr device_page = va + page_;
+  CUmemGenericAllocationHandle on_host = map_page(host_page, CU_MEM_LOCATION_TYPE_HOST);
+  CUmemGenericAllocationHandle on_device = map_page(device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
+  void* pinned = nullptr;
+  ASSERT_EQ(api().memAllocHost(&pinned, 4096), CUDA_SUCCESS);
+  std::atomic<int> runs{0};
+  const CUfunction two_pointers = register_kernel(&count_run, {8, 8}, &runs);
+  const CUfunction one_struct = register_kernel(&count_run, {24}, &runs);
+  const CUfunction packed = register_kernel(&count_run, {16}, &runs);
+  auto launch = [&](CUfunction f, void** params) {
+    ASSERT_EQ(api().launchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  };
+  const std::uint64_t base = host_resident_launches();
+
+  CUdeviceptr p = host_page + 64;
+  CUdeviceptr q = host_page + 128;
+  void* both_host[] = {&p, &q};
+  launch(two_pointers, both_host);
+  EXPECT_EQ(host_resident_launches(), base + 1);  // once, however many arguments reach it
+
+  CUdeviceptr d = device_page + 8;
+  CUdeviceptr e = device;
+  void* on_device_only[] = {&d, &e};
+  launch(two_pointers, on_device_only);
+  CUdeviceptr h = reinterpret_cast<CUdeviceptr>(pinned);  // pinned, but no VMM page of host memory
+  void* pinned_only[] = {&h, &d};
+  launch(two_pointers, pinned_only);
+  EXPECT_EQ(host_resident_launches(), base + 1);
+
+  struct {
+    std::int32_t a;
+    std::int32_t b;
+    CUdeviceptr inside;  // at offset 8
+    std::uint64_t c;
+  } holder{1, 2, host_page + page_ - 8, 3};
+  void* struct_args[] = {&holder};
+  launch(one_struct, struct_args);
+  EXPECT_EQ(host_resident_launches(), base + 2);
+
+  unsigned char bytes[16] = {};
+  const CUdeviceptr unaligned = host_page + 256;
+  std::memcpy(bytes + 4, &unaligned, sizeof unaligned);  // no 8-byte-aligned word holds it
+  void* packed_args[] = {bytes};
+  launch(packed, packed_args);
+  EXPECT_EQ(host_resident_launches(), base + 2);
+
+  unmap_page(host_page, on_host);  // no longer mapped: no longer host-resident
+  launch(two_pointers, both_host);
+  EXPECT_EQ(host_resident_launches(), base + 2);
+  EXPECT_EQ(runs.load(), 6);
+
+  unmap_page(device_page, on_device);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+  api().memFreeHost(pinned);
+  api().memFree(device);
+}
+
+TEST_F(SimTransfers, AHostResidentLaunchCountsWhenItRunsNotWhenItIsQueued) {
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle on_host = map_page(va, CU_MEM_LOCATION_TYPE_HOST);
+  std::atomic<int> runs{0};
+  const CUfunction one_pointer = register_kernel(&count_run, {8}, &runs);
+  CUstream stream = new_stream();
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t base = host_resident_launches();
+  CUdeviceptr p = va;
+  void* params[] = {&p};
+  ASSERT_EQ(api().launchKernel(one_pointer, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), CUDA_SUCCESS);
+  settle();
+  EXPECT_EQ(host_resident_launches(), base);
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(host_resident_launches(), base + 1);
+  EXPECT_EQ(runs.load(), 1);
+  api().streamDestroy(stream);
+  unmap_page(va, on_host);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
+// --- cuLaunchKernelEx and the per-thread launch forms --------------------------------------------------
+
+TEST_F(SimTransfers, LaunchKernelExRunsTheKernelOnTheConfigsStream) {
+  auto launch_ex = entry<LaunchKernelEx>("cuLaunchKernelEx");
+  CUstream stream = new_stream();
+  Gate gate;
+  Gate* gate_ptr = &gate;
+  int cell = 0;
+  int* target = &cell;
+  int value = 42;
+  void* params[] = {&gate_ptr, &target, &value};
+  CUlaunchConfig config{};
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  ASSERT_EQ(launch_ex(&config, gated_write_kernel(), params, nullptr), CUDA_SUCCESS);
+  settle();
+  EXPECT_EQ(api().streamQuery(stream), CUDA_ERROR_NOT_READY);  // waiting on the gate there
+  EXPECT_EQ(api().streamQuery(nullptr), CUDA_SUCCESS);         // not on the legacy stream
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 42);
+
+  EXPECT_EQ(launch_ex(nullptr, gated_write_kernel(), params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  config.numAttrs = 1;  // and no attributes to read
+  EXPECT_EQ(launch_ex(&config, gated_write_kernel(), params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUlaunchAttribute priority{};
+  priority.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+  priority.value.priority = 0;
+  config.attrs = &priority;
+  value = 43;
+  ASSERT_EQ(launch_ex(&config, gated_write_kernel(), params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 43);
+
+  // Counted like cuLaunchKernel when its arguments reach host-located memory.
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle on_host = map_page(va, CU_MEM_LOCATION_TYPE_HOST);
+  std::atomic<int> runs{0};
+  const CUfunction one_pointer = register_kernel(&count_run, {8}, &runs);
+  const std::uint64_t base = host_resident_launches();
+  CUdeviceptr p = va + 16;
+  void* pointer_args[] = {&p};
+  ASSERT_EQ(launch_ex(&config, one_pointer, pointer_args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(host_resident_launches(), base + 1);
+  EXPECT_EQ(runs.load(), 1);
+  unmap_page(va, on_host);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+  api().streamDestroy(stream);
+}
+
+TEST_F(SimTransfers, PerThreadLaunchFormsRunOnTheCallingThreadsStream) {
+  auto launch_ptsz = entry<LaunchKernel>("cuLaunchKernel_ptsz");
+  auto launch_ex_ptsz = entry<LaunchKernelEx>("cuLaunchKernelEx_ptsz");
+  Gate gate;
+  Gate* gate_ptr = &gate;
+  int cell = 0;
+  int* target = &cell;
+  int value = 1;
+  void* params[] = {&gate_ptr, &target, &value};
+  ASSERT_EQ(launch_ptsz(gated_write_kernel(), 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  settle();
+  EXPECT_EQ(api().streamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+  CUresult elsewhere = CUDA_ERROR_UNKNOWN;
+  std::thread other([&] {
+    api().ctxSetCurrent(context_);
+    elsewhere = api().streamQuery(CU_STREAM_PER_THREAD);  // another thread's stream: idle
+  });
+  other.join();
+  EXPECT_EQ(elsewhere, CUDA_SUCCESS);
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 1);
+
+  Gate second;
+  gate_ptr = &second;
+  value = 2;
+  CUlaunchConfig config{};
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = config.blockDimY = config.blockDimZ = 1;
+  config.hStream = nullptr;
+  ASSERT_EQ(launch_ex_ptsz(&config, gated_write_kernel(), params, nullptr), CUDA_SUCCESS);
+  settle();
+  EXPECT_EQ(api().streamQuery(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+  second.release();
+  ASSERT_EQ(api().streamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2);
+}
+
+// --- stream memory operations -------------------------------------------------------------------------
+
+struct MemOps {
+  WaitValue32 wait32 = entry<WaitValue32>("cuStreamWaitValue32_v2");
+  WaitValue64 wait64 = entry<WaitValue64>("cuStreamWaitValue64_v2");
+  WriteValue32 write32 = entry<WriteValue32>("cuStreamWriteValue32_v2");
+  WriteValue64 write64 = entry<WriteValue64>("cuStreamWriteValue64_v2");
+  WaitValue32 wait32_ptsz = entry<WaitValue32>("cuStreamWaitValue32_v2_ptsz");
+  WriteValue32 write32_ptsz = entry<WriteValue32>("cuStreamWriteValue32_v2_ptsz");
+  HostGetDevicePointer device_pointer = entry<HostGetDevicePointer>("cuMemHostGetDevicePointer_v2");
+};
+
+const MemOps& memops() {
+  static const MemOps ops;
+  return ops;
+}
+
+// A plain store from the host, as a program signalling the device would make.
+template <typename T>
+void host_store(CUdeviceptr at, T value) {
+  *reinterpret_cast<volatile T*>(at) = value;
+}
+
+TEST_F(SimTransfers, WaitValueHoldsBackLaterWorkOnItsStreamUntilTheHostStoresTheValue) {
+  void* host = nullptr;
+  ASSERT_EQ(api().memHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  CUdeviceptr word = 0;
+  ASSERT_EQ(memops().device_pointer(&word, host, 0), CUDA_SUCCESS);
+  EXPECT_EQ(word, reinterpret_cast<CUdeviceptr>(host));
+  host_store<std::uint32_t>(word, 0);
+  CUstream waiting = new_stream();
+  CUstream other = new_stream();
+  int after_wait = 0;
+  int elsewhere = 0;
+  ASSERT_EQ(memops().wait32(waiting, word, 5, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  ASSERT_EQ(launch_set_flag(waiting, &after_wait), CUDA_SUCCESS);
+  ASSERT_EQ(launch_set_flag(other, &elsewhere), CUDA_SUCCESS);
+  ASSERT_TRUE(eventually([&] { return flag_set(elsewhere); }));  // other streams go on
+  settle();
+  EXPECT_FALSE(flag_set(after_wait));
+  EXPECT_EQ(api().streamQuery(waiting), CUDA_ERROR_NOT_READY);
+  host_store<std::uint32_t>(word, 4);
+  settle();
+  EXPECT_FALSE(flag_set(after_wait));
+  host_store<std::uint32_t>(word, 5);
+  ASSERT_TRUE(eventually([&] { return flag_set(after_wait); }));
+  ASSERT_EQ(api().streamSynchronize(waiting), CUDA_SUCCESS);
+  api().streamDestroy(waiting);
+  api().streamDestroy(other);
+  api().memFreeHost(host);
+}
+
+TEST_F(SimTransfers, WriteValueOnOneStreamReleasesAWaitOnAnother) {
+  CUdeviceptr words = 0;
+  ASSERT_EQ(api().memAlloc(&words, 64), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(words, 0, 64), CUDA_SUCCESS);
+  CUstream waiting = new_stream();
+  CUstream writing = new_stream();
+  int done32 = 0;
+  int done64 = 0;
+  constexpr std::uint64_t kBig = 0x100000002ULL;  // its low word alone would not do
+  ASSERT_EQ(memops().wait32(waiting, words, 7, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+  ASSERT_EQ(launch_set_flag(waiting, &done32), CUDA_SUCCESS);
+  ASSERT_EQ(memops().wait64(waiting, words + 8, kBig, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  ASSERT_EQ(launch_set_flag(waiting, &done64), CUDA_SUCCESS);
+  Gate gate;
+  int cell = 0;
+  ASSERT_EQ(launch_gated_write(writing, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(memops().write32(writing, words, 7, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(memops().write64(writing, words + 8, 2, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+  settle();
+  EXPECT_FALSE(flag_set(done32));  // the writes wait behind the gate
+  gate.release();
+  ASSERT_TRUE(eventually([&] { return flag_set(done32); }));
+  ASSERT_EQ(api().streamSynchronize(writing), CUDA_SUCCESS);
+  settle();
+  EXPECT_FALSE(flag_set(done64));  // 2 is below kBig
+  ASSERT_EQ(memops().write64(writing, words + 8, kBig, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+  ASSERT_TRUE(eventually([&] { return flag_set(done64); }));
+  EXPECT_EQ(*reinterpret_cast<const std::uint32_t*>(words), 7u);
+  EXPECT_EQ(*reinterpret_cast<const std::uint64_t*>(words + 8), kBig);
+  ASSERT_EQ(api().streamSynchronize(waiting), CUDA_SUCCESS);
+  api().streamDestroy(waiting);
+  api().streamDestroy(writing);
+  api().memFree(words);
+}
+
+TEST_F(SimTransfers, PerThreadWaitValueHoldsBackTheCallingThreadsStream) {
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, 64), CUDA_SUCCESS);
+  const auto word = reinterpret_cast<CUdeviceptr>(host);
+  host_store<std::uint32_t>(word, 0);
+  int flag = 0;
+  int* flag_ptr = &flag;
+  void* params[] = {&flag_ptr};
+  ASSERT_EQ(memops().wait32_ptsz(nullptr, word, 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+  ASSERT_EQ(
+      entry<LaunchKernel>("cuLaunchKernel_ptsz")(set_flag_kernel(), 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+      CUDA_SUCCESS);
+  settle();
+  EXPECT_FALSE(flag_set(flag));
+  CUstream writer = new_stream();
+  ASSERT_EQ(memops().write32(writer, word, 1, 0), CUDA_SUCCESS);
+  ASSERT_TRUE(eventually([&] { return flag_set(flag); }));
+  ASSERT_EQ(api().streamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  api().streamDestroy(writer);
+  api().memFreeHost(host);
+}
+
+TEST_F(SimTransfers, WaitConditionsFollowTheDriversDefinitions) {
+  struct Case {
+    const char* name;
+    bool wide;                // the 64-bit operation
+    std::uint64_t initial;    // held when the wait is queued
+    std::uint64_t value;      // the operand
+    unsigned flags;           // the condition
+    bool at_once;             // the initial value satisfies it
+    std::uint64_t not_yet;    // a later value that still does not
+    std::uint64_t satisfies;  // a value that does
+  };
+  Case cases[] = {
+      {"geq", false, 0xFFFFFFF0u, 0x10, CU_STREAM_WAIT_VALUE_GEQ, false, 0xFFFFFFFFu, 0x10},
+      {"geq wraps", false, 0x10, 0xFFFFFFF0u, CU_STREAM_WAIT_VALUE_GEQ, true, 0, 0},
+      {"geq flush", false, 0, 1, CU_STREAM_WAIT_VALUE_GEQ | CU_STREAM_WAIT_VALUE_FLUSH, false, 0, 2},
+      {"eq", false, 3, 4, CU_STREAM_WAIT_VALUE_EQ, false, 5, 4},
+      {"and", false, 0x4, 0x3, CU_STREAM_WAIT_VALUE_AND, false, 0x8, 0x2},
+      {"nor", false, 0xF, 0xFFFFFFF0u, CU_STREAM_WAIT_VALUE_NOR, false, 0xFF, 0x7},
+      {"geq 64", true, ~std::uint64_t{0} - 0xF, 0x10, CU_STREAM_WAIT_VALUE_GEQ, false, ~std::uint64_t{0},
+       0x100000000ULL},
+      {"eq 64", true, 0, 0x100000000ULL, CU_STREAM_WAIT_VALUE_EQ, false, 1, 0x100000000ULL},
+      {"and 64", true, 0xFFFFFFFFu, 0xF00000000ULL, CU_STREAM_WAIT_VALUE_AND, false, 0x1, 0x100000000ULL},
+      {"nor 64", true, ~std::uint64_t{0} - 0xF, 0xF, CU_STREAM_WAIT_VALUE_NOR, false, ~std::uint64_t{0},
+       0x7FFFFFFFFFFFFFFFULL},
+  };
+  constexpr std::size_t kCases = sizeof cases / sizeof cases[0];
+  int done[kCases] = {};
+  CUstream streams[kCases] = {};
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, kCases * sizeof(std::uint64_t)), CUDA_SUCCESS);
+  const auto slot = [&](std::size_t i) { return reinterpret_cast<CUdeviceptr>(host) + i * sizeof(std::uint64_t); };
+  const auto store = [&](std::size_t i, std::uint64_t v) {
+    if (cases[i].wide) {
+      host_store<std::uint64_t>(slot(i), v);
+    } else {
+      host_store<std::uint32_t>(slot(i), static_cast<std::uint32_t>(v));
+    }
+  };
+  for (std::size_t i = 0; i < kCases; ++i) {
+    const Case& c = cases[i];
+    store(i, c.initial);
+    streams[i] = new_stream();
+    const CUresult queued = c.wide ? memops().wait64(streams[i], slot(i), c.value, c.flags)
+                                   : memops().wait32(streams[i], slot(i), static_cast<std::uint32_t>(c.value), c.flags);
+    ASSERT_EQ(queued, CUDA_SUCCESS) << c.name;
+    ASSERT_EQ(launch_set_flag(streams[i], &done[i]), CUDA_SUCCESS);
+  }
+  settle();
+  for (std::size_t i = 0; i < kCases; ++i) {
+    if (cases[i].at_once) {
+      EXPECT_TRUE(eventually([&] { return flag_set(done[i]); })) << cases[i].name;
+    } else {
+      EXPECT_FALSE(flag_set(done[i])) << cases[i].name;
+      store(i, cases[i].not_yet);
+    }
+  }
+  settle();
+  for (std::size_t i = 0; i < kCases; ++i) {
+    if (cases[i].at_once) continue;
+    EXPECT_FALSE(flag_set(done[i])) << cases[i].name << " after " << cases[i].not_yet;
+    store(i, cases[i].satisfies);
+  }
+  bool all_done = true;
+  for (std::size_t i = 0; i < kCases; ++i) {
+    const bool ran = eventually([&] { return flag_set(done[i]); });
+    EXPECT_TRUE(ran) << cases[i].name;
+    all_done = all_done && ran;
+  }
+  ASSERT_TRUE(all_done);  // else a stream still waits on the memory, which must stay: leave it all be
+  for (CUstream stream : streams) api().streamDestroy(stream);
+  api().memFreeHost(host);
+}
+
+TEST_F(SimTransfers, StreamMemoryOperationsRefuseBadArguments) {
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, 64), CUDA_SUCCESS);
+  const auto word = reinterpret_cast<CUdeviceptr>(host);
+  host_store<std::uint64_t>(word, 0);
+  std::uint64_t pageable = 0;
+  const auto pageable_word = reinterpret_cast<CUdeviceptr>(&pageable);
+  CUstream stream = new_stream();
+  const MemOps& ops = memops();
+  EXPECT_EQ(ops.wait32(stream, word, 0, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait32(stream, word, 0, 0x10), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait64(stream, word, 0, 7), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait32(stream, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait32(stream, pageable_word, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait32(stream, word + 2, 0, 0), CUDA_ERROR_INVALID_VALUE);  // misaligned
+  EXPECT_EQ(ops.wait64(stream, word + 4, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.wait64(stream, word + 64, 0, 0), CUDA_ERROR_INVALID_VALUE);  // past the allocation
+  EXPECT_EQ(ops.write32(stream, word, 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.write64(stream, word, 1, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.write64(stream, pageable_word, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.write32(stream, 0, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  const CUstream bogus = reinterpret_cast<CUstream>(std::uintptr_t{0x10});
+  EXPECT_EQ(ops.wait32(bogus, word, 0, 0), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(pageable, 0u);  // nothing refused was queued
+  EXPECT_EQ(*reinterpret_cast<const std::uint64_t*>(word), 0u);
+
+  CUdeviceptr out = 0;
+  EXPECT_EQ(ops.device_pointer(&out, host, 1), CUDA_ERROR_INVALID_VALUE);  // flags must be 0
+  EXPECT_EQ(ops.device_pointer(&out, &pageable, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ops.device_pointer(nullptr, host, 0), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 64), CUDA_SUCCESS);
+  EXPECT_EQ(ops.device_pointer(&out, reinterpret_cast<void*>(device), 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(ops.device_pointer(&out, static_cast<char*>(host) + 8, 0), CUDA_SUCCESS);
+  EXPECT_EQ(out, word + 8);
+
+  for (const CUdevice_attribute attribute :
+       {CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+        CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1}) {
+    int value = 0;
+    ASSERT_EQ(api().deviceGetAttribute(&value, attribute, 0), CUDA_SUCCESS);
+    EXPECT_EQ(value, 1) << attribute;
+  }
+  api().streamDestroy(stream);
+  api().memFree(device);
+  api().memFreeHost(host);
+}
+
+TEST_F(SimTransfers, GetProcAddressHandsOutTheV2MemoryOperationsAndTheLaunchVariants) {
+  auto resolve = [&](const char* name, int version, cuuint64_t flags) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    EXPECT_EQ(api().getProcAddress(name, &fn, version, flags, &found), CUDA_SUCCESS) << name << " " << version;
+    return fn;
+  };
+  auto exported = [&](const char* symbol) {
+    void* fn = ::dlsym(sim_driver().handle(), symbol);
+    EXPECT_NE(fn, nullptr) << symbol;
+    return fn;
+  };
+  constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
+  constexpr cuuint64_t kPerThread = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  for (const char* op :
+       {"cuStreamWaitValue32", "cuStreamWaitValue64", "cuStreamWriteValue32", "cuStreamWriteValue64"}) {
+    const std::string v2 = std::string(op) + "_v2";
+    EXPECT_EQ(resolve(op, 11070, kDefault), exported(v2.c_str()));
+    EXPECT_EQ(resolve(op, 13000, kPerThread), exported((v2 + "_ptsz").c_str()));
+  }
+  EXPECT_EQ(resolve("cuLaunchKernel", 12000, kDefault), exported("cuLaunchKernel"));
+  EXPECT_EQ(resolve("cuLaunchKernel", 12000, kPerThread), exported("cuLaunchKernel_ptsz"));
+  EXPECT_EQ(resolve("cuLaunchKernelEx", 11060, kDefault), exported("cuLaunchKernelEx"));
+  EXPECT_EQ(resolve("cuLaunchKernelEx", 12000, kPerThread), exported("cuLaunchKernelEx_ptsz"));
+  EXPECT_EQ(resolve("cuMemHostGetDevicePointer", 12000, kDefault), exported("cuMemHostGetDevicePointer_v2"));
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  EXPECT_EQ(api().getProcAddress("cuLaunchKernelEx", &fn, 11000, kDefault, &found), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(found, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+// --- children: the environment, and exit -----------------------------------------------------------------
+
+// This binary run again with TIDEPOOL_SIM_MEMOPS_CHILD set does what it names
+// before main and exits: 0 when all went as the parent test expects.
+int run_child(const std::string& mode) {
+  const driver::Api& a = sim_driver().api();
+  CUcontext context = nullptr;
+  if (a.init(0) != CUDA_SUCCESS || a.devicePrimaryCtxRetain(&context, 0) != CUDA_SUCCESS ||
+      a.ctxSetCurrent(context) != CUDA_SUCCESS) {
+    return 3;
+  }
+  if (mode == "copy") {
+    // TIDEPOOL_SIM_COPY_GBPS=1: 64 MiB takes 67 ms. A bad value: unlimited,
+    // where the 1e-6 GB/s it almost says would take days (the alarm fires).
+    const std::size_t bytes = std::getenv("TIDEPOOL_SIM_COPY_GBPS")[0] == '1' ? 64 * kMiB : kMiB;
+    CUdeviceptr device = 0;
+    if (a.memAlloc(&device, bytes) != CUDA_SUCCESS || a.memsetD8(device, 0, bytes) != CUDA_SUCCESS) return 4;
+    std::vector<unsigned char> host(bytes, 1);
+    const auto t0 = Clock::now();
+    if (a.memcpyHtoD(device, host.data(), bytes) != CUDA_SUCCESS) return 5;
+    if (copied(true) != bytes) return 6;
+    if (bytes == 64 * kMiB && ms_since(t0) < 60.0) return 7;
+    return 0;
+  }
+  if (mode == "exit") {
+    // Streams left waiting for good, one destroyed, one the per-thread
+    // stream, one sleeping through a copy at a bandwidth of days.
+    void* host = nullptr;
+    CUstream destroyed = nullptr;
+    CUstream copying = nullptr;
+    CUevent event = nullptr;
+    CUdeviceptr device = 0;
+    if (a.memAllocHost(&host, 64) != CUDA_SUCCESS || a.memAlloc(&device, kMiB) != CUDA_SUCCESS ||
+        a.streamCreate(&destroyed, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        a.streamCreate(&copying, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS || a.eventCreate(&event, 0) != CUDA_SUCCESS) {
+      return 4;
+    }
+    const auto word = reinterpret_cast<CUdeviceptr>(host);
+    host_store<std::uint32_t>(word, 0);
+    if (memops().wait32(destroyed, word, 1, CU_STREAM_WAIT_VALUE_EQ) != CUDA_SUCCESS ||
+        a.eventRecord(event, destroyed) != CUDA_SUCCESS || a.eventDestroy(event) != CUDA_SUCCESS ||
+        a.streamDestroy(destroyed) != CUDA_SUCCESS ||
+        memops().wait32_ptsz(nullptr, word, 1, CU_STREAM_WAIT_VALUE_EQ) != CUDA_SUCCESS) {
+      return 5;
+    }
+    set_copy_gbps(1e-6);
+    static std::vector<unsigned char> source(kMiB);
+    if (a.memcpyHtoDAsync(device, source.data(), kMiB, copying) != CUDA_SUCCESS) return 6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the workers are now inside the sim
+    return 0;
+  }
+  return 2;
+}
+
+[[maybe_unused]] const bool kChild = [] {
+  const char* mode = std::getenv("TIDEPOOL_SIM_MEMOPS_CHILD");
+  if (mode == nullptr) return false;
+  alarm(20);                   // a hang dies of SIGALRM
+  std::exit(run_child(mode));  // static destructors run while workers still wait
+}();
+
+struct ChildResult {
+  int status = -1;
+  std::string out;  // what it wrote on stdout
+};
+
+ChildResult spawn_child(const char* mode, const char* gbps) {
+  std::vector<std::string> env_strings{std::string("TIDEPOOL_SIM_MEMOPS_CHILD=") + mode};
+  if (gbps != nullptr) env_strings.push_back(std::string("TIDEPOOL_SIM_COPY_GBPS=") + gbps);
+  for (char** e = ::environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "TIDEPOOL_SIM_COPY_GBPS=", 23) != 0) env_strings.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int pipe_fds[2];
+  ChildResult result;
+  if (::pipe(pipe_fds) != 0) return result;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), nullptr};
+  pid_t child = 0;
+  const int spawned = posix_spawn(&child, "/proc/self/exe", &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (spawned == 0) {
+    char buffer[256];
+    for (ssize_t n = 0; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;)
+      result.out.append(buffer, static_cast<std::size_t>(n));
+    ::waitpid(child, &result.status, 0);
+  }
+  ::close(pipe_fds[0]);
+  return result;
+}
+
+TEST(SimTransferEnvironment, CopyBandwidthComesFromTheEnvironmentAndABadValueIsIgnoredSilently) {
+  const ChildResult limited = spawn_child("copy", "1");
+  ASSERT_TRUE(WIFEXITED(limited.status)) << "killed by signal " << WTERMSIG(limited.status);
+  EXPECT_EQ(WEXITSTATUS(limited.status), 0);
+  // 1e-6 GB/s with trailing junk: not a bandwidth, so copies are unlimited.
+  const ChildResult ignored = spawn_child("copy", "0.000001x");
+  ASSERT_TRUE(WIFEXITED(ignored.status)) << "killed by signal " << WTERMSIG(ignored.status);
+  EXPECT_EQ(WEXITSTATUS(ignored.status), 0);
+  EXPECT_EQ(ignored.out, "");
+}
+
+TEST(SimTransferEnvironment, ExitWhileStreamsWaitOnMemoryOrSleepThroughACopyIsClean) {
+  const ChildResult result = spawn_child("exit", nullptr);
+  ASSERT_TRUE(WIFEXITED(result.status)) << "killed by signal " << WTERMSIG(result.status);
+  EXPECT_EQ(WEXITSTATUS(result.status), 0);
+}
+
+}  // namespace
+}  // namespace tidepool
