@@ -55,8 +55,7 @@ TIDEPOOL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction
   return real(config, f, params, extra);
 }
 
-TIDEPOOL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
-                                             void** extra) {
+TIDEPOOL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernelEx_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (config != nullptr) {

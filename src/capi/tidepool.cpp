@@ -154,6 +154,11 @@ tidepool_status tidepool_prefetch(const void* ptr, size_t bytes, void* stream) {
     const auto address = reinterpret_cast<std::uintptr_t>(ptr);
     Allocator* owner = address != 0 ? Runtime::get().segment_owner_of(address) : nullptr;
     if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
+    if (Runtime::get().config().prefetch == tidepool::runtime::PrefetchMode::off) {
+      std::uintptr_t base = 0;
+      std::size_t size = 0;
+      return owner->pool().find_containing(address, &base, &size) ? TIDEPOOL_OK : TIDEPOOL_ERROR_INVALID_VALUE;
+    }
     return to_c(owner->pool().make_resident(address, bytes, reinterpret_cast<std::uintptr_t>(stream)));
   });
 }

@@ -19,8 +19,8 @@ util::Result<std::unique_ptr<Residency>> Residency::create(const driver::Driver&
   if (!cache) return cache.status();
   auto transit = Transit::create(driver, context, streams, space.page_size());
   if (!transit) return transit.status();
-  return std::unique_ptr<Residency>(new Residency(space, std::move(cache).value(), std::move(transit).value(),
-                                                  std::move(policy), options));
+  return std::unique_ptr<Residency>(
+      new Residency(space, std::move(cache).value(), std::move(transit).value(), std::move(policy), options));
 }
 
 Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,

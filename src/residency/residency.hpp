@@ -51,8 +51,9 @@ struct ResidencyStats {
   std::uint64_t evicted_bytes = 0;
   std::uint64_t prefetches = 0;  // bring-backs that moved pages
   std::uint64_t prefetched_bytes = 0;
-  std::uint64_t host_resident_launches = 0;  // launches that read host pages: no room to bring them back (prefetch:launch)
-  std::uint64_t launch_prefetches = 0;       // launches whose blocks' host pages were brought back first
+  std::uint64_t host_resident_launches =
+      0;                                  // launches that read host pages: no room to bring them back (prefetch:launch)
+  std::uint64_t launch_prefetches = 0;    // launches whose blocks' host pages were brought back first
   std::uint64_t host_resident_bytes = 0;  // pool bytes on host pages now
   std::uint64_t host_cache_bytes = 0;     // pinned now
   std::uint64_t host_cache_peak_bytes = 0;

@@ -42,8 +42,7 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
   return transit;
 }
 
-Transit::Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams,
-                 std::size_t page_size)
+Transit::Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size)
     : api_(driver.api()), context_(context), registry_(streams), page_size_(page_size) {}
 
 Transit::~Transit() {

@@ -61,6 +61,40 @@ class PluggableAllocator(unittest.TestCase):
             devices = json.load(f)["devices"]
         return devices[0] if devices else {"allocations": 0, "frees": 0, "live_bytes": 0}
 
+    def test_prefetch_and_advise_reach_the_library_and_refuse_foreign_pointers(self):
+        import tidepool
+
+        class Tensor:
+            def __init__(self, address, size):
+                self.address, self.size = address, size
+
+            def data_ptr(self):
+                return self.address
+
+            def numel(self):
+                return self.size
+
+            def element_size(self):
+                return 1
+
+        p = self.malloc(4 << 20, 0, None)
+        self.assertTrue(p)
+        tensor = Tensor(p, 4 << 20)
+        # Without evict:on nothing is on the host: both succeed and move nothing.
+        tidepool.prefetch(tensor)
+        tidepool.advise(tensor, tidepool.KEEP_RESIDENT)
+        tidepool.advise(tensor, "wont_need")
+        tidepool.prefetch(p + 4096, nbytes=4096)  # an interior address works
+        with self.assertRaises(ValueError):
+            tidepool.advise(tensor, "sometimes")
+        with self.assertRaises(RuntimeError):
+            tidepool.prefetch(Tensor(0x1000, 16))
+        with self.assertRaises(RuntimeError):
+            tidepool.advise(Tensor(0x1000, 16), tidepool.WILL_NEED)
+        self.free(p, 4 << 20, 0, None)
+        with self.assertRaises(RuntimeError):
+            tidepool.prefetch(tensor)  # freed: no longer a live allocation
+
     def test_use_installs_the_library_with_the_right_entry_points(self):
         import tidepool
 

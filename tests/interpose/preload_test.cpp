@@ -137,6 +137,28 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
   EXPECT_GE(r.report.value("device_barriers", -1), 1);
 }
 
+// Live data four times the budget, touched by kernels in random order with
+// both kinds of free beside them: every byte checked, the budget never
+// exceeded (the probe watches the sim's device bytes).
+TEST_F(Preload, EvictionKeepsLiveDataFourTimesTheBudgetIntact) {
+  const ProgramRun r = both(PROBE_LINKED, "evict", nullptr, "device_limit:16MiB,evict:on,prefetch:off");
+  expect_all_returned(r, 16);
+  EXPECT_GT(r.report.value("evictions", 0), 0);
+  EXPECT_GT(r.report.value("residency_gates", 0), 0) << "moves under the preload are gated on the device";
+  EXPECT_EQ(r.report.value("residency_fallbacks", -1), 0);
+  EXPECT_EQ(r.report.value("ooms", -1), 0);
+}
+
+// With prefetch:launch, each kernel's blocks come back before it runs.
+TEST_F(Preload, LaunchPrefetchBringsEvictedBlocksBackBeforeTheKernel) {
+  const ProgramRun r = both(PROBE_LINKED, "evict", nullptr, "device_limit:16MiB,evict:on,prefetch:launch");
+  expect_all_returned(r, 16);
+  EXPECT_GT(r.report.value("evictions", 0), 0);
+  EXPECT_GT(r.report.value("launch_prefetches", 0), 0);
+  EXPECT_GT(r.report.value("prefetched_bytes", 0), 0);
+  EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
+}
+
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
   const ProgramRun r = both(PROBE_LINKED, "fork");
   expect_all_returned(r, 2);

@@ -11,6 +11,10 @@
 //            so that reuse of the freed pages is forced; the new owners
 //            write from the host
 //   sidestream_ordered  the same, the new owners writing with cuMemsetD8
+//   evict    live data four times the budget (run with device_limit:16MiB,
+//            evict:on), written and checked by kernels touching every block
+//            in random order, with cuMemFree and stream-ordered frees
+//            beside them; the sim's device bytes are watched all along
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
@@ -349,6 +353,113 @@ int sidestream_route(bool through_stream) {
   return probe::finish(through_stream ? "sidestream_ordered" : "sidestream");
 }
 
+std::uint32_t word_pattern(std::uint32_t seed, std::size_t i) {
+  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+}
+
+// params: words, count, seed
+void fill_words(void** params, void* /*user*/) {
+  auto* words = *static_cast<std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  const auto seed = *static_cast<std::uint32_t*>(params[2]);
+  for (std::size_t i = 0; i < count; ++i) words[i] = word_pattern(seed, i);
+}
+
+// params: words, count, seed, errors
+void check_words(void** params, void* /*user*/) {
+  const auto* words = *static_cast<const std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  const auto seed = *static_cast<std::uint32_t*>(params[2]);
+  auto* errors = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
+  errors->fetch_add(bad);
+}
+
+int evict_route() {
+  make_context_current();
+  constexpr std::size_t kBudget = 16 * MiB;
+  constexpr std::size_t kBlock = 8 * MiB;
+  constexpr std::size_t kBlocks = 8;  // 64 MiB live: four times the budget
+  CUfunction fill_kernel = nullptr;
+  CUfunction check_kernel = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  const bool budgeted =
+      std::getenv("TIDEPOOL_CONF") != nullptr && std::strstr(std::getenv("TIDEPOOL_CONF"), "evict:on");
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> peak{0};
+  std::thread watch([&] {
+    while (!stop.load()) {
+      peak.store(std::max(peak.load(), tidepool_sim_device_bytes_in_use()));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t>* errors_at = &errors;
+  auto fill_block = [&](CUdeviceptr p, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(p);
+    std::size_t count = kBlock / 4;
+    void* params[] = {&words, &count, &seed};
+    PROBE_CHECK(cuLaunchKernel(fill_kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  };
+  auto check_block = [&](CUdeviceptr p, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(p);
+    std::size_t count = kBlock / 4;
+    void* params[] = {&words, &count, &seed, &errors_at};
+    PROBE_CHECK(cuLaunchKernel(check_kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  };
+  std::vector<CUdeviceptr> blocks(kBlocks, 0);
+  std::vector<std::uint32_t> seeds(kBlocks, 0);
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    PROBE_CHECK(cuMemAlloc(&blocks[b], kBlock) == CUDA_SUCCESS);
+    seeds[b] = static_cast<std::uint32_t>(100 + b);
+    if (blocks[b] != 0) fill_block(blocks[b], seeds[b]);
+  }
+  unsigned state = 12345;
+  for (int round = 0; round < 40; ++round) {
+    state = state * 1103515245u + 12345u;
+    const std::size_t b = (state >> 8) % kBlocks;
+    if (blocks[b] == 0) continue;
+    check_block(blocks[b], seeds[b]);
+    seeds[b] += 7919;
+    fill_block(blocks[b], seeds[b]);
+    if (round % 10 == 9) {
+      // Both free modes beside the evictions: a cudaFree-style block and a
+      // stream-ordered one, each written by a kernel first.
+      CUdeviceptr scratch = 0;
+      PROBE_CHECK(cuMemAlloc(&scratch, kBlock) == CUDA_SUCCESS);
+      if (scratch != 0) fill_block(scratch, 7);
+      PROBE_CHECK(cuMemFree(scratch) == CUDA_SUCCESS);
+      CUdeviceptr ordered = 0;
+      PROBE_CHECK(cuMemAllocAsync(&ordered, kBlock, stream) == CUDA_SUCCESS);
+      if (ordered != 0) fill_block(ordered, 8);
+      PROBE_CHECK(cuMemFreeAsync(ordered, stream) == CUDA_SUCCESS);
+    }
+  }
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    if (blocks[b] != 0) check_block(blocks[b], seeds[b]);
+  }
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(errors.load() == 0);
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    if (blocks[b] == 0) continue;
+    const auto* words = reinterpret_cast<const std::uint32_t*>(blocks[b]);
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < kBlock / 4; ++i) bad += words[i] != word_pattern(seeds[b], i) ? 1 : 0;
+    PROBE_CHECK(bad == 0);
+    PROBE_CHECK(cuMemFree(blocks[b]) == CUDA_SUCCESS);
+  }
+  stop.store(true);
+  watch.join();
+  if (budgeted) PROBE_CHECK(peak.load() <= kBudget);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  return probe::finish("evict");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -359,6 +470,7 @@ int main(int argc, char** argv) {
   if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
   if (mode == "sidestream") return sidestream_route(false);
   if (mode == "sidestream_ordered") return sidestream_route(true);
+  if (mode == "evict") return evict_route();
   std::fprintf(stderr, "usage: probe_linked runtime|driver|threads|fork [report-path]\n");
   return 2;
 }

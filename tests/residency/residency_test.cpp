@@ -27,9 +27,7 @@ constexpr std::size_t kPage = 2 * MiB;
 
 // Kernels: fill a block with a pattern derived from a seed, and count the
 // words of a block that do not match one.
-std::uint32_t pattern(std::uint32_t seed, std::size_t i) {
-  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
-}
+std::uint32_t pattern(std::uint32_t seed, std::size_t i) { return seed ^ static_cast<std::uint32_t>(i * 2654435761u); }
 
 void fill_kernel(void** params, void* /*user*/) {
   auto* words = *static_cast<std::uint32_t**>(params[0]);

@@ -1,0 +1,518 @@
+// bench_residency: eviction under a device budget, on the simulated driver,
+// for a training-like workload run layer by layer. Owns that workload and its
+// report: how much of the unconstrained step time each budget and prefetch
+// mode keeps, and what the residency layer moved to get there.
+//
+//   bench_residency [--layers L] [--activation-mib M] [--kernel-ms K] [--steps N]
+//                   [--copy-gbps G] [--prefetch-ahead A] [--json PATH]
+//
+// A step is a forward pass over L layers, each allocating an activation
+// (cudaMalloc semantics) and launching a kernel that reads the previous one
+// and writes the new one, every activation kept; then a backward pass in
+// reverse, each layer allocating a gradient, launching a kernel that reads
+// its activation and the gradient above, and freeing both. Peak live memory
+// is all activations at once, so a budget below it forces eviction of
+// activations the backward pass will read again. A kernel sleeps K ms of wall
+// time and touches a word in every 2 MiB page of the blocks it names, so
+// evicted pages are really read where they lie.
+//
+// Runs, each on a fresh Allocator: no budget (the sim's whole device), then
+// 100%, 50% and 33% of the peak reserved bytes that run measured, in each
+// prefetch mode the allocator offers a program today:
+//   off    no hints: evicted pages come back only when a block is handed out
+//          again over them; kernels read the rest on the host.
+//   hints  before each backward layer, make_resident on the activations it
+//          and the next A layers read.
+// Step 0 of each run is a warm-up (the host cache is pinned, the layout
+// settles); the rest are timed with a steady clock up to a stream
+// synchronisation. Figures are what one run measured: nothing here asserts a
+// target. A run whose allocation fails is reported as failed, with the reason.
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "driver/driver.hpp"
+#include "runtime/allocator.hpp"
+#include "sim/sim_control.h"
+
+namespace {
+
+using namespace tidepool;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kTouchStride = 2 * util::MiB;  // the sim's VMM granularity: one word per page
+
+struct Options {
+  int layers = 12;
+  double activation_mib = 32;
+  double kernel_ms = 2;
+  int steps = 5;  // the first is a warm-up
+  double copy_gbps = 25;
+  int prefetch_ahead = 1;
+  std::string json;
+};
+
+// The sim's control API, reached through the driver's handle as tests do: the
+// sim is loaded like any driver, never linked.
+struct SimControl {
+  decltype(&tidepool_sim_register_kernel) register_kernel = nullptr;
+  decltype(&tidepool_sim_set_copy_gbps) set_copy_gbps = nullptr;
+  decltype(&tidepool_sim_host_resident_launches) host_resident_launches = nullptr;
+};
+
+template <typename Fn>
+Fn sim_symbol(const driver::Driver& sim, const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(sim.handle(), name));
+}
+
+// The layer kernel: params are two inputs, one output (each may be 0), the
+// block size and the sleep in nanoseconds. Reads go through volatile so the
+// compiler cannot drop them; what they sum is written to the output, so the
+// output's pages are written too.
+void layer_kernel(void** params, void* /*user*/) {
+  const auto start = Clock::now();
+  const auto in_a = *static_cast<std::uintptr_t*>(params[0]);
+  const auto in_b = *static_cast<std::uintptr_t*>(params[1]);
+  const auto out = *static_cast<std::uintptr_t*>(params[2]);
+  const auto bytes = *static_cast<std::size_t*>(params[3]);
+  const auto sleep_ns = *static_cast<std::uint64_t*>(params[4]);
+  const std::size_t last = bytes >= sizeof(std::uint64_t) ? bytes - sizeof(std::uint64_t) : 0;
+  std::uint64_t sum = 0;
+  for (const std::uintptr_t in : {in_a, in_b}) {
+    if (in == 0) continue;
+    for (std::size_t offset = 0; offset < last; offset += kTouchStride) {
+      sum += *reinterpret_cast<const volatile std::uint64_t*>(in + offset);
+    }
+    sum += *reinterpret_cast<const volatile std::uint64_t*>(in + last);
+  }
+  if (out != 0) {
+    for (std::size_t offset = 0; offset < last; offset += kTouchStride) {
+      *reinterpret_cast<volatile std::uint64_t*>(out + offset) = sum + offset;
+    }
+    *reinterpret_cast<volatile std::uint64_t*>(out + last) = sum;
+  }
+  std::this_thread::sleep_until(start + std::chrono::nanoseconds(sleep_ns));
+}
+
+struct RunResult {
+  std::string budget_label;  // "none", "100%", ...
+  double budget_fraction = 0;
+  std::size_t budget_bytes = 0;  // 0: no budget
+  std::string mode;
+  bool completed = false;
+  std::string failure;
+  std::vector<double> step_ms;  // timed steps only
+  double mean_step_ms = 0;
+  double throughput_kept = 0;  // unconstrained mean / this mean
+  bool eviction_on = false;
+  std::string eviction_off_reason;
+  double evicted_bytes_per_step = 0;
+  double prefetched_bytes_per_step = 0;
+  double evictions_per_step = 0;
+  double prefetches_per_step = 0;
+  double gates_per_step = 0;
+  double host_read_launches_per_step = 0;  // launches whose arguments point at host pages
+  std::uint64_t hint_ooms = 0;             // hints refused for want of room (allowed)
+  std::uint64_t host_cache_bytes = 0;
+  std::uint64_t host_cache_peak_bytes = 0;
+  std::uint64_t pin_calls = 0;
+  std::uint64_t gates = 0;
+  std::uint64_t fallbacks = 0;
+  std::uint64_t failed_moves = 0;
+  // What the copies achieved, timed by events: on the sim the memmove into
+  // freshly faulted pages, which can be slower than --copy-gbps allows.
+  double to_host_gbps = 0;
+  double to_device_gbps = 0;
+  std::uint64_t ooms = 0;
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t peak_live_bytes = 0;
+};
+
+struct Counters {
+  residency::ResidencyStats residency;
+  std::uint64_t host_read_launches = 0;
+};
+
+class Workload {
+ public:
+  Workload(const driver::Driver& sim, const SimControl& control, CUfunction kernel, const Options& o)
+      : sim_(sim),
+        control_(control),
+        kernel_(kernel),
+        options_(o),
+        bytes_(static_cast<std::size_t>(o.activation_mib * static_cast<double>(util::MiB))),
+        sleep_ns_(static_cast<std::uint64_t>(o.kernel_ms * 1e6)) {}
+
+  RunResult run(std::size_t budget, const std::string& mode) {
+    RunResult r;
+    r.budget_bytes = budget;
+    r.mode = mode;
+    runtime::AllocatorOptions options;
+    options.device_limit = budget;
+    options.evict = true;
+    auto created = runtime::Allocator::create(sim_, options);
+    if (!created) {
+      r.failure = std::string("cannot create the allocator: ") + created.status().message();
+      return r;
+    }
+    allocator_ = std::move(created.value());
+    r.eviction_on = allocator_->residency() != nullptr;
+    r.eviction_off_reason = allocator_->eviction_off_reason();
+    // The bench creates every stream it uses and tells the allocator, so the
+    // registry is complete and moves are gated rather than synchronised.
+    allocator_->streams().set_complete(true);
+    {
+      driver::ScopedContext scope(api(), allocator_->context());
+      if (api().streamCreate(&stream_, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        r.failure = "cannot create a stream";
+        allocator_.reset();
+        return r;
+      }
+      allocator_->stream_created(stream_);
+      measure(mode == "hints", &r);
+      // Whatever a failed step left live goes back before the pool does.
+      (void)api().ctxSynchronize();
+      for (std::uintptr_t p : live_) (void)allocator_->deallocate(p, 0, false);
+      live_.clear();
+      (void)api().streamSynchronize(stream_);
+      allocator_->stream_destroying(stream_);
+      (void)api().streamDestroy(stream_);
+      stream_ = nullptr;
+    }
+    allocator_.reset();
+    return r;
+  }
+
+ private:
+  const driver::Api& api() const { return sim_.api(); }
+
+  Counters counters() const {
+    Counters c;
+    if (const residency::Residency* res = allocator_->residency()) c.residency = res->stats();
+    if (control_.host_resident_launches != nullptr) c.host_read_launches = control_.host_resident_launches();
+    return c;
+  }
+
+  void measure(bool hints, RunResult* r) {
+    Counters before;
+    for (int step = 0; step < options_.steps; ++step) {
+      if (step == 1) before = counters();  // step 0 is the warm-up
+      const auto start = Clock::now();
+      bool done = this->step(hints, step, r);
+      if (done && api().streamSynchronize(stream_) != CUDA_SUCCESS) {
+        r->failure = "step " + std::to_string(step) + ": the stream failed";
+        done = false;
+      }
+      if (!done) {
+        r->ooms = allocator_->pool().stats(false).ooms;
+        return;
+      }
+      if (step > 0) r->step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
+    const Counters after = counters();
+    const auto timed = static_cast<double>(r->step_ms.size());
+    const auto per_step = [timed](std::uint64_t a, std::uint64_t b) { return static_cast<double>(b - a) / timed; };
+    r->completed = true;
+    double total = 0;
+    for (double ms : r->step_ms) total += ms;
+    r->mean_step_ms = total / timed;
+    const residency::ResidencyStats& a = before.residency;
+    const residency::ResidencyStats& b = after.residency;
+    r->evicted_bytes_per_step = per_step(a.evicted_bytes, b.evicted_bytes);
+    r->prefetched_bytes_per_step = per_step(a.prefetched_bytes, b.prefetched_bytes);
+    r->evictions_per_step = per_step(a.evictions, b.evictions);
+    r->prefetches_per_step = per_step(a.prefetches, b.prefetches);
+    r->gates_per_step = per_step(a.gates, b.gates);
+    r->host_read_launches_per_step = per_step(before.host_read_launches, after.host_read_launches);
+    r->host_cache_bytes = b.host_cache_bytes;
+    r->host_cache_peak_bytes = b.host_cache_peak_bytes;
+    r->pin_calls = b.pin_calls;
+    r->gates = b.gates;
+    r->fallbacks = b.fallbacks;
+    r->failed_moves = b.failed_moves;
+    r->to_host_gbps = b.to_host_gbps;
+    r->to_device_gbps = b.to_device_gbps;
+    const pool::PoolStats pool = allocator_->pool().stats(false);
+    r->ooms = pool.ooms;
+    r->peak_reserved_bytes = pool.peak_reserved_bytes;
+    r->peak_live_bytes = pool.peak_live_bytes;
+  }
+
+  // Allocates into live_; false with the failure recorded.
+  bool allocate(const std::string& where, std::uintptr_t* out, RunResult* r) {
+    auto got = allocator_->allocate(bytes_, 0, false);
+    if (!got) {
+      r->failure = where + ": allocating " + std::to_string(bytes_) + " bytes: " + got.status().message();
+      return false;
+    }
+    *out = got.value();
+    live_.push_back(*out);
+    return true;
+  }
+
+  void release(std::uintptr_t p) {
+    if (p == 0) return;
+    live_.erase(std::find(live_.begin(), live_.end(), p));
+    (void)allocator_->deallocate(p, 0, false);
+  }
+
+  bool launch(const std::string& where, std::uintptr_t in_a, std::uintptr_t in_b, std::uintptr_t out, RunResult* r) {
+    std::size_t bytes = bytes_;
+    std::uint64_t sleep_ns = sleep_ns_;
+    void* params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns};
+    const CUresult launched = api().launchKernel(kernel_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
+    if (launched != CUDA_SUCCESS) r->failure = where + ": launch failed: " + std::to_string(launched);
+    return launched == CUDA_SUCCESS;
+  }
+
+  bool step(bool hints, int step, RunResult* r) {
+    const int layers = options_.layers;
+    const std::string prefix = "step " + std::to_string(step) + ", ";
+    std::vector<std::uintptr_t> activation(static_cast<std::size_t>(layers), 0);
+    for (int i = 0; i < layers; ++i) {
+      const std::string where = prefix + "forward layer " + std::to_string(i);
+      const auto l = static_cast<std::size_t>(i);
+      if (!allocate(where, &activation[l], r)) return false;
+      if (!launch(where, i > 0 ? activation[l - 1] : 0, 0, activation[l], r)) return false;
+    }
+    std::uintptr_t upper_gradient = 0;
+    for (int i = layers - 1; i >= 0; --i) {
+      const std::string where = prefix + "backward layer " + std::to_string(i);
+      const auto l = static_cast<std::size_t>(i);
+      if (hints) {
+        // This layer's activation (it may have been evicted since it was
+        // hinted) and the next ones' ahead of their kernels.
+        for (int k = i; k >= std::max(0, i - options_.prefetch_ahead); --k) {
+          const std::uintptr_t a = activation[static_cast<std::size_t>(k)];
+          const util::Status s = allocator_->pool().make_resident(a, bytes_, reinterpret_cast<std::uintptr_t>(stream_));
+          // No room is not an error: a kernel still reads the pages where they lie.
+          if (s.error() == util::Error::out_of_memory) {
+            ++r->hint_ooms;
+          } else if (!s.ok()) {
+            r->failure = where + ": make_resident: " + s.message();
+            return false;
+          }
+        }
+      }
+      std::uintptr_t gradient = 0;
+      if (!allocate(where, &gradient, r)) return false;
+      if (!launch(where, activation[l], upper_gradient, gradient, r)) return false;
+      release(activation[l]);
+      activation[l] = 0;
+      release(upper_gradient);
+      upper_gradient = gradient;
+    }
+    release(upper_gradient);
+    return true;
+  }
+
+  const driver::Driver& sim_;
+  const SimControl& control_;
+  CUfunction kernel_;
+  const Options& options_;
+  std::size_t bytes_;
+  std::uint64_t sleep_ns_;
+  std::unique_ptr<runtime::Allocator> allocator_;
+  CUstream stream_ = nullptr;
+  std::vector<std::uintptr_t> live_;
+};
+
+double mib(double bytes) { return bytes / static_cast<double>(util::MiB); }
+
+// Columns per timed step (/st) are means over the timed steps; pinned bytes,
+// pin calls, copy rates and ooms cover the whole run, warm-up included.
+void print_table(const std::vector<RunResult>& runs) {
+  std::printf("%-6s %9s %-5s %8s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5s  %s\n", "budget", "budgetMiB", "mode",
+              "step_ms", "kept", "evictMiB/st", "prefMiB/st", "hostrd/st", "gates/st", "pinnedMiB", "pinPeakMiB",
+              "pins", "d2h_GBps", "h2d_GBps", "ooms", "status");
+  for (const RunResult& r : runs) {
+    const std::string budget_mib = r.budget_bytes == 0 ? "-" : std::to_string(r.budget_bytes / util::MiB);
+    if (!r.completed) {
+      std::printf("%-6s %9s %-5s %8s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5llu  failed: %s\n",
+                  r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), "-", "-", "-", "-", "-", "-", "-", "-",
+                  "-", "-", "-", static_cast<unsigned long long>(r.ooms), r.failure.c_str());
+      continue;
+    }
+    std::string status = "ok";
+    if (!r.eviction_on) status += " (eviction off: " + r.eviction_off_reason + ")";
+    if (r.hint_ooms > 0) status += ", " + std::to_string(r.hint_ooms) + " hints found no room";
+    if (r.fallbacks > 0) status += ", " + std::to_string(r.fallbacks) + " ungated moves";
+    if (r.failed_moves > 0) status += ", " + std::to_string(r.failed_moves) + " failed moves";
+    std::printf("%-6s %9s %-5s %8.1f %6.3f %11.1f %10.1f %9.1f %8.1f %9.1f %10.1f %5llu %8.2f %8.2f %5llu  %s\n",
+                r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), r.mean_step_ms, r.throughput_kept,
+                mib(r.evicted_bytes_per_step), mib(r.prefetched_bytes_per_step), r.host_read_launches_per_step,
+                r.gates_per_step, mib(static_cast<double>(r.host_cache_bytes)),
+                mib(static_cast<double>(r.host_cache_peak_bytes)), static_cast<unsigned long long>(r.pin_calls),
+                r.to_host_gbps, r.to_device_gbps, static_cast<unsigned long long>(r.ooms), status.c_str());
+  }
+}
+
+nlohmann::json run_json(const RunResult& r) {
+  nlohmann::json j = {{"budget", r.budget_label},       {"budget_fraction", r.budget_fraction},
+                      {"budget_bytes", r.budget_bytes}, {"mode", r.mode},
+                      {"completed", r.completed},       {"eviction_on", r.eviction_on}};
+  if (!r.completed) {
+    j["failure"] = r.failure;
+    j["ooms"] = r.ooms;
+    return j;
+  }
+  if (!r.eviction_on) j["eviction_off_reason"] = r.eviction_off_reason;
+  j.update({{"step_ms", r.step_ms},
+            {"mean_step_ms", r.mean_step_ms},
+            {"throughput_kept", r.throughput_kept},
+            {"evicted_bytes_per_step", r.evicted_bytes_per_step},
+            {"prefetched_bytes_per_step", r.prefetched_bytes_per_step},
+            {"evictions_per_step", r.evictions_per_step},
+            {"prefetches_per_step", r.prefetches_per_step},
+            {"gates_per_step", r.gates_per_step},
+            {"host_read_launches_per_step", r.host_read_launches_per_step},
+            {"hint_ooms", r.hint_ooms},
+            {"host_cache_bytes", r.host_cache_bytes},
+            {"host_cache_peak_bytes", r.host_cache_peak_bytes},
+            {"pin_calls", r.pin_calls},
+            {"gates", r.gates},
+            {"fallbacks", r.fallbacks},
+            {"failed_moves", r.failed_moves},
+            {"to_host_gbps", r.to_host_gbps},
+            {"to_device_gbps", r.to_device_gbps},
+            {"ooms", r.ooms},
+            {"peak_reserved_bytes", r.peak_reserved_bytes},
+            {"peak_live_bytes", r.peak_live_bytes}});
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Eviction under a device budget on the simulated driver: a layer-by-layer training step run unconstrained, "
+      "then at 100%, 50% and 33% of its peak reserved bytes, in each prefetch mode (off, hints)."};
+  app.add_option("--layers", o.layers, "Layers per step")->check(CLI::Range(1, 1000));
+  app.add_option("--activation-mib", o.activation_mib, "Bytes of each activation and gradient, in MiB")
+      ->check(CLI::Range(0.001, 65536.0));
+  app.add_option("--kernel-ms", o.kernel_ms, "Wall time each layer kernel takes, in ms")->check(CLI::Range(0.0, 1e4));
+  app.add_option("--steps", o.steps, "Steps per run, the first a warm-up that is not timed")
+      ->check(CLI::Range(2, 100000));
+  app.add_option("--copy-gbps", o.copy_gbps, "The sim's host<->device copy bandwidth in GB/s (0: unlimited)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--prefetch-ahead", o.prefetch_ahead, "hints mode: activations hinted ahead of the layer reading them")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--json", o.json, "Also write the results as JSON here");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto opened = driver::Driver::open(TIDEPOOL_SIM_LIBRARY);
+  if (!opened) {
+    std::fprintf(stderr, "bench_residency: cannot open the sim driver at %s: %s\n", TIDEPOOL_SIM_LIBRARY,
+                 opened.status().message());
+    return 1;
+  }
+  const driver::Driver& sim = *opened.value();
+  SimControl control;
+  control.register_kernel = sim_symbol<decltype(control.register_kernel)>(sim, "tidepool_sim_register_kernel");
+  control.set_copy_gbps = sim_symbol<decltype(control.set_copy_gbps)>(sim, "tidepool_sim_set_copy_gbps");
+  control.host_resident_launches =
+      sim_symbol<decltype(control.host_resident_launches)>(sim, "tidepool_sim_host_resident_launches");
+  if (control.register_kernel == nullptr) {
+    std::fprintf(stderr, "bench_residency: the sim does not export tidepool_sim_register_kernel\n");
+    return 1;
+  }
+  bool copy_gbps_applied = false;
+  if (control.set_copy_gbps != nullptr) {
+    control.set_copy_gbps(o.copy_gbps);
+    copy_gbps_applied = true;
+  } else {
+    std::printf("note: the sim does not export tidepool_sim_set_copy_gbps: copies run unthrottled\n");
+  }
+  if (control.host_resident_launches == nullptr) {
+    std::printf("note: the sim does not export tidepool_sim_host_resident_launches: hostrd/st reads 0\n");
+  }
+  CUfunction kernel = nullptr;
+  const std::size_t param_sizes[] = {sizeof(std::uintptr_t), sizeof(std::uintptr_t), sizeof(std::uintptr_t),
+                                     sizeof(std::size_t), sizeof(std::uint64_t)};
+  if (control.register_kernel(&kernel, &layer_kernel, nullptr, 5, param_sizes) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "bench_residency: cannot register the layer kernel\n");
+    return 1;
+  }
+
+  char copies[64] = "unlimited (not settable)";
+  if (copy_gbps_applied && o.copy_gbps > 0) {
+    std::snprintf(copies, sizeof copies, "%g GB/s", o.copy_gbps);
+  } else if (copy_gbps_applied) {
+    std::snprintf(copies, sizeof copies, "unlimited");
+  }
+  std::printf(
+      "bench_residency: %d layers, %g MiB activations, %g ms kernels, %d steps (1 warm-up), copies at %s, "
+      "hints %d ahead\n",
+      o.layers, o.activation_mib, o.kernel_ms, o.steps, copies, o.prefetch_ahead);
+  std::fflush(stdout);
+
+  Workload workload(sim, control, kernel, o);
+  std::vector<RunResult> runs;
+  RunResult baseline = workload.run(0, "off");
+  baseline.budget_label = "none";
+  if (!baseline.completed) {
+    runs.push_back(baseline);
+    print_table(runs);
+    std::fprintf(stderr, "bench_residency: the unconstrained run failed: %s\n", baseline.failure.c_str());
+    return 1;
+  }
+  baseline.throughput_kept = 1.0;
+  runs.push_back(baseline);
+  const std::size_t peak = baseline.peak_reserved_bytes;
+  const struct {
+    const char* label;
+    double fraction;
+  } budgets[] = {{"100%", 1.0}, {"50%", 0.5}, {"33%", 1.0 / 3.0}};
+  for (const auto& budget : budgets) {
+    for (const char* mode : {"off", "hints"}) {
+      RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * budget.fraction), mode);
+      r.budget_label = budget.label;
+      r.budget_fraction = budget.fraction;
+      if (r.completed) r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
+      runs.push_back(r);
+    }
+  }
+  std::printf("unconstrained peak reserved %.1f MiB, peak live %.1f MiB\n",
+              mib(static_cast<double>(baseline.peak_reserved_bytes)),
+              mib(static_cast<double>(baseline.peak_live_bytes)));
+  print_table(runs);
+
+  if (!o.json.empty()) {
+    nlohmann::json results = nlohmann::json::array();
+    for (const RunResult& r : runs) results.push_back(run_json(r));
+    const nlohmann::json j = {{"layers", o.layers},
+                              {"activation_mib", o.activation_mib},
+                              {"kernel_ms", o.kernel_ms},
+                              {"steps", o.steps},
+                              {"timed_steps", o.steps - 1},
+                              {"copy_gbps", o.copy_gbps},
+                              {"copy_gbps_applied", copy_gbps_applied},
+                              {"prefetch_ahead", o.prefetch_ahead},
+                              {"unconstrained_peak_reserved_bytes", baseline.peak_reserved_bytes},
+                              {"unconstrained_peak_live_bytes", baseline.peak_live_bytes},
+                              {"runs", results}};
+    std::ofstream out(o.json);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_residency: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
