@@ -132,10 +132,20 @@ space::HostPage* HostCache::take() {
     free_.pop_back();
     in_use_++;
     peak_in_use_ = std::max(peak_in_use_, in_use_);
-    if (free_.size() < headroom_pages()) wake_.notify_one();
+    if (free_.size() < headroom_pages()) wake_.notify_all();
     return page;
   }
-  if (free_slots_.empty()) return nullptr;  // the limit: every slot holds a page in use or being pinned
+  // The thread may be pinning the last slots: their pages are the cache's
+  // to hand out, so wait for them rather than call the cache full.
+  wake_.wait(guard, [&] { return !free_.empty() || !free_slots_.empty() || pinning_ == 0; });
+  if (!free_.empty()) {
+    space::HostPage* page = free_.back();
+    free_.pop_back();
+    in_use_++;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
+    return page;
+  }
+  if (free_slots_.empty()) return nullptr;  // the limit: every slot holds a page in use
   const std::size_t slot = free_slots_.back();
   free_slots_.pop_back();
   guard.unlock();
@@ -149,7 +159,7 @@ space::HostPage* HostCache::take() {
   in_use_++;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   peak_held_ = std::max(peak_held_, limit_pages_ - free_slots_.size());
-  if (free_.size() < headroom_pages()) wake_.notify_one();
+  if (free_.size() < headroom_pages()) wake_.notify_all();
   return page;
 }
 
@@ -171,9 +181,12 @@ void HostCache::pin_ahead() {
     if (stopping_) return;
     const std::size_t slot = free_slots_.back();
     free_slots_.pop_back();
+    pinning_++;
     guard.unlock();
     space::HostPage* page = pin(slot);
     guard.lock();
+    pinning_--;
+    wake_.notify_all();  // a take() may wait for this page
     if (page == nullptr) {
       free_slots_.push_back(slot);
       // Pinning failed (the host is short): try again later rather than in

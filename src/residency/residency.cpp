@@ -31,8 +31,10 @@ Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cach
       policy_(std::move(policy)),
       options_(options) {}
 
-Residency::~Residency() {
-  // The pool (and its space) go first; what is left are copies in flight.
+Residency::~Residency() { drain(); }
+
+void Residency::drain() {
+  // Copies into pool pages still in flight finish before anything unmaps them.
   return_pages(transit_->reap(true));
 }
 
@@ -88,7 +90,9 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   }
   const std::size_t moved = transit_->to_host(space_, moves_);
   for (const PageMove& m : moves_) {
-    if (!m.moved) cache_->give(m.host);
+    // A page left mapped at the pool address (a move that failed halfway)
+    // stays with the space, which hands it back when it unmaps it.
+    if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
   }
   std::lock_guard<std::mutex> guard(stats_lock_);
   note_transit_stats();

@@ -87,6 +87,8 @@ class Residency final : public pool::PageMover {
                           std::uintptr_t stream) override;
   void collect_released_host_pages() override;
 
+  // Waits for the copies still in flight (before the pool unmaps its pages).
+  void drain();
   [[nodiscard]] ResidencyStats stats() const;
   // A scanned launch (prefetch:launch) found pages of its blocks on the
   // host: `brought_back` some came back before it, `still_on_host` some

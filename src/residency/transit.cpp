@@ -69,6 +69,16 @@ CUevent Transit::new_event() {
   return e;
 }
 
+std::uint32_t Transit::next_generation() noexcept {
+  // The wait is flag >= generation: after a wrap, generation 0 would pass
+  // at once, so the flag restarts at 0 and generations at 1.
+  if (++generation_ == 0) {
+    *flag_ = 0;
+    generation_ = 1;
+  }
+  return generation_;
+}
+
 void Transit::open(std::uint32_t generation) noexcept {
   if (flag_ == nullptr) return;
   std::atomic_thread_fence(std::memory_order_release);
@@ -106,33 +116,27 @@ std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& 
 
 bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
   if (flag_ == nullptr) return false;
-  const std::uint32_t generation = ++generation_;
+  const std::uint32_t generation = next_generation();
   bool waiting = false;  // the legacy stream waits for the flag: it must be opened
+  // Opens the flag on every way out once the legacy stream waits for it,
+  // an exception included: a gate left shut stops the device for good.
+  OpenOnExit guard{this, generation, &waiting};
   const bool gate = registry_.device_gate(context_, [&] {
-    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) {
-      return false;
-    }
+    // The wait goes right behind the join record, before the copies, so
+    // that as little as possible can be queued between the two.
+    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
+    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
     for (const PageMove& m : moves) {
       const CUdeviceptr from = m.reservation->page_address(m.page);
       if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
     }
-    if (api_.eventRecord(copied_, to_host_stream_) != CUDA_SUCCESS) return false;
-    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    return waiting;
+    return api_.eventRecord(copied_, to_host_stream_) == CUDA_SUCCESS;
   });
-  if (!gate) {
-    if (waiting) open(generation);
-    return false;
-  }
-  if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) {
-    // The copies did not finish: every page stays on the device.
-    open(generation);
-    return true;
-  }
+  if (!gate) return false;                                          // the guard opens the flag
+  if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) return true;  // the copies did not finish: nothing moves
   time_copies(joined_, copied_, moves.size() * page_size_, true);
   for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
-  open(generation);
   stats_.gates++;
   return true;
 }
@@ -176,8 +180,10 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
     if (pending.done != nullptr) spare_events_.push_back(pending.done);
     return false;
   }
-  const std::uint32_t generation = ++generation_;
+  pending.pages.reserve(moves.size());
+  const std::uint32_t generation = next_generation();
   bool waiting = false;
+  OpenOnExit guard{this, generation, &waiting};
   const bool gate = registry_.device_gate(context_, [&] {
     if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
     waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
@@ -198,8 +204,10 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   if (!gate || api_.eventSynchronize(joined_) != CUDA_SUCCESS) {
     // The copies may be queued behind the flag: they run once it opens, on
     // pages still mapped to their host pages, writing each onto itself.
-    if (waiting) open(generation);
-    if (waiting) (void)api_.streamSynchronize(to_device_stream_);
+    if (waiting) {
+      open(generation);
+      (void)api_.streamSynchronize(to_device_stream_);
+    }
     spare_events_.push_back(pending.start);
     spare_events_.push_back(pending.done);
     return false;
@@ -209,7 +217,7 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
     m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
     if (m.moved) pending.pages.push_back(released);
   }
-  open(generation);
+  guard.open_now();
   stats_.gates++;
   pending.bytes = pending.pages.size() * page_size_;
   pending_.push_back(std::move(pending));
@@ -244,6 +252,8 @@ void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMov
 
 std::vector<space::HostPage*> Transit::reap(bool wait) {
   std::vector<space::HostPage*> ready;
+  if (pending_.empty()) return ready;
+  driver::ScopedContext scope(api_, context_);
   for (auto it = pending_.begin(); it != pending_.end();) {
     bool finished = it->done == nullptr;
     if (!finished) {

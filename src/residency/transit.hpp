@@ -89,6 +89,22 @@ class Transit {
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void open(std::uint32_t generation) noexcept;
+  std::uint32_t next_generation() noexcept;
+  // Opens the gate's flag when it goes out of scope (or at open_now()) if
+  // the legacy stream was made to wait for it.
+  struct OpenOnExit {
+    OpenOnExit(Transit* t, std::uint32_t g, bool* w) noexcept : transit(t), generation(g), waiting(w) {}
+    Transit* transit;
+    std::uint32_t generation;
+    bool* waiting;
+    void open_now() noexcept {
+      if (*waiting) transit->open(generation);
+      *waiting = false;
+    }
+    ~OpenOnExit() { open_now(); }
+    OpenOnExit(const OpenOnExit&) = delete;
+    OpenOnExit& operator=(const OpenOnExit&) = delete;
+  };
   CUevent new_event();
   void time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host);
 

@@ -37,8 +37,8 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   if (!pool) return pool.status();
   allocator->pool_ = std::move(pool.value());
   if (options.evict) {
-    auto residency = residency::Residency::create(driver, allocator->context_, *allocator->space_,
-                                                  *allocator->streams_, options.residency);
+    auto residency = residency::Residency::create(driver, allocator->context_, *allocator->space_, *allocator->streams_,
+                                                  options.residency);
     if (residency) {
       allocator->residency_ = std::move(residency.value());
       allocator->pool_->set_page_mover(allocator->residency_.get());
@@ -73,6 +73,7 @@ util::Status Allocator::traced_deallocate(std::uintptr_t address, std::uintptr_t
 }
 
 Allocator::~Allocator() {
+  if (residency_) residency_->drain();
   pool_.reset();
   residency_.reset();
   space_.reset();
