@@ -415,7 +415,7 @@ void Pool::set_page_mover(PageMover* mover) {
 
 util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) {
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_block_containing(address);
+  Block* block = live_block_at(address);
   if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
   block->last_use = ++use_clock_;
   if (mover_ == nullptr || space_.host_pages() == 0) return util::Status::success();
@@ -458,8 +458,7 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   *host_pages = 0;
   *still_on_host = 0;
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.find(address);
-  if (block == nullptr) block = live_block_containing(address);
+  Block* block = live_block_at(address);
   if (block == nullptr) return false;
   block->last_use = ++use_clock_;
   if (mover_ == nullptr || space_.host_pages() == 0) return true;
@@ -490,8 +489,7 @@ std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std
 
 util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advice) {
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.find(address);
-  if (block == nullptr) block = live_block_containing(address);
+  Block* block = live_block_at(address);
   if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
   const std::uintptr_t end = bytes > UINTPTR_MAX - address ? UINTPTR_MAX : address + std::max<std::size_t>(bytes, 1);
   util::Status result;
@@ -503,9 +501,7 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
         b->last_use = 0;
         b->keep_resident = false;
         break;
-      case Advice::keep_resident:
-        b->keep_resident = true;
-        [[fallthrough]];
+      case Advice::keep_resident: b->keep_resident = true; [[fallthrough]];
       case Advice::will_need:
         b->last_use = ++use_clock_;
         if (mover_ != nullptr && space_.host_pages() > 0) {

@@ -322,6 +322,11 @@ class Pool {
   std::size_t trim_chunks();
   // The live block whose range holds `address` (a walk of its segment's blocks).
   [[nodiscard]] Block* live_block_containing(std::uintptr_t address) const;
+  // A block's start (one hash lookup, the common case) or else the walk.
+  [[nodiscard]] Block* live_block_at(std::uintptr_t address) const {
+    Block* block = live_.find(address);
+    return block != nullptr ? block : live_block_containing(address);
+  }
   Arena& arena_of(const Block* block) { return arenas_[block->segment->arena]; }
   [[nodiscard]] const Segment* segment_of(const space::Reservation* r) const;
 

@@ -98,20 +98,19 @@ void Transit::time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool 
   }
 }
 
+std::size_t Transit::tally(const std::vector<PageMove>& moves, std::uint64_t* moved_bytes) {
+  std::size_t moved = 0;
+  for (const PageMove& m : moves) moved += m.moved ? 1 : 0;
+  *moved_bytes += moved * page_size_;
+  stats_.failed_moves += moves.size() - moved;
+  return moved;
+}
+
 std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
   if (!gated_to_host(space, moves)) fallback_to_host(space, moves);
-  std::size_t moved = 0;
-  for (const PageMove& m : moves) {
-    if (m.moved) {
-      ++moved;
-      stats_.to_host_bytes += page_size_;
-    } else {
-      stats_.failed_moves++;
-    }
-  }
-  return moved;
+  return tally(moves, &stats_.to_host_bytes);
 }
 
 bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
@@ -158,16 +157,7 @@ std::size_t Transit::to_device(space::AddressSpace& space, std::vector<PageMove>
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
   if (!gated_to_device(space, moves)) fallback_to_device(space, moves);
-  std::size_t moved = 0;
-  for (const PageMove& m : moves) {
-    if (m.moved) {
-      ++moved;
-      stats_.to_device_bytes += page_size_;
-    } else {
-      stats_.failed_moves++;
-    }
-  }
-  return moved;
+  return tally(moves, &stats_.to_device_bytes);
 }
 
 bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {

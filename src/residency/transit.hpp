@@ -89,6 +89,8 @@ class Transit {
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void open(std::uint32_t generation) noexcept;
+  // Counts the moves made (into `moved_bytes`) and failed; returns those made.
+  std::size_t tally(const std::vector<PageMove>& moves, std::uint64_t* moved_bytes);
   std::uint32_t next_generation() noexcept;
   // Opens the gate's flag when it goes out of scope (or at open_now()) if
   // the legacy stream was made to wait for it.

@@ -69,8 +69,10 @@ bool parse_switch(std::string_view value, bool& out, std::string& expected) {
   return false;
 }
 
-bool parse_policy(std::string_view value, std::string& out, std::string& expected) {
-  for (std::string_view name : pool::policy_names()) {
+// A name from `names` (placement or eviction policies).
+template <typename Names>
+bool parse_name_from(const Names& names, std::string_view value, std::string& out, std::string& expected) {
+  for (std::string_view name : names) {
     if (name == value) {
       out = std::string(value);
       return true;
@@ -79,33 +81,26 @@ bool parse_policy(std::string_view value, std::string& out, std::string& expecte
   expected = "one of";
   // Appended piecewise: `" " + std::string(name)` trips GCC 12's -Wrestrict
   // false positive at -O3.
-  for (std::string_view name : pool::policy_names()) {
+  for (std::string_view name : names) {
     expected += ' ';
     expected.append(name);
   }
   return false;
 }
 
+bool parse_policy(std::string_view value, std::string& out, std::string& expected) {
+  return parse_name_from(pool::policy_names(), value, out, expected);
+}
+
 bool parse_evict_policy(std::string_view value, std::string& out, std::string& expected) {
-  for (std::string_view name : residency::eviction_policy_names()) {
-    if (name == value) {
-      out = std::string(value);
-      return true;
-    }
-  }
-  expected = "one of";
-  for (std::string_view name : residency::eviction_policy_names()) {
-    expected += ' ';
-    expected.append(name);
-  }
-  return false;
+  return parse_name_from(residency::eviction_policy_names(), value, out, expected);
 }
 
 bool parse_prefetch_mode(std::string_view value, PrefetchMode& out, std::string& expected) {
   static constexpr std::pair<std::string_view, PrefetchMode> kModes[] = {{"off", PrefetchMode::off},
-                                                                          {"hints", PrefetchMode::hints},
-                                                                          {"launch", PrefetchMode::launch},
-                                                                          {"learn", PrefetchMode::learn}};
+                                                                         {"hints", PrefetchMode::hints},
+                                                                         {"launch", PrefetchMode::launch},
+                                                                         {"learn", PrefetchMode::learn}};
   for (const auto& [name, mode] : kModes) {
     if (name == value) {
       out = mode;
@@ -238,10 +233,10 @@ std::string describe(const Config& config) {
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
          ",host_cache:" + std::to_string(config.host_cache) + ",evict_policy:" + config.evict_policy +
          ",prefetch:" + kPrefetchNames[static_cast<int>(config.prefetch)] +
-         ",free_barrier:" + (config.free_barrier ? "on" : "off") +
-         ",small_size:" + std::to_string(config.small_size) + ",hold_slack:" + std::to_string(config.hold_slack) +
-         "%,report:" + config.report + ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
-         ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;
+         ",free_barrier:" + (config.free_barrier ? "on" : "off") + ",small_size:" + std::to_string(config.small_size) +
+         ",hold_slack:" + std::to_string(config.hold_slack) + "%,report:" + config.report + ",trace:" + config.trace +
+         ",log:" + kLevelNames[static_cast<int>(config.log)] + ",log_file:" + config.log_file +
+         ",cuda_lib:" + config.cuda_lib;
 }
 
 std::string options_markdown() {
