@@ -18,11 +18,17 @@
 //
 // Runs, each on a fresh Allocator: no budget (the sim's whole device), then
 // 100%, 50% and 33% of the peak reserved bytes that run measured, in each
-// prefetch mode the allocator offers a program today:
-//   off    no hints: evicted pages come back only when a block is handed out
-//          again over them; kernels read the rest on the host.
-//   hints  before each backward layer, make_resident on the activations it
-//          and the next A layers read.
+// prefetch mode:
+//   off     no hints: evicted pages come back only when a block is handed out
+//           again over them; kernels read the rest on the host.
+//   hints   before each backward layer, make_resident on the activations it
+//           and the next A layers read.
+//   launch  each launch is scanned as the preload's hooks scan it; blocks it
+//           names come back (gated) before it.
+//   learn   prefetch:learn: the launch schedule's period is found, blocks
+//           come back --learn-ahead launches before their use and what the
+//           next launches' allocations will evict is copied out ahead, all
+//           as tracked moves (no gate).
 // Step 0 of each run is a warm-up (the host cache is pinned, the layout
 // settles); the rest are timed with a steady clock up to a stream
 // synchronisation. Figures are what one run measured: nothing here asserts a
@@ -43,6 +49,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "residency/launch_scan.hpp"
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
 
@@ -55,11 +62,16 @@ constexpr std::size_t kTouchStride = 2 * util::MiB;  // the sim's VMM granularit
 
 struct Options {
   int layers = 12;
-  double activation_mib = 32;
-  double kernel_ms = 2;
-  int steps = 5;  // the first is a warm-up
-  double copy_gbps = 25;
+  double activation_mib = 8;
+  double kernel_ms = 5;
+  int steps = 6;  // the first is a warm-up
+  // The sim moves bytes through page tables at 1.5-3 GB/s on a 2-core
+  // machine: a modelled link above that would time the sim, not the
+  // residency layer. 2 GB/s with 8 MiB activations and 5 ms kernels keeps
+  // the ratio of copy time to compute of 25 GB/s PCIe with 0.4 ms kernels.
+  double copy_gbps = 2;
   int prefetch_ahead = 1;
+  int learn_ahead = 4;
   std::string json;
 };
 
@@ -130,6 +142,11 @@ struct RunResult {
   std::uint64_t gates = 0;
   std::uint64_t fallbacks = 0;
   std::uint64_t failed_moves = 0;
+  std::uint64_t learned_period = 0;
+  std::uint64_t tracked_moves = 0;
+  std::uint64_t precopies = 0;
+  std::uint64_t precopies_used = 0;
+  std::uint64_t learned_prefetches = 0;
   // What the copies achieved, timed by events: on the sim the memmove into
   // freshly faulted pages, which can be slower than --copy-gbps allows.
   double to_host_gbps = 0;
@@ -161,6 +178,9 @@ class Workload {
     runtime::AllocatorOptions options;
     options.device_limit = budget;
     options.evict = true;
+    options.residency.learn = mode == "learn";
+    options.residency.learn_ahead = static_cast<std::size_t>(std::max(1, options_.learn_ahead));
+    scan_launches_ = mode == "launch" || mode == "learn";
     auto created = runtime::Allocator::create(sim_, options);
     if (!created) {
       r.failure = std::string("cannot create the allocator: ") + created.status().message();
@@ -240,6 +260,11 @@ class Workload {
     r->pin_calls = b.pin_calls;
     r->gates = b.gates;
     r->fallbacks = b.fallbacks;
+    r->learned_period = b.learned_period;
+    r->tracked_moves = b.tracked_moves;
+    r->precopies = b.precopies;
+    r->precopies_used = b.precopies_used;
+    r->learned_prefetches = b.learned_prefetches;
     r->failed_moves = b.failed_moves;
     r->to_host_gbps = b.to_host_gbps;
     r->to_device_gbps = b.to_device_gbps;
@@ -271,6 +296,13 @@ class Workload {
     std::size_t bytes = bytes_;
     std::uint64_t sleep_ns = sleep_ns_;
     void* params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns};
+    if (scan_launches_) {
+      // What the preload's launch hooks do before the real launch.
+      runtime::LaunchUse use;
+      scanner_.for_each_word(kernel_, params, nullptr,
+                             [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+      allocator_->end_launch(kernel_, use);
+    }
     const CUresult launched = api().launchKernel(kernel_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
     if (launched != CUDA_SUCCESS) r->failure = where + ": launch failed: " + std::to_string(launched);
     return launched == CUDA_SUCCESS;
@@ -324,6 +356,8 @@ class Workload {
   std::size_t bytes_;
   std::uint64_t sleep_ns_;
   std::unique_ptr<runtime::Allocator> allocator_;
+  residency::LaunchScanner scanner_{sim_.api()};
+  bool scan_launches_ = false;
   CUstream stream_ = nullptr;
   std::vector<std::uintptr_t> live_;
 };
@@ -347,6 +381,11 @@ void print_table(const std::vector<RunResult>& runs) {
     std::string status = "ok";
     if (!r.eviction_on) status += " (eviction off: " + r.eviction_off_reason + ")";
     if (r.hint_ooms > 0) status += ", " + std::to_string(r.hint_ooms) + " hints found no room";
+    if (r.learned_period > 0) {
+      status += ", period " + std::to_string(r.learned_period) + ", " + std::to_string(r.tracked_moves) +
+                " tracked moves, " + std::to_string(r.precopies_used) + "/" + std::to_string(r.precopies) +
+                " precopies used, " + std::to_string(r.learned_prefetches) + " learned prefetches";
+    }
     if (r.fallbacks > 0) status += ", " + std::to_string(r.fallbacks) + " ungated moves";
     if (r.failed_moves > 0) status += ", " + std::to_string(r.failed_moves) + " failed moves";
     std::printf("%-6s %9s %-5s %8.1f %6.3f %11.1f %10.1f %9.1f %8.1f %9.1f %10.1f %5llu %8.2f %8.2f %5llu  %s\n",
@@ -383,6 +422,11 @@ nlohmann::json run_json(const RunResult& r) {
             {"pin_calls", r.pin_calls},
             {"gates", r.gates},
             {"fallbacks", r.fallbacks},
+            {"learned_period", r.learned_period},
+            {"tracked_moves", r.tracked_moves},
+            {"precopies", r.precopies},
+            {"precopies_used", r.precopies_used},
+            {"learned_prefetches", r.learned_prefetches},
             {"failed_moves", r.failed_moves},
             {"to_host_gbps", r.to_host_gbps},
             {"to_device_gbps", r.to_device_gbps},
@@ -398,7 +442,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{
       "Eviction under a device budget on the simulated driver: a layer-by-layer training step run unconstrained, "
-      "then at 100%, 50% and 33% of its peak reserved bytes, in each prefetch mode (off, hints)."};
+      "then at 100%, 50% and 33% of its peak reserved bytes, in each prefetch mode (off, hints, launch, learn)."};
   app.add_option("--layers", o.layers, "Layers per step")->check(CLI::Range(1, 1000));
   app.add_option("--activation-mib", o.activation_mib, "Bytes of each activation and gradient, in MiB")
       ->check(CLI::Range(0.001, 65536.0));
@@ -409,6 +453,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--prefetch-ahead", o.prefetch_ahead, "hints mode: activations hinted ahead of the layer reading them")
       ->check(CLI::Range(0, 1000));
+  app.add_option("--learn-ahead", o.learn_ahead, "learn mode: launches a block is brought back ahead of its use")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--json", o.json, "Also write the results as JSON here");
   try {
     app.parse(argc, argv);
@@ -480,7 +526,7 @@ int main(int argc, char** argv) {
     double fraction;
   } budgets[] = {{"100%", 1.0}, {"50%", 0.5}, {"33%", 1.0 / 3.0}};
   for (const auto& budget : budgets) {
-    for (const char* mode : {"off", "hints"}) {
+    for (const char* mode : {"off", "hints", "launch", "learn"}) {
       RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * budget.fraction), mode);
       r.budget_label = budget.label;
       r.budget_fraction = budget.fraction;

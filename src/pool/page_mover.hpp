@@ -23,7 +23,28 @@ struct EvictionCandidate {
   std::uintptr_t address = 0;
   std::size_t size = 0;
   space::Reservation* reservation = nullptr;
-  std::uint64_t last_use = 0;  // the pool's use clock: allocation, hints, prefetches; larger is more recent
+  std::uint64_t last_use = 0;   // the pool's use clock: allocation, hints, prefetches; larger is more recent
+  std::uint64_t buffer_id = 0;  // unique per allocation
+};
+
+// A block a kernel launch named in its parameters.
+struct LaunchedBlock {
+  std::uintptr_t address = 0;
+  std::uint64_t buffer_id = 0;
+};
+
+// The pool's live blocks, as a mover asks about them from inside a call the
+// pool made (under its lock).
+class LiveBlocks {
+ public:
+  virtual ~LiveBlocks() = default;
+  // The live block at `address` (its start), or false.
+  virtual bool find(std::uintptr_t address, EvictionCandidate* out) const = 0;
+  // Every live block that may give up device pages (as evict() gets them).
+  virtual void candidates(std::vector<EvictionCandidate>* out) const = 0;
+  // Unmaps up to `pages` idle pages of free blocks outside [keep_begin,
+  // keep_end), without waiting for the device; returns how many.
+  virtual std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) = 0;
 };
 
 class PageMover {
@@ -45,6 +66,16 @@ class PageMover {
   // Host pages the space unmapped (a trim, stitching a free range) go back
   // to the cache.
   virtual void collect_released_host_pages() = 0;
+
+  // Learned prefetch (a mover that keeps a schedule; the defaults ignore it).
+  // A scanned launch of `kernel` named `blocks`.
+  virtual void launched(std::uintptr_t /*kernel*/, const LaunchedBlock* /*blocks*/, std::size_t /*count*/,
+                        LiveBlocks& /*live*/) {}
+  // A launch on `stream` is about to use the block: order it after any copy
+  // still bringing the block's pages back.
+  virtual void before_use(std::uint64_t /*buffer_id*/, std::uintptr_t /*stream*/) {}
+  // The block is being freed: nothing of it is moved or predicted any more.
+  virtual void forget(std::uint64_t /*buffer_id*/) {}
 };
 
 }  // namespace tidepool::pool

@@ -312,6 +312,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
   block->requested = 0;
+  if (mover_ != nullptr) mover_->forget(block->buffer_id);
   block->buffer_id = 0;
   block->freed_at = stats_.allocations;
   if (settled) {
@@ -454,14 +455,17 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
 }
 
 bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                          std::size_t* still_on_host) {
+                          std::size_t* still_on_host, LaunchedBlock* used) {
   *host_pages = 0;
   *still_on_host = 0;
   std::lock_guard<util::SpinLock> guard(lock_);
   Block* block = live_block_at(address);
   if (block == nullptr) return false;
   block->last_use = ++use_clock_;
-  if (mover_ == nullptr || space_.host_pages() == 0) return true;
+  if (used != nullptr) *used = LaunchedBlock{block->address, block->buffer_id};
+  if (mover_ == nullptr) return true;
+  mover_->before_use(block->buffer_id, stream);
+  if (space_.host_pages() == 0) return true;
   space::Reservation& r = *block->segment->reservation;
   *host_pages = host_pages_in(r, block->address, block->size);
   if (*host_pages == 0) return true;
@@ -471,18 +475,42 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   return true;
 }
 
-std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
-  if (mover_ == nullptr || pages == 0) return 0;
-  eviction_scratch_.clear();
-  for (const auto& segment : segments_) {
+void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  if (mover_ == nullptr) return;
+  driver::ScopedContext scope(api_, context_);
+  LiveView live(*this);
+  mover_->launched(kernel, blocks, count, live);
+  stats_.host_pages = space_.host_pages();
+}
+
+bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const {
+  const Block* b = pool_.live_block_at(address);
+  if (b == nullptr || b->address != address || b->segment->reservation->is_chunk()) return false;
+  *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id};
+  return !b->keep_resident;
+}
+
+std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
+  return pool_.reclaim_idle_pages(pages, keep_begin, keep_end, false, kNoPendingWork, /*learn=*/false);
+}
+
+void Pool::LiveView::candidates(std::vector<EvictionCandidate>* out) const {
+  out->clear();
+  for (const auto& segment : pool_.segments_) {
     if (segment->reservation->is_chunk()) continue;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
       if (b->is_free || b->requested == 0 || b->keep_resident) continue;
       const auto [first, end] = segment->reservation->whole_pages(b->address, b->size);
       if (first == end) continue;  // shares every page it touches: never evicted
-      eviction_scratch_.push_back({b->address, b->size, segment->reservation, b->last_use});
+      out->push_back({b->address, b->size, segment->reservation, b->last_use, b->buffer_id});
     }
   }
+}
+
+std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
+  if (mover_ == nullptr || pages == 0) return 0;
+  LiveView(*this).candidates(&eviction_scratch_);
   if (eviction_scratch_.empty()) return 0;
   return mover_->evict(eviction_scratch_, pages, keep_begin, keep_end);
 }

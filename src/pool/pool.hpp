@@ -221,8 +221,12 @@ class Pool {
   // any stream). `host_pages` receives how many of its pages were on the
   // host, `still_on_host` how many stayed there (no room). False when no
   // live block holds `address`.
+  // `used` (optional) receives the block.
   bool use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                      std::size_t* still_on_host);
+                      std::size_t* still_on_host, LaunchedBlock* used = nullptr);
+  // A scanned launch of `kernel` named `blocks` (those use_for_launch found):
+  // the mover learns the program's order from it (prefetch:learn).
+  void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count);
   util::Status advise(std::uintptr_t address, std::size_t bytes, Advice advice);
 
   // Waits for deferred frees, unmaps every idle page and releases every spare
@@ -340,6 +344,17 @@ class Pool {
   PageMover* mover_ = nullptr;
   std::atomic<std::uintptr_t> span_begin_{UINTPTR_MAX};  // the segments' lowest and highest address
   std::atomic<std::uintptr_t> span_end_{0};
+  // What the mover may ask about live blocks from inside a call.
+  class LiveView final : public LiveBlocks {
+   public:
+    explicit LiveView(Pool& pool) : pool_(pool) {}
+    bool find(std::uintptr_t address, EvictionCandidate* out) const override;
+    void candidates(std::vector<EvictionCandidate>* out) const override;
+    std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) override;
+
+   private:
+    Pool& pool_;
+  };
   std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
 

@@ -3,6 +3,7 @@
 #include "residency/residency.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace tidepool::residency {
 
@@ -29,13 +30,25 @@ Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cach
       cache_(std::move(cache)),
       transit_(std::move(transit)),
       policy_(std::move(policy)),
-      options_(options) {}
+      options_(options) {
+  if (options_.learn) schedule_ = std::make_unique<LaunchSchedule>();
+}
 
 Residency::~Residency() { drain(); }
 
 void Residency::drain() {
   // Copies into pool pages still in flight finish before anything unmaps them.
-  return_pages(transit_->reap(true));
+  while (!precopies_.empty()) discard_precopy(precopies_.size() - 1);
+  reap_transit(true);
+}
+
+void Residency::reap_transit(bool wait) {
+  if (wait) {
+    inflight_.clear();
+  } else {
+    std::erase_if(inflight_, [&](const Inflight& f) { return transit_->finished(f.done); });
+  }
+  return_pages(transit_->reap(wait));
 }
 
 void Residency::return_pages(std::vector<space::HostPage*> pages) {
@@ -44,7 +57,7 @@ void Residency::return_pages(std::vector<space::HostPage*> pages) {
 
 void Residency::collect_released_host_pages() {
   return_pages(space_.take_released_host_pages());
-  return_pages(transit_->reap(false));
+  reap_transit(false);
   std::lock_guard<std::mutex> guard(stats_lock_);
   note_transit_stats();
 }
@@ -52,6 +65,13 @@ void Residency::collect_released_host_pages() {
 std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, std::size_t pages,
                              std::uintptr_t keep_begin, std::uintptr_t keep_end) {
   collect_released_host_pages();
+  std::size_t committed = 0;
+  if (schedule_ != nullptr) {
+    schedule_->note_demand(pages);
+    committed = commit_precopies(pages, nullptr, &candidates, keep_begin, keep_end);
+    if (committed >= pages) return committed;
+    pages -= committed;
+  }
   const std::size_t page_size = space_.page_size();
   const auto kept = [&](std::uintptr_t at) { return at < keep_end && at + page_size > keep_begin; };
   ordered_.clear();
@@ -66,7 +86,11 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     }
     if (on_device > 0) ordered_.push_back({c.address, c.size, c.last_use, on_device, i});
   }
-  policy_->order(ordered_);
+  if (schedule_ != nullptr && schedule_->period() != 0) {
+    order_by_next_use(candidates);
+  } else {
+    policy_->order(ordered_);
+  }
 
   // A batch of at least min_evict_pages, but never more than a sixteenth of
   // the budget beyond what was asked: a small budget evicts only what it needs.
@@ -101,7 +125,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     counters_.evictions++;
     counters_.evicted_bytes += moved * page_size;
   }
-  return moved;
+  return moved + committed;
 }
 
 util::Status Residency::bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
@@ -121,7 +145,7 @@ util::Status Residency::bring_back(space::Reservation& reservation, std::uintptr
   if (moves_.size() > space_.available_pages()) moves_.resize(space_.available_pages());
   const std::size_t wanted = moves_.size();
   const std::size_t moved = transit_->to_device(space_, moves_);
-  return_pages(transit_->reap(false));
+  reap_transit(false);
   {
     std::lock_guard<std::mutex> guard(stats_lock_);
     note_transit_stats();
@@ -140,11 +164,237 @@ void Residency::note_transit_stats() {
   const TransitStats& t = transit_->stats();
   counters_.gates = t.gates;
   counters_.fallbacks = t.fallbacks;
+  counters_.tracked_moves = t.tracked;
+  if (schedule_ != nullptr) counters_.learned_period = schedule_->period();
   counters_.failed_moves = t.failed_moves;
   // Bytes per millisecond / 1e6 is GB/s.
   counters_.to_host_gbps = t.to_host_ms > 0 ? static_cast<double>(t.timed_to_host_bytes) / t.to_host_ms / 1e6 : 0;
   counters_.to_device_gbps =
       t.to_device_ms > 0 ? static_cast<double>(t.timed_to_device_bytes) / t.to_device_ms / 1e6 : 0;
+}
+
+// --- prefetch:learn --------------------------------------------------------------------------------
+//
+// Tracked moves. The launch scan sees every block a kernel names, so a
+// block no launch has named since a point in the queue is idle on the
+// device from that point on, and its pages can move without a gate:
+//   - copy out: the copies wait (a device barrier, no flag) for everything
+//     queued so far; the pages stay mapped on the device. Once the copies
+//     are done and the block is still live and unnamed since, its pages are
+//     remapped to the host pages: nothing is copied in the gate, and no
+//     stream waits.
+//   - bring back: a block no launch has named since it was evicted is idle;
+//     its pages are remapped to device pages at once and filled on the
+//     host-to-device stream; the launch that names it next waits for that
+//     copy (before_use), and other streams run on.
+// The trust this takes: kernels reach pool memory through pointers in their
+// parameters (a pointer read from device memory is not seen), and no copy
+// or memset writes a block between its copy-out and its remap. Programs that
+// break it should use prefetch:launch, whose moves are gated.
+
+void Residency::launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count,
+                         pool::LiveBlocks& live) {
+  if (schedule_ == nullptr) return;
+  std::array<ScheduledBlock, LaunchSchedule::kMaxBlocksPerLaunch> scheduled;
+  const std::size_t n = std::min(count, scheduled.size());
+  for (std::size_t i = 0; i < n; ++i) scheduled[i] = ScheduledBlock{blocks[i].buffer_id, blocks[i].address};
+  schedule_->record(kernel, scheduled.data(), n);
+  if (schedule_->period() == 0) return;
+  // The blocks of this launch are neither brought back nor copied out now:
+  // the launch itself is queued only after this returns, so a copy ordered
+  // before it would miss its writes, and a page remapped now would be read
+  // before its bytes arrive.
+  current_.assign(scheduled.begin(), scheduled.begin() + static_cast<std::ptrdiff_t>(n));
+  collect_released_host_pages();
+  prefetch_upcoming(live);
+  precopy_for_demand(live);
+  std::lock_guard<std::mutex> guard(stats_lock_);
+  note_transit_stats();
+}
+
+void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
+  if (space_.host_pages() == 0) return;
+  schedule_->upcoming(options_.learn_ahead, &upcoming_);
+  for (const ScheduledBlock& b : upcoming_) {
+    pool::EvictionCandidate c;
+    if (in_current_launch(b.id) || !live.find(b.address, &c) || c.buffer_id != b.id) continue;
+    moves_.clear();
+    const std::size_t last = c.reservation->page_of(c.address + c.size - 1);
+    for (std::size_t p = c.reservation->page_of(c.address); p <= last; ++p) {
+      if (c.reservation->page(p).residency == space::Residency::host) {
+        moves_.push_back({c.reservation, p, c.reservation->page(p).host, false});
+      }
+    }
+    if (moves_.empty()) continue;
+    if (space_.available_pages() < moves_.size()) {
+      (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size);
+    }
+    if (space_.available_pages() < moves_.size()) {
+      (void)commit_precopies(moves_.size() - space_.available_pages(), &live, nullptr, c.address, c.address + c.size);
+    }
+    if (space_.available_pages() < moves_.size()) continue;  // no room: the launch scan brings it back, gated
+    CUevent done = nullptr;
+    const std::size_t moved = transit_->tracked_to_device(space_, moves_, &done);
+    if (done != nullptr && moved > 0) inflight_.push_back({c.buffer_id, done});
+    if (moved > 0) {
+      std::lock_guard<std::mutex> guard(stats_lock_);
+      counters_.prefetches++;
+      counters_.learned_prefetches++;
+      counters_.prefetched_bytes += moved * space_.page_size();
+    }
+  }
+}
+
+void Residency::precopy_for_demand(pool::LiveBlocks& live) {
+  const std::size_t wanted = schedule_->predicted_demand(2 * options_.learn_ahead);
+  if (wanted <= precopied_pages_) return;
+  live.candidates(&live_scratch_);
+  // Needed last first; a block needed within the window is not copied out,
+  // nor one the schedule cannot place (it may be about to be used).
+  const std::uint64_t horizon = schedule_->launches() + 2 * options_.learn_ahead;
+  ranked_.clear();
+  for (std::size_t i = 0; i < live_scratch_.size(); ++i) {
+    const std::uint64_t next = schedule_->next_use(live_scratch_[i].buffer_id);
+    if (next == LaunchSchedule::kUnknown || next <= horizon || in_current_launch(live_scratch_[i].buffer_id)) continue;
+    const bool copied = std::any_of(precopies_.begin(), precopies_.end(),
+                                    [&](const Precopy& p) { return p.buffer_id == live_scratch_[i].buffer_id; });
+    if (!copied) ranked_.emplace_back(next, i);
+  }
+  std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [next, index] : ranked_) {
+    if (precopied_pages_ >= wanted) break;
+    const pool::EvictionCandidate& c = live_scratch_[index];
+    Precopy copy{c.address, c.buffer_id, c.last_use, {}, nullptr, nullptr};
+    const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
+    for (std::size_t p = first; p < end && precopied_pages_ + copy.moves.size() < wanted; ++p) {
+      if (c.reservation->page(p).residency != space::Residency::device) continue;
+      space::HostPage* host = cache_->take();
+      if (host == nullptr) break;
+      copy.moves.push_back({c.reservation, p, host, false});
+    }
+    if (copy.moves.empty()) break;  // the host cache is full
+    if (!transit_->precopy_to_host(copy.moves, &copy.start, &copy.done)) {
+      for (const PageMove& m : copy.moves) cache_->give(m.host);
+      break;
+    }
+    precopied_pages_ += copy.moves.size();
+    precopies_.push_back(std::move(copy));
+    std::lock_guard<std::mutex> guard(stats_lock_);
+    counters_.precopies++;
+  }
+}
+
+std::size_t Residency::commit_precopies(std::size_t pages, pool::LiveBlocks* live,
+                                        const std::vector<pool::EvictionCandidate>* candidates,
+                                        std::uintptr_t keep_begin, std::uintptr_t keep_end) {
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < precopies_.size() && moved < pages;) {
+    Precopy& copy = precopies_[i];
+    pool::EvictionCandidate c;
+    bool valid = false;
+    if (live != nullptr) {
+      valid = live->find(copy.address, &c);
+    } else {
+      auto it = std::find_if(candidates->begin(), candidates->end(),
+                             [&](const pool::EvictionCandidate& e) { return e.address == copy.address; });
+      valid = it != candidates->end();
+      if (valid) c = *it;
+    }
+    valid = valid && c.buffer_id == copy.buffer_id && c.last_use == copy.last_use;
+    for (const PageMove& m : copy.moves) {
+      valid = valid && m.reservation->page(m.page).residency == space::Residency::device;
+    }
+    if (!valid) {
+      discard_precopy(i);
+      continue;
+    }
+    const std::uintptr_t begin = c.address;
+    if (begin < keep_end && begin + c.size > keep_begin) {
+      ++i;
+      continue;
+    }
+    precopied_pages_ -= copy.moves.size();
+    const std::size_t done = transit_->commit_to_host(space_, copy.moves, copy.start, copy.done);
+    for (const PageMove& m : copy.moves) {
+      if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
+    }
+    moved += done;
+    {
+      std::lock_guard<std::mutex> guard(stats_lock_);
+      counters_.precopies_used++;
+      if (done > 0) {
+        counters_.evictions++;
+        counters_.evicted_bytes += done * space_.page_size();
+      }
+    }
+    precopies_.erase(precopies_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return moved;
+}
+
+void Residency::discard_precopy(std::size_t index) {
+  Precopy& copy = precopies_[index];
+  precopied_pages_ -= copy.moves.size();
+  std::vector<space::HostPage*> pages;
+  pages.reserve(copy.moves.size());
+  for (const PageMove& m : copy.moves) pages.push_back(m.host);
+  transit_->release_after(copy.start, copy.done, std::move(pages));
+  precopies_.erase(precopies_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+void Residency::order_by_next_use(const std::vector<pool::EvictionCandidate>& candidates) {
+  // Known next uses, furthest first, then blocks the schedule cannot place,
+  // least recently used first.
+  const std::uint64_t unknown = LaunchSchedule::kUnknown;
+  std::vector<std::uint64_t>& next = next_use_scratch_;
+  next.resize(ordered_.size());
+  for (std::size_t i = 0; i < ordered_.size(); ++i) {
+    next[i] = schedule_->next_use(candidates[ordered_[i].source].buffer_id);
+  }
+  std::vector<std::size_t> order(ordered_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const bool known_a = next[a] != unknown;
+    const bool known_b = next[b] != unknown;
+    if (known_a != known_b) return known_a;
+    if (known_a) return next[a] > next[b];
+    return ordered_[a].last_use < ordered_[b].last_use;
+  });
+  std::vector<EvictionCandidate> sorted;
+  sorted.reserve(order.size());
+  for (std::size_t i : order) sorted.push_back(ordered_[i]);
+  ordered_.swap(sorted);
+}
+
+void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
+  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+    if (it->buffer_id != buffer_id) continue;
+    if (transit_->finished(it->done)) {
+      inflight_.erase(it);
+    } else {
+      transit_->wait_on(it->done, stream);
+    }
+    return;
+  }
+}
+
+void Residency::forget(std::uint64_t buffer_id) {
+  if (schedule_ == nullptr) return;
+  schedule_->forget(buffer_id);
+  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+    if (it->buffer_id != buffer_id) continue;
+    // The copy still writes the block's pages: a new owner's first writes
+    // must not be overwritten.
+    transit_->wait_for(it->done);
+    inflight_.erase(it);
+    break;
+  }
+  for (std::size_t i = 0; i < precopies_.size(); ++i) {
+    if (precopies_[i].buffer_id == buffer_id) {
+      discard_precopy(i);
+      break;
+    }
+  }
 }
 
 ResidencyStats Residency::stats() const {

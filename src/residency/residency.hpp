@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include "pool/stream_registry.hpp"
 #include "residency/eviction_policy.hpp"
 #include "residency/host_cache.hpp"
+#include "residency/launch_schedule.hpp"
 #include "residency/transit.hpp"
 #include "space/space.hpp"
 #include "util/status.hpp"
@@ -44,6 +46,11 @@ struct ResidencyOptions {
   // Pages moved per eviction at least: each move is a gate that drains the
   // device's queue, so evictions come in batches rather than page by page.
   std::size_t min_evict_pages = 8;
+  // prefetch:learn: keep a LaunchSchedule, bring blocks back `learn_ahead`
+  // launches before they are used, and copy out ahead what the next
+  // launches' allocations will evict, all as tracked moves.
+  bool learn = false;
+  std::size_t learn_ahead = 4;
 };
 
 struct ResidencyStats {
@@ -63,6 +70,11 @@ struct ResidencyStats {
   std::uint64_t sync_pins = 0;  // pinned on an allocating thread
   std::uint64_t gates = 0;
   std::uint64_t fallbacks = 0;
+  std::uint64_t tracked_moves = 0;       // moves without a gate (prefetch:learn)
+  std::uint64_t learned_prefetches = 0;  // blocks brought back ahead of the launch predicted to use them
+  std::uint64_t precopies = 0;           // blocks copied out ahead of a predicted eviction
+  std::uint64_t precopies_used = 0;      // of them, evicted without another copy
+  std::uint64_t learned_period = 0;      // launches per step, once found
   std::uint64_t failed_moves = 0;
   std::uint64_t host_cache_full = 0;  // evictions cut short by the host cache's bound
   double to_host_gbps = 0;            // copy bandwidth where events timed it, GB/s
@@ -86,6 +98,10 @@ class Residency final : public pool::PageMover {
   util::Status bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
                           std::uintptr_t stream) override;
   void collect_released_host_pages() override;
+  void launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count,
+                pool::LiveBlocks& live) override;
+  void before_use(std::uint64_t buffer_id, std::uintptr_t stream) override;
+  void forget(std::uint64_t buffer_id) override;
 
   // Waits for the copies still in flight (before the pool unmaps its pages).
   void drain();
@@ -97,12 +113,30 @@ class Residency final : public pool::PageMover {
     if (brought_back) launch_prefetches_.fetch_add(1, std::memory_order_relaxed);
     if (still_on_host) host_resident_launches_.fetch_add(1, std::memory_order_relaxed);
   }
+  [[nodiscard]] bool learning() const noexcept { return schedule_ != nullptr; }
   [[nodiscard]] std::string_view policy_name() const { return policy_->name(); }
 
  private:
   Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,
             std::unique_ptr<EvictionPolicy> policy, const ResidencyOptions& options);
   void return_pages(std::vector<space::HostPage*> pages);
+  // Inflight copies that finished are dropped, then the transit's finished
+  // copies give their host pages back (in that order: reaped events are reused).
+  void reap_transit(bool wait);
+  // Learned prefetch: brings back the blocks the next launches use.
+  void prefetch_upcoming(pool::LiveBlocks& live);
+  // Copies out, ahead, the blocks needed last, up to what the next launches
+  // are predicted to evict.
+  void precopy_for_demand(pool::LiveBlocks& live);
+  // Remaps precopied blocks still valid (live, unused since, pages still on
+  // the device, outside [keep_begin, keep_end)) until `pages` moved; drops
+  // stale ones. `live` null: validated against `candidates`.
+  std::size_t commit_precopies(std::size_t pages, pool::LiveBlocks* live,
+                               const std::vector<pool::EvictionCandidate>* candidates, std::uintptr_t keep_begin,
+                               std::uintptr_t keep_end);
+  void discard_precopy(std::size_t index);
+  // Orders ordered_ by the schedule's next use, furthest first (Belady).
+  void order_by_next_use(const std::vector<pool::EvictionCandidate>& candidates);
   void note_transit_stats();  // under stats_lock_ and the pool's lock
 
   space::AddressSpace& space_;
@@ -117,6 +151,32 @@ class Residency final : public pool::PageMover {
   ResidencyStats counters_;
   std::vector<EvictionCandidate> ordered_;  // evict()'s scratch
   std::vector<PageMove> moves_;
+
+  // prefetch:learn, under the pool's lock.
+  struct Precopy {
+    std::uintptr_t address = 0;  // the block
+    std::uint64_t buffer_id = 0;
+    std::uint64_t last_use = 0;  // the block's use clock when copied: a use since makes the copy stale
+    std::vector<PageMove> moves;
+    CUevent start = nullptr;
+    CUevent done = nullptr;
+  };
+  struct Inflight {
+    std::uint64_t buffer_id = 0;
+    CUevent done = nullptr;  // the copies bringing its pages back
+  };
+  std::unique_ptr<LaunchSchedule> schedule_;
+  std::vector<Precopy> precopies_;
+  std::size_t precopied_pages_ = 0;
+  std::vector<Inflight> inflight_;
+  std::vector<ScheduledBlock> upcoming_;
+  std::vector<ScheduledBlock> current_;  // the blocks of the launch being scanned
+  [[nodiscard]] bool in_current_launch(std::uint64_t id) const {
+    return std::any_of(current_.begin(), current_.end(), [&](const ScheduledBlock& b) { return b.id == id; });
+  }
+  std::vector<pool::EvictionCandidate> live_scratch_;
+  std::vector<std::pair<std::uint64_t, std::size_t>> ranked_;
+  std::vector<std::uint64_t> next_use_scratch_;  // (next use, index into live_scratch_)
 };
 
 }  // namespace tidepool::residency

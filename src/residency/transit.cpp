@@ -240,6 +240,101 @@ void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMov
   pending_.push_back(std::move(done));
 }
 
+bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUevent* done) {
+  *start = nullptr;
+  *done = nullptr;
+  if (moves.empty()) return false;
+  driver::ScopedContext scope(api_, context_);
+  CUevent begun = new_event();
+  CUevent copied = new_event();
+  bool queued = false;  // some copy may be on the stream
+  const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&] {
+    if (api_.eventRecord(begun, nullptr) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+    for (const PageMove& m : moves) {
+      queued = true;
+      const CUdeviceptr from = m.reservation->page_address(m.page);
+      if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
+    }
+    return api_.eventRecord(copied, to_host_stream_) == CUDA_SUCCESS;
+  });
+  if (!ordered) {
+    // Copies may still be writing the host pages: the caller gets them back
+    // only after the stream has passed them.
+    if (queued) (void)api_.streamSynchronize(to_host_stream_);
+    if (begun != nullptr) spare_events_.push_back(begun);
+    if (copied != nullptr) spare_events_.push_back(copied);
+    return false;
+  }
+  *start = begun;
+  *done = copied;
+  return true;
+}
+
+std::size_t Transit::commit_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, CUevent start,
+                                    CUevent done) {
+  driver::ScopedContext scope(api_, context_);
+  if (api_.eventSynchronize(done) == CUDA_SUCCESS) {
+    time_copies(start, done, moves.size() * page_size_, true);
+    for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+  }
+  spare_events_.push_back(start);
+  spare_events_.push_back(done);
+  stats_.tracked++;
+  return tally(moves, &stats_.to_host_bytes);
+}
+
+std::size_t Transit::tracked_to_device(space::AddressSpace& space, std::vector<PageMove>& moves, CUevent* done) {
+  *done = nullptr;
+  if (moves.empty()) return 0;
+  driver::ScopedContext scope(api_, context_);
+  PendingRelease pending;
+  pending.start = new_event();
+  pending.done = new_event();
+  if (pending.start == nullptr || pending.done == nullptr ||
+      api_.eventRecord(pending.start, to_device_stream_) != CUDA_SUCCESS) {
+    if (pending.start != nullptr) spare_events_.push_back(pending.start);
+    if (pending.done != nullptr) spare_events_.push_back(pending.done);
+    return 0;
+  }
+  for (PageMove& m : moves) {
+    space::HostPage* released = nullptr;
+    m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
+    if (!m.moved) continue;
+    const CUdeviceptr to = m.reservation->page_address(m.page);
+    if (api_.memcpyDtoDAsync(to, released->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) {
+      // The bytes are still on the host page: map it back rather than lose them.
+      (void)api_.streamSynchronize(to_device_stream_);
+      (void)space.move_to_host(*m.reservation, m.page, released);
+      m.moved = false;
+      continue;
+    }
+    pending.pages.push_back(released);
+  }
+  if (api_.eventRecord(pending.done, to_device_stream_) != CUDA_SUCCESS) {
+    // Nothing can order a launch after the copies: the host waits for them.
+    (void)api_.streamSynchronize(to_device_stream_);
+    spare_events_.push_back(pending.done);
+    pending.done = nullptr;
+  }
+  *done = pending.done;
+  stats_.tracked++;
+  pending.bytes = pending.pages.size() * page_size_;
+  const std::size_t moved = tally(moves, &stats_.to_device_bytes);
+  pending_.push_back(std::move(pending));
+  return moved;
+}
+
+void Transit::release_after(CUevent start, CUevent done, std::vector<space::HostPage*> pages) {
+  PendingRelease pending;
+  pending.done = done;
+  pending.pages = std::move(pages);
+  pending_.push_back(std::move(pending));
+  if (start != nullptr) spare_events_.push_back(start);
+}
+
 std::vector<space::HostPage*> Transit::reap(bool wait) {
   std::vector<space::HostPage*> ready;
   if (pending_.empty()) return ready;
@@ -251,7 +346,7 @@ std::vector<space::HostPage*> Transit::reap(bool wait) {
       // An error reads as finished only after a wait: the stream is past
       // the copies or broken, and the pages are not read again either way.
       finished = r == CUDA_SUCCESS || (wait && r != CUDA_ERROR_NOT_READY);
-      if (r == CUDA_SUCCESS) time_copies(it->start, it->done, it->bytes, false);
+      if (r == CUDA_SUCCESS && it->start != nullptr) time_copies(it->start, it->done, it->bytes, false);
     }
     if (!finished) {
       ++it;

@@ -52,6 +52,7 @@ struct PageMove {
 struct TransitStats {
   std::uint64_t gates = 0;      // moves ordered by a device gate
   std::uint64_t fallbacks = 0;  // moves ordered by a context synchronisation
+  std::uint64_t tracked = 0;    // moves ordered by the launch scan's knowledge of use (prefetch:learn)
   std::uint64_t to_host_bytes = 0;
   std::uint64_t to_device_bytes = 0;
   double to_host_ms = 0;  // device time of the copies, where events could time them
@@ -75,6 +76,30 @@ class Transit {
   // copies reading them have finished (see reap()).
   std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   std::size_t to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // Tracked moves (prefetch:learn): no gate, so nothing stalls; each block
+  // is ordered by what the launch scan knows of its use (see residency.hpp).
+  // precopy_to_host: copies the pages to their host pages after all work
+  // queued so far (a device barrier, no flag), leaving them mapped where
+  // they are; false when it could not be queued (`done` is then null and
+  // the host pages are the caller's again once reap() returns nothing for
+  // them: they were handed to release_after()).
+  bool precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUevent* done);
+  // Remaps pages whose precopy `done` finished (the host waits for it);
+  // the events go back to the transit. Returns how many moved.
+  std::size_t commit_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, CUevent start, CUevent done);
+  // Remaps host pages back to device pages now and copies their bytes in on
+  // the host-to-device stream; `done` (null when nothing moved) completes
+  // with the copies, and stays valid until reap() has seen it finish.
+  std::size_t tracked_to_device(space::AddressSpace& space, std::vector<PageMove>& moves, CUevent* done);
+  // Host pages go back to the cache once `done` (and, with it, `start`) has
+  // finished; the transit owns both events from here.
+  void release_after(CUevent start, CUevent done, std::vector<space::HostPage*> pages);
+  [[nodiscard]] bool finished(CUevent done) const { return api_.eventQuery(done) == CUDA_SUCCESS; }
+  void wait_on(CUevent done, std::uintptr_t stream) const {
+    driver::ScopedContext scope(api_, context_);
+    (void)api_.streamWaitEvent(reinterpret_cast<CUstream>(stream), done, 0);
+  }
+  void wait_for(CUevent done) const { (void)api_.eventSynchronize(done); }
   // Host pages whose outgoing copies have finished, ready for the cache.
   // `wait`: wait for all of them.
   std::vector<space::HostPage*> reap(bool wait);

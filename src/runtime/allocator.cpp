@@ -2,6 +2,8 @@
 // the traced paths around the pool's allocate and deallocate.
 #include "runtime/allocator.hpp"
 
+#include <algorithm>
+
 #include "runtime/trace_recorder.hpp"
 
 namespace tidepool::runtime {
@@ -79,6 +81,28 @@ Allocator::~Allocator() {
   space_.reset();
   if (context_ != nullptr && driver_->api().devicePrimaryCtxRelease != nullptr) {
     (void)driver_->api().devicePrimaryCtxRelease(cu_device_);
+  }
+}
+
+bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use) {
+  if (residency_ == nullptr || !pool_->may_own(word)) return false;
+  std::size_t host_pages = 0;
+  std::size_t left = 0;
+  pool::LaunchedBlock block;
+  if (!pool_->use_for_launch(word, reinterpret_cast<std::uintptr_t>(stream), &host_pages, &left, &block)) return false;
+  use->brought_back = use->brought_back || host_pages > left;
+  use->still_on_host = use->still_on_host || left > 0;
+  const bool repeated = std::any_of(use->blocks.begin(), use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count),
+                                    [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; });
+  if (!repeated && use->count < use->blocks.size()) use->blocks[use->count++] = block;
+  return true;
+}
+
+void Allocator::end_launch(CUfunction function, const LaunchUse& use) {
+  if (residency_ == nullptr) return;
+  if (use.brought_back || use.still_on_host) residency_->note_launch(use.brought_back, use.still_on_host);
+  if (residency_->learning()) {
+    pool_->launched(reinterpret_cast<std::uintptr_t>(function), use.blocks.data(), use.count);
   }
 }
 

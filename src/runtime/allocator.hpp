@@ -11,6 +11,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,6 +41,15 @@ struct AllocatorOptions {
   // the allocator runs without and eviction_off_reason() says why.
   bool evict = false;
   residency::ResidencyOptions residency;
+};
+
+// What one scanned kernel launch named of an allocator's pool.
+struct LaunchUse {
+  static constexpr std::size_t kMaxBlocks = 12;
+  std::array<pool::LaunchedBlock, kMaxBlocks> blocks{};
+  std::size_t count = 0;
+  bool brought_back = false;   // some pages came back before the launch
+  bool still_on_host = false;  // some stay on the host: the launch reads them there
 };
 
 class Allocator {
@@ -78,6 +88,14 @@ class Allocator {
   [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }
   [[nodiscard]] residency::Residency* residency() noexcept { return residency_.get(); }
   [[nodiscard]] const std::string& eviction_off_reason() const noexcept { return eviction_off_reason_; }
+
+  // prefetch:launch/learn. A launch on `stream` passes `word`: if it points
+  // into a live block, the block is marked used (its host pages come back
+  // first) and added to `use`; false when this pool has no such block.
+  bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use);
+  // The launch's words are all seen: counters, and the schedule of
+  // prefetch:learn.
+  void end_launch(CUfunction function, const LaunchUse& use);
 
  private:
   Allocator() = default;

@@ -63,6 +63,11 @@ std::string report_json(const Report& report) {
     out["sync_pins"] = r.sync_pins;
     out["residency_gates"] = r.gates;
     out["residency_fallbacks"] = r.fallbacks;
+    out["tracked_moves"] = r.tracked_moves;
+    out["learned_period"] = r.learned_period;
+    out["learned_prefetches"] = r.learned_prefetches;
+    out["precopies"] = r.precopies;
+    out["precopies_used"] = r.precopies_used;
     out["failed_page_moves"] = r.failed_moves;
     out["to_host_gbps"] = r.to_host_gbps;
     out["to_device_gbps"] = r.to_device_gbps;

@@ -65,9 +65,6 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
   }
   if (config_.evict && (config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn)) {
     launch_scanner_ = std::make_unique<residency::LaunchScanner>(driver_->api());
-    if (config_.prefetch == PrefetchMode::learn) {
-      log_warn("prefetch:learn is not available in this build yet; prefetching on launches and hints");
-    }
   }
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
@@ -136,6 +133,7 @@ Allocator* Runtime::allocator(int device) {
   options.evict = config_.evict;
   options.residency.host_cache_bytes = static_cast<std::size_t>(config_.host_cache);
   options.residency.evict_policy = config_.evict_policy;
+  options.residency.learn = config_.prefetch == PrefetchMode::learn;
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
@@ -165,24 +163,24 @@ Allocator* Runtime::allocator(int device) {
 
 void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream) {
   if (launch_scanner_ == nullptr) return;
-  Allocator* touched = nullptr;
-  bool brought_back = false;
-  bool still_on_host = false;
+  // The schedule (prefetch:learn) follows the device of the first pool
+  // pointer; pointers into other devices' pools are still marked used and
+  // brought back.
+  Allocator* owner = nullptr;
+  LaunchUse use;
+  LaunchUse elsewhere;
   launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
     for (auto& slot : allocators_) {
       Allocator* a = slot.load(std::memory_order_acquire);
-      if (a == nullptr || a->residency() == nullptr || !a->pool().may_own(word)) continue;
-      std::size_t host_pages = 0;
-      std::size_t left = 0;
-      if (a->pool().use_for_launch(word, reinterpret_cast<std::uintptr_t>(stream), &host_pages, &left)) {
-        touched = a;
-        brought_back = brought_back || host_pages > left;
-        still_on_host = still_on_host || left > 0;
+      if (a == nullptr) continue;
+      if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
+                                         : a->use_in_launch(word, stream, &elsewhere)) {
+        if (owner == nullptr) owner = a;
+        return;
       }
-      return;
     }
   });
-  if (touched != nullptr && (brought_back || still_on_host)) touched->residency()->note_launch(brought_back, still_on_host);
+  if (owner != nullptr) owner->end_launch(function, use);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {

@@ -77,8 +77,15 @@ CUresult release(std::uintptr_t base, AllocationKind expected) {
   return CUDA_SUCCESS;
 }
 
+constexpr std::size_t kSpareFileBytes = std::size_t{1} << 30;
+
 void destroy_physical(State& s, Physical* p) {
-  ::close(p->fd);
+  if (s.spare_file_bytes + p->size <= kSpareFileBytes) {
+    s.spare_files.emplace_back(p->size, p->fd);
+    s.spare_file_bytes += p->size;
+  } else {
+    ::close(p->fd);
+  }
   if (p->on_device) {
     s.device_used -= p->size;
   } else {
@@ -357,7 +364,18 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
     if (on_device && !take_device_bytes(s, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!on_device) s.host_used += size;
   }
-  const int fd = ::memfd_create("tidepool-sim", MFD_CLOEXEC);
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    for (auto it = s.spare_files.begin(); it != s.spare_files.end(); ++it) {
+      if (it->first != size) continue;
+      fd = it->second;
+      s.spare_file_bytes -= size;
+      s.spare_files.erase(it);
+      break;
+    }
+  }
+  if (fd < 0) fd = ::memfd_create("tidepool-sim", MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) ::close(fd);
     std::lock_guard<std::mutex> guard(s.lock);

@@ -197,6 +197,13 @@ struct State {
   std::map<std::uintptr_t, std::size_t> reservations;  // VA reservations by base
   std::map<std::uintptr_t, Mapping> mappings;          // VMM mappings by base
   std::unordered_map<Physical*, std::unique_ptr<Physical>> physicals;
+  // Released physical memory kept for reuse: a fresh memfd faults in and
+  // zeroes every 4 KiB page on its first touch, which would make the sim's
+  // copies into new pages run at a fraction of any real link's bandwidth.
+  // The driver does not promise zeroed memory either. Bounded by
+  // kSpareFileBytes.
+  std::vector<std::pair<std::size_t, int>> spare_files;  // (size, fd)
+  std::size_t spare_file_bytes = 0;
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // created streams (and per-thread ones)
   // Destroyed streams whose queued work has yet to finish: the driver
   // returns from cuStreamDestroy at once, yet a context synchronisation and

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "residency/launch_scan.hpp"
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
@@ -102,10 +103,11 @@ enum class Touch { neither, hints };
 
 class Residency : public ::testing::Test {
  protected:
-  void make(std::size_t limit, std::size_t host_cache = 0, bool complete_registry = true) {
+  void make(std::size_t limit, std::size_t host_cache = 0, bool complete_registry = true, bool learn = false) {
     runtime::AllocatorOptions options;
     options.device_limit = limit;
     options.evict = true;
+    options.residency.learn = learn;
     options.residency.host_cache_bytes = host_cache;
     auto created = runtime::Allocator::create(testing::sim_driver(), options);
     ASSERT_TRUE(created.ok()) << created.status().message();
@@ -204,6 +206,30 @@ class Residency : public ::testing::Test {
     for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
   }
 
+  // A launch as the preload makes it under prefetch:launch/learn: its
+  // parameters are scanned for pool blocks first.
+  CUresult launch_scanned(CUfunction f, void** params) {
+    runtime::LaunchUse use;
+    scanner_.for_each_word(f, params, nullptr,
+                           [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+    allocator_->end_launch(f, use);
+    return api().launchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
+  }
+  CUresult scanned_fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(block);
+    std::size_t count = bytes / 4;
+    void* params[] = {&words, &count, &seed};
+    return launch_scanned(fill_function(), params);
+  }
+  CUresult scanned_check(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(block);
+    std::size_t count = bytes / 4;
+    std::atomic<std::uint64_t>* errors = &errors_;
+    void* params[] = {&words, &count, &seed, &errors};
+    return launch_scanned(check_function(), params);
+  }
+
+  residency::LaunchScanner scanner_{api()};
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
   CUstream stream_ = nullptr;
@@ -224,6 +250,52 @@ TEST_F(Residency, WithoutACompleteRegistryMovesFallBackToASynchronisationAndStay
   make(16 * MiB, 0, /*complete_registry=*/false);
   run_integrity(8, 8 * MiB, Touch::hints);
   EXPECT_GT(allocator_->residency()->stats().fallbacks, 0u);
+}
+
+// prefetch:learn: training-like steps whose activations are 4x the budget,
+// every launch scanned as the preload scans it. Once the schedule has found
+// the step, blocks move as tracked moves (no gate): copied out ahead of the
+// allocations that evict them and brought back ahead of the launches that
+// read them. Every byte is checked by kernels and on the host.
+TEST_F(Residency, LearnedPrefetchKeepsTrainingStepsIntactUnderTheBudget) {
+  constexpr std::size_t kBytes = 2 * kPage;
+  constexpr int kLayers = 8;
+  make(kLayers * kBytes / 4 + 4 * kPage, 0, true, /*learn=*/true);
+  BudgetWatch watch;
+  auto weight = allocator_->allocate(kPage, 0, false);
+  ASSERT_TRUE(weight.ok());
+  ASSERT_EQ(scanned_fill(weight.value(), kPage, 7), CUDA_SUCCESS);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<std::uintptr_t> activation;
+    for (int i = 0; i < kLayers; ++i) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
+      activation.push_back(got.value());
+      ASSERT_EQ(scanned_check(weight.value(), kPage, 7), CUDA_SUCCESS);
+      ASSERT_EQ(scanned_fill(activation.back(), kBytes, static_cast<std::uint32_t>(100 * step + i)), CUDA_SUCCESS);
+    }
+    for (int i = kLayers - 1; i >= 0; --i) {
+      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
+      ASSERT_EQ(scanned_check(a, kBytes, static_cast<std::uint32_t>(100 * step + i)), CUDA_SUCCESS);
+      if (i == 0) {
+        // The host reads it too, where it lies.
+        ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+        EXPECT_EQ(host_mismatches(a, kBytes, static_cast<std::uint32_t>(100 * step + i)), 0u) << "step " << step;
+      }
+      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
+    }
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_EQ(host_mismatches(weight.value(), kPage, 7), 0u);
+  EXPECT_LE(watch.stop(), allocator_->space().device_limit()) << "device bytes over the budget";
+  const auto stats = allocator_->residency()->stats();
+  EXPECT_EQ(stats.learned_period, 3u * kLayers) << "a check and a fill per forward layer, a check per backward one";
+  EXPECT_GT(stats.tracked_moves, 0u);
+  EXPECT_GT(stats.precopies_used, 0u);
+  EXPECT_EQ(stats.failed_moves, 0u);
+  EXPECT_LE(stats.host_cache_peak_bytes, stats.peak_evicted_bytes + stats.peak_evicted_bytes / 10);
+  ASSERT_TRUE(allocator_->deallocate(weight.value(), 0, false).ok());
 }
 
 TEST_F(Residency, AnEvictedBlockKeepsItsAddressAndComesBackWhenHinted) {
