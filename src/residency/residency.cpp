@@ -346,24 +346,16 @@ void Residency::order_by_next_use(const std::vector<pool::EvictionCandidate>& ca
   // Known next uses, furthest first, then blocks the schedule cannot place,
   // least recently used first.
   const std::uint64_t unknown = LaunchSchedule::kUnknown;
-  std::vector<std::uint64_t>& next = next_use_scratch_;
-  next.resize(ordered_.size());
-  for (std::size_t i = 0; i < ordered_.size(); ++i) {
-    next[i] = schedule_->next_use(candidates[ordered_[i].source].buffer_id);
-  }
-  std::vector<std::size_t> order(ordered_.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const bool known_a = next[a] != unknown;
-    const bool known_b = next[b] != unknown;
+  std::vector<std::uint64_t>& next = next_use_scratch_;  // by the candidate's index
+  next.assign(candidates.size(), unknown);
+  for (const EvictionCandidate& c : ordered_) next[c.source] = schedule_->next_use(candidates[c.source].buffer_id);
+  std::stable_sort(ordered_.begin(), ordered_.end(), [&](const EvictionCandidate& a, const EvictionCandidate& b) {
+    const bool known_a = next[a.source] != unknown;
+    const bool known_b = next[b.source] != unknown;
     if (known_a != known_b) return known_a;
-    if (known_a) return next[a] > next[b];
-    return ordered_[a].last_use < ordered_[b].last_use;
+    if (known_a) return next[a.source] > next[b.source];
+    return a.last_use < b.last_use;
   });
-  std::vector<EvictionCandidate> sorted;
-  sorted.reserve(order.size());
-  for (std::size_t i : order) sorted.push_back(ordered_[i]);
-  ordered_.swap(sorted);
 }
 
 void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {

@@ -214,12 +214,9 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   return true;
 }
 
-void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
-  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
-    return;
-  }
-  stats_.fallbacks++;
+std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space, std::vector<PageMove>& moves) {
   std::vector<space::HostPage*> released_pages;
+  released_pages.reserve(moves.size());
   for (PageMove& m : moves) {
     space::HostPage* released = nullptr;
     m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
@@ -234,6 +231,15 @@ void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMov
     }
     released_pages.push_back(released);
   }
+  return released_pages;
+}
+
+void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
+    return;
+  }
+  stats_.fallbacks++;
+  std::vector<space::HostPage*> released_pages = remap_and_fill(space, moves);
   (void)api_.streamSynchronize(to_device_stream_);
   PendingRelease done;
   done.pages = std::move(released_pages);
@@ -299,20 +305,7 @@ std::size_t Transit::tracked_to_device(space::AddressSpace& space, std::vector<P
     if (pending.done != nullptr) spare_events_.push_back(pending.done);
     return 0;
   }
-  for (PageMove& m : moves) {
-    space::HostPage* released = nullptr;
-    m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
-    if (!m.moved) continue;
-    const CUdeviceptr to = m.reservation->page_address(m.page);
-    if (api_.memcpyDtoDAsync(to, released->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) {
-      // The bytes are still on the host page: map it back rather than lose them.
-      (void)api_.streamSynchronize(to_device_stream_);
-      (void)space.move_to_host(*m.reservation, m.page, released);
-      m.moved = false;
-      continue;
-    }
-    pending.pages.push_back(released);
-  }
+  pending.pages = remap_and_fill(space, moves);
   if (api_.eventRecord(pending.done, to_device_stream_) != CUDA_SUCCESS) {
     // Nothing can order a launch after the copies: the host waits for them.
     (void)api_.streamSynchronize(to_device_stream_);

@@ -114,6 +114,11 @@ class Transit {
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void open(std::uint32_t generation) noexcept;
+  // Remaps each page to a device page now and queues the copy of its bytes
+  // from its host page on the host-to-device stream; a page whose copy
+  // cannot be queued is mapped back to its host page. Returns the host pages
+  // released, which the copies still read.
+  std::vector<space::HostPage*> remap_and_fill(space::AddressSpace& space, std::vector<PageMove>& moves);
   // Counts the moves made (into `moved_bytes`) and failed; returns those made.
   std::size_t tally(const std::vector<PageMove>& moves, std::uint64_t* moved_bytes);
   std::uint32_t next_generation() noexcept;
