@@ -159,6 +159,19 @@ TEST_F(Preload, LaunchPrefetchBringsEvictedBlocksBackBeforeTheKernel) {
   EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
 }
 
+// prefetch:learn on a program that never repeats (blocks touched in random
+// order): no period is found, so it moves nothing without a gate and acts as
+// prefetch:launch; the probe checks every byte and the budget.
+TEST_F(Preload, LearnedPrefetchOnAProgramWithoutStepsActsAsLaunchPrefetch) {
+  const ProgramRun r = both(PROBE_LINKED, "evict", nullptr, "device_limit:16MiB,evict:on,prefetch:learn");
+  expect_all_returned(r, 16);
+  EXPECT_GT(r.report.value("evictions", 0), 0);
+  EXPECT_GT(r.report.value("launch_prefetches", 0), 0);
+  EXPECT_EQ(r.report.value("learned_period", -1), 0);
+  EXPECT_EQ(r.report.value("tracked_moves", -1), 0);
+  EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
+}
+
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
   const ProgramRun r = both(PROBE_LINKED, "fork");
   expect_all_returned(r, 2);
