@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev
+  clang libclang-rt-dev  # libFuzzer targets (tests/fuzz)
 )
 
 missing=()
