@@ -30,7 +30,7 @@ void* real_dlsym(void* handle, const char* name) {
 }  // namespace
 
 std::string default_driver_path() {
-  const char* env = std::getenv("TIDEPOOL_CUDA_LIB");
+  const char* env = ::secure_getenv("TIDEPOOL_CUDA_LIB");
   if (env != nullptr && *env != '\0') return env;
   return "libcuda.so.1";
 }

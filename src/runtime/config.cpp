@@ -2,6 +2,7 @@
 // all come from the rows of TIDEPOOL_OPTIONS, so they cannot drift apart.
 #include "runtime/config.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,14 +21,61 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// How a key or value from the input appears in an error line: printable
+// ASCII only (a raw newline or escape sequence would forge log lines), and
+// short.
+std::string quoted(std::string_view text, std::size_t limit = 24) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (i == limit) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(text[i]);
+    out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
+  }
+  return out + "\"";
+}
+
+// Edits (insert, delete, substitute, swap two neighbours) from `a` to `b`.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        current[j] = std::min(current[j], before[j - 2] + 1);
+      }
+    }
+    before.swap(previous);
+    previous.swap(current);
+  }
+  return previous[b.size()];
+}
+
 // Each kind: parse `value` into the field, or say what was expected.
 bool parse_size_or_percent(std::string_view value, std::optional<util::SizeSpec>& out, std::string& expected) {
   auto spec = util::parse_size(value);
-  if (!spec || (!spec->is_percent && spec->bytes == 0) || (spec->is_percent && spec->percent <= 0.0)) {
-    expected = "a positive size like 8GiB, 512MB or 80%";
+  // A percentage is checked against the device once its size is known.
+  if (!spec || (!spec->is_percent && spec->bytes < kMinimumBudget) || (spec->is_percent && spec->percent <= 0.0)) {
+    expected = "a size of at least 2MiB like 8GiB or 512MiB, or a percentage like 80%";
     return false;
   }
   out = *spec;
+  return true;
+}
+
+// Zero keeps the default; anything else must hold at least one page.
+bool parse_cache_size(std::string_view value, std::uint64_t& out, std::string& expected) {
+  auto spec = util::parse_size(value);
+  if (!spec || spec->is_percent || (spec->bytes != 0 && spec->bytes < kMinimumBudget)) {
+    expected = "0 (the default) or a size of at least 2MiB like 16GiB";
+    return false;
+  }
+  out = spec->bytes;
   return true;
 }
 
@@ -160,19 +208,25 @@ Config defaults() {
   return config;
 }
 
-std::string known_keys() {
-  std::string keys;
+// The known key nearest to a misspelt one, when it is near enough to be meant.
+const char* nearest_key(std::string_view key) {
+  const char* nearest = nullptr;
+  std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
   for (const OptionInfo& option : kOptions) {
-    if (!keys.empty()) keys += ", ";
-    keys += option.key;
+    const std::size_t distance = edit_distance(key, option.key);
+    if (distance < best) {
+      best = distance;
+      nearest = option.key;
+    }
   }
-  return keys;
+  return nearest;
 }
 
 Config invalid(std::string message) {
   Config config = defaults();
   config.passthrough = true;
   config.error = "tidepool: TIDEPOOL_CONF: " + message + "; passing all calls through to the driver";
+  if (config.error.size() > kMaxErrorLine) config.error.replace(kMaxErrorLine - 3, std::string::npos, "...");
   return config;
 }
 
@@ -193,22 +247,22 @@ Config parse_config(std::string_view text) {
     start = comma + 1;
     if (item.empty()) return invalid("empty item (a stray comma?)");
     const std::size_t colon = item.find(':');
-    if (colon == std::string_view::npos) {
-      return invalid("item \"" + std::string(item) + "\" has no ':' (expected key:value)");
-    }
+    if (colon == std::string_view::npos) return invalid("item " + quoted(item) + " has no ':' (expected key:value)");
     const std::string_view key = trim(item.substr(0, colon));
     const std::string_view value = trim(item.substr(colon + 1));
     for (std::string_view earlier : seen) {
-      if (earlier == key) return invalid("key \"" + std::string(key) + "\" given twice");
+      if (earlier == key) return invalid("key " + quoted(key) + " given twice");
     }
     seen.push_back(key);
     std::string expected;
     if (!apply(config, key, value, expected)) {
       if (expected.empty()) {
-        return invalid("unknown key \"" + std::string(key) + "\" (known: " + known_keys() + ")");
+        const char* nearest = nearest_key(key);
+        return invalid("unknown key " + quoted(key) +
+                       (nearest != nullptr ? std::string(" (did you mean \"") + nearest + "\"?)"
+                                           : std::string(" (tidepool-run --help lists the keys)")));
       }
-      return invalid("bad value \"" + std::string(value) + "\" for key \"" + std::string(key) + "\" (expected " +
-                     expected + ")");
+      return invalid("bad value " + quoted(value) + " for key " + quoted(key) + " (expected " + expected + ")");
     }
     if (comma == text.size()) break;
   }
@@ -216,10 +270,26 @@ Config parse_config(std::string_view text) {
 }
 
 Config config_from_environment() {
-  const char* text = std::getenv("TIDEPOOL_CONF");
+  // secure_getenv: a setuid or setgid program runs with every default, so the
+  // environment of whoever started it cannot direct its file output.
+  const char* text = ::secure_getenv("TIDEPOOL_CONF");
   Config config = parse_config(text != nullptr ? text : "");
   if (config.passthrough) std::fprintf(stderr, "%s\n", config.error.c_str());
   return config;
+}
+
+std::string check_device_limit(const Config& config, int device, std::uint64_t device_total) {
+  if (!config.device_limit) return {};
+  const std::uint64_t limit = config.device_limit->resolve(device_total);
+  if (limit >= kMinimumBudget && limit <= device_total) return {};
+  std::string given =
+      config.device_limit->is_percent ? std::to_string(config.device_limit->percent) + "%" : util::format_size(limit);
+  std::string line = "tidepool: TIDEPOOL_CONF: device_limit " + given + " cannot work on device " +
+                     std::to_string(device) + " (" + util::format_size(device_total) +
+                     "): " + (limit < kMinimumBudget ? "it leaves less than 2MiB" : "it is more than the device has") +
+                     "; passing that device's allocations through to the driver";
+  if (line.size() > kMaxErrorLine) line.replace(kMaxErrorLine - 3, std::string::npos, "...");
+  return line;
 }
 
 std::string describe(const Config& config) {

@@ -18,6 +18,12 @@
 
 namespace tidepool::runtime {
 
+// The smallest budget (device_limit, host_cache) that can hold anything: one
+// page of the VMM granularity of every current NVIDIA GPU.
+inline constexpr std::uint64_t kMinimumBudget = 2 * util::MiB;
+// Error lines are printable ASCII and at most this long, whatever the input.
+inline constexpr std::size_t kMaxErrorLine = 200;
+
 enum class LogLevel { off, error, warn, info, debug, trace };
 enum class PrefetchMode { off, hints, launch, learn };
 
@@ -45,6 +51,10 @@ Config parse_config(std::string_view text);
 // Parses $TIDEPOOL_CONF (unset means defaults) and, on error, writes the one
 // line to stderr.
 Config config_from_environment();
+// device_limit checked against a device of `device_total` bytes: empty when
+// it can work, else the one error line (the whole configuration's kind of
+// refusal, for that device: its allocations pass through to the driver).
+std::string check_device_limit(const Config& config, int device, std::uint64_t device_total);
 // A one-line summary of every key's value, for a debug log line.
 std::string describe(const Config& config);
 

@@ -1,16 +1,50 @@
 // The logger's construction and configuration.
 #include "runtime/logging.hpp"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <mutex>
+
+#include "util/output_file.hpp"
 
 namespace tidepool::runtime {
 
 namespace {
 
 std::mutex configure_lock;
+
+// log_file: appended to through a descriptor opened as every output file is
+// (util/output_file.hpp); spdlog's own file sink follows links and creates
+// directories.
+class FileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FileSink(int fd) : fd_(fd) {}
+  ~FileSink() override { ::close(fd_); }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(message, formatted);
+    const char* data = formatted.data();
+    std::size_t left = formatted.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // a full disk loses log lines, never the host's work
+      data += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+  void flush_() override {}
+
+ private:
+  int fd_;
+};
 
 std::shared_ptr<spdlog::logger> make_stderr_logger() {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
@@ -47,12 +81,12 @@ void configure_logging(const Config& config) {
   std::lock_guard<std::mutex> guard(configure_lock);
   std::shared_ptr<spdlog::logger> configured = logger_slot();
   if (!config.log_file.empty()) {
-    try {
-      auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(config.log_file, false);
-      configured = std::make_shared<spdlog::logger>("tidepool", sink);
+    auto opened = util::open_output_file(config.log_file, util::OutputMode::append);
+    if (opened) {
+      configured = std::make_shared<spdlog::logger>("tidepool", std::make_shared<FileSink>(opened.value()));
       configured->set_pattern("[%Y-%m-%d %H:%M:%S.%e] tidepool [%l] [pid %P] %v");
-    } catch (const std::exception& e) {
-      logger().warn("cannot open log_file '{}': {}; logging to stderr", config.log_file, e.what());
+    } else {
+      logger().warn("cannot open log_file '{}': {}; logging to stderr", config.log_file, opened.status().message());
     }
   }
   configured->set_level(to_spdlog(config.log));

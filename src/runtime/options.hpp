@@ -5,17 +5,18 @@
 // Adding an option is one row here plus the field it fills in config.hpp.
 //
 // Kinds: size (bytes with units), size_or_percent (bytes or % of the
-// device), switch (on/off), policy (a registered placement policy), path,
+// device; at least 2MiB, at most the device), cache_size (0 or at least
+// 2MiB), switch (on/off), policy (a registered placement policy), path,
 // log_level (off, error, warn, info, debug, trace), evict_policy (lru,
 // largest), prefetch_mode (off, hints, launch, learn).
 #pragma once
 
 // clang-format off
 #define TIDEPOOL_OPTIONS(X)                                                                                 \
-  X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device. Default: what the device reports.") \
+  X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device, from 2MiB to what the device has. Default: what the device reports.") \
   X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
   X(evict,            switch,          "off",      "Under device_limit, move pages of idle live blocks to a pinned host cache instead of failing; they come back on hints and when handed out again. The device pointers never change. Needs host-located VMM (CUDA 12.2+); without it eviction stays off and the log says why.") \
-  X(host_cache,       size,            "",         "Bound on pinned host memory for evicted pages. Default: half the host's physical memory. An allocation that would evict past it fails with out-of-memory.") \
+  X(host_cache,       cache_size,      "",         "Bound on pinned host memory for evicted pages, at least 2MiB. Default: half the host's physical memory. An allocation that would evict past it fails with out-of-memory.") \
   X(evict_policy,     evict_policy,    "lru",      "Which live blocks are evicted first: lru (least recently used: allocation, hints, prefetches) or largest (most device pages first).") \
   X(prefetch,         prefetch_mode,   "hints",    "When evicted pages come back: off (only when handed out again or advised; tidepool_prefetch is ignored), hints (also on tidepool_prefetch / tidepool_advise), launch (also before each kernel launch that passes a pointer into them: the preload scans launch arguments), learn (launch, plus a learned schedule: the step's launch order is found and blocks come back a few launches before their use, idle ones are copied out ahead and evicted needed-last first, moved without a device gate; it trusts kernels to reach pool memory through their parameters).") \
   X(free_barrier,     switch,          "on",       "cudaFree frees go back behind a device barrier (every stream's later work ordered after earlier work), so the host never waits. off: wait for the work before the free to finish, as cudaFree does; for memory written outside streams (cuFile, RDMA from a NIC, peer devices).") \

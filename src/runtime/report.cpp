@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "util/output_file.hpp"
+
 #ifndef TIDEPOOL_VERSION_STRING
 #define TIDEPOOL_VERSION_STRING "0.1.0"
 #endif
@@ -83,17 +85,7 @@ std::string report_json(const Report& report) {
 }
 
 util::Status write_report(const Report& report, const std::string& path) {
-  const std::string text = report_json(report);
-  const std::string temporary = path + ".tmp";
-  std::FILE* file = std::fopen(temporary.c_str(), "w");
-  if (file == nullptr) return {util::Error::io_error, "cannot open the report file for writing"};
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return {util::Error::io_error, "cannot write the report file"};
-  }
-  return util::Status::success();
+  return util::replace_file(path, report_json(report));
 }
 
 }  // namespace tidepool::runtime

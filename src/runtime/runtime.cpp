@@ -1,6 +1,7 @@
 // Runtime: configuration once, the driver once, allocators per device lazily.
 #include "runtime/runtime.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,17 +15,33 @@ namespace {
 
 void finish_at_exit() { Runtime::get().finish(); }
 
+std::atomic<bool> forked_child_logged{false};
+
 std::atomic<InterpositionProbe> interposition_probe{nullptr};
 
 }  // namespace
 
 void set_interposition_probe(InterpositionProbe probe) noexcept { interposition_probe.store(probe); }
 
+std::atomic<bool> Runtime::forked_child_{false};
+
+bool Runtime::forked_passthrough() noexcept {
+  if (!forked_child_logged.exchange(true)) {
+    // A raw write: the logger's lock may be held by a thread the fork left behind.
+    static constexpr char kLine[] =
+        "tidepool [warning] in a forked child: the pool stays with the parent; every CUDA call passes through "
+        "to the driver\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kLine, sizeof(kLine) - 1);
+  }
+  return true;
+}
+
 Runtime& Runtime::get() {
-  // Leaked on purpose: see the lifetime note in runtime.hpp.
+  // Not destroyed at exit: see the lifetime note in runtime.hpp.
   static Runtime* const runtime = [] {
     auto* created = new Runtime(config_from_environment());
     std::atexit(&finish_at_exit);
+    ::pthread_atfork(nullptr, nullptr, [] { forked_child_.store(true, std::memory_order_relaxed); });
     return created;
   }();
   return *runtime;
@@ -137,6 +154,20 @@ Allocator* Runtime::allocator(int device) {
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
+  }
+  // A budget that cannot work on this device is refused before anything is reserved.
+  if (config_.device_limit) {
+    const driver::Api& api = driver_->api();
+    CUdevice handle = 0;
+    std::size_t total = 0;
+    if (api.init(0) == CUDA_SUCCESS && api.deviceGet(&handle, device) == CUDA_SUCCESS &&
+        api.deviceTotalMem(&total, handle) == CUDA_SUCCESS) {
+      if (const std::string refused = check_device_limit(config_, device, total); !refused.empty()) {
+        log_error("{}", refused);
+        failed_[device].store(true, std::memory_order_relaxed);
+        return nullptr;
+      }
+    }
   }
   auto created = Allocator::create(*driver_, options);
   if (!created) {

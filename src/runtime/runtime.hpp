@@ -6,11 +6,20 @@
 // When the configuration is bad or the driver cannot be opened it runs in
 // pass-through mode: fronts hand every call to the driver untouched.
 //
-// Lifetime: the Runtime is never destroyed. Hooks can run during the host's
-// static destruction and must still find it; the process's exit releases the
-// memory. The exit report and the trace are finished by an atexit handler,
-// in the process that created the Runtime only: a forked child that exits
-// leaves both to its parent.
+// Lifetime: the Runtime is not destroyed at exit. Hooks can run during the
+// host's static destruction and must still find it; the process's exit
+// releases the memory. The exit report and the trace are finished by an
+// atexit handler, in the process that created the Runtime only: a forked
+// child that exits leaves both to its parent. When the library itself is
+// unloaded (dlclose of a plugin that linked it), unload() destroys the
+// Runtime, which gives every pool page back to the driver; a later load
+// starts afresh.
+//
+// Fork: a forked child never touches the pool. Its locks may have been held
+// by threads that do not exist in the child, its queued work ran on streams
+// the child cannot wait on (a real driver is unusable after fork), and its
+// memory is the parent's. passthrough() is true in the child, so every call
+// goes to the driver untouched; the first one logs why, once.
 //
 // Tracing: with `trace:PATH` the Runtime opens one TraceRecorder, shared by
 // every device's Allocator; finish() flushes it. A path that cannot be opened
@@ -59,7 +68,13 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  [[nodiscard]] bool passthrough() const noexcept { return passthrough_; }
+  [[nodiscard]] bool passthrough() const noexcept {
+    if (forked_child_.load(std::memory_order_relaxed)) return forked_passthrough();
+    return passthrough_;
+  }
+  // Destroys the process's runtime, when the library is being unloaded
+  // rather than the process ending; see the lifetime note.
+  static void unload() noexcept;
   [[nodiscard]] const Config& config() const noexcept { return config_; }
   // The driver tidepool opened; null when it could not be opened.
   [[nodiscard]] const driver::Driver* driver() const noexcept { return driver_.get(); }
@@ -109,8 +124,8 @@ class Runtime {
   Config config_;
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
-  std::unique_ptr<TraceRecorder> trace_;           // outlives the allocators: ~Runtime deletes them first
-  std::unique_ptr<pool::StreamRegistry> streams_;  // likewise
+  std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
+  std::unique_ptr<pool::StreamRegistry> streams_;             // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with prefetch:launch/learn and evict:on
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
@@ -118,6 +133,9 @@ class Runtime {
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
   std::atomic<bool> finished_{false};
   const pid_t owner_pid_;  // the process that created this Runtime
+
+  static bool forked_passthrough() noexcept;  // logs the first pass-through, returns true
+  static std::atomic<bool> forked_child_;     // set in a forked child, by a pthread_atfork handler
 };
 
 }  // namespace tidepool::runtime

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "runtime/logging.hpp"
+#include "util/output_file.hpp"
 
 namespace tidepool::runtime {
 
@@ -53,8 +54,9 @@ bool write_all(int fd, const char* data, std::size_t size) noexcept {
 
 util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& path) {
   std::call_once(g_atfork_once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return util::Status(util::Error::io_error, std::strerror(errno));
+  auto opened = util::open_output_file(path, util::OutputMode::truncate);
+  if (!opened) return opened.status();
+  const int fd = opened.value();
   std::string header(kTraceHeader);
   header += '\n';
   if (!write_all(fd, header.data(), header.size())) {

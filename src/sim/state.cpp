@@ -9,6 +9,9 @@
 //   TIDEPOOL_SIM_FAULTS       name:nth:result,... e.g. cuMemCreate:3:2
 //   TIDEPOOL_SIM_COPY_GBPS    host<->device copy bandwidth in GB/s (1e9 bytes/s),
 //                             e.g. 25 or 0.5; unset, 0 or not a number: unlimited
+#include <pthread.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -112,7 +115,22 @@ State& state() {
   return *s;
 }
 
+// The real driver is unusable in a child forked after cuInit: every call
+// there fails with CUDA_ERROR_NOT_INITIALIZED (the error names still
+// answer). The sim does the same, and must: its stream threads stayed in the
+// parent, and its lock may have been held by one of them at the fork.
+std::atomic<bool> initialized_once{false};
+std::atomic<bool> forked_after_init{false};
+
+void on_fork_child() {
+  if (initialized_once.load(std::memory_order_relaxed)) forked_after_init.store(true, std::memory_order_relaxed);
+}
+
 CUresult enter(const char* name) {
+  if (forked_after_init.load(std::memory_order_relaxed) && std::strcmp(name, "cuGetErrorName") != 0 &&
+      std::strcmp(name, "cuGetErrorString") != 0) {
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   s.calls[name]++;
@@ -174,6 +192,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuInit(unsigned int flags) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   s.initialized = true;
+  if (!initialized_once.exchange(true)) ::pthread_atfork(nullptr, nullptr, &on_fork_child);
   return CUDA_SUCCESS;
 }
 

@@ -7,6 +7,7 @@
 #include "support/preload.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -175,6 +176,43 @@ TEST_F(Preload, LearnedPrefetchOnAProgramWithoutStepsActsAsLaunchPrefetch) {
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
   const ProgramRun r = both(PROBE_LINKED, "fork");
   expect_all_returned(r, 2);
+}
+
+TEST_F(Preload, AChildForkedWithWorkInFlightPassesThroughToTheDriverAndNeverHangs) {
+  const ProgramRun r = both(PROBE_LINKED, "fork_alloc", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 3);
+  EXPECT_NE(r.err.find("in a forked child"), std::string::npos) << r.err;
+}
+
+TEST_F(Preload, HostileOutputPathsAreRefusedWithOneLineAndTheProgramRunsOn) {
+  const std::string victim = (dir_ / "victim").string();
+  std::ofstream(victim) << "precious";
+  std::filesystem::create_symlink(victim, dir_ / "trace.csv");
+  ASSERT_EQ(::mkfifo((dir_ / "log.fifo").c_str(), 0600), 0);  // no reader: a blocking open would hang
+  const std::string conf =
+      "log:info,trace:" + (dir_ / "trace.csv").string() + ",log_file:" + (dir_ / "log.fifo").string();
+  const ProgramRun r = both(PROBE_LINKED, "runtime", nullptr, conf.c_str());
+  expect_all_returned(r, 8);
+  EXPECT_NE(r.err.find("symbolic link"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FIFO"), std::string::npos) << r.err;
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "trace.csv"));
+
+  // A log_file in a directory that does not exist: no directory is made.
+  const std::string missing = "log_file:" + (dir_ / "no" / "such" / "dir.log").string();
+  const ProgramRun m = both(PROBE_LINKED, "runtime", nullptr, missing.c_str());
+  expect_all_returned(m, 8);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "no"));
+  EXPECT_NE(m.err.find("does not exist"), std::string::npos) << m.err;
+}
+
+TEST_F(Preload, ABudgetTheDeviceCannotHoldIsRefusedAndItsAllocationsPassThrough) {
+  for (const char* conf : {"device_limit:32TiB", "device_limit:0.0000001%"}) {
+    const ProgramRun r = both(PROBE_DLOPEN, "dlsym", nullptr, conf);
+    EXPECT_NE(r.err.find("cannot work on device 0"), std::string::npos) << conf << "\n" << r.err;
+    EXPECT_EQ(count(r, "sim_cuMemAlloc"), 4) << conf << ": the driver serves every allocation";
+  }
 }
 
 TEST_F(Preload, DlopenAndDlsymGetTheHooks) {

@@ -6,6 +6,10 @@
 //   driver   the driver exports, foreign pointers and stream capture
 //   threads  several threads allocating on streams of their own
 //   fork     allocations on both sides of a fork
+//   fork_alloc  a child forked while the parent's pool has work in flight
+//            and a block freed stream-ordered behind it (run under a
+//            budget): the child allocates and frees, which must get the
+//            driver's own answers and never hang; the parent goes on
 //   sidestream  cuMemFree while a slow kernel on a non-blocking stream (live,
 //            or destroyed) still writes the block; run under a tight budget
 //            so that reuse of the freed pages is forced; the new owners
@@ -298,6 +302,67 @@ void slow_fill(void** params, void* /*user*/) {
   std::memset(reinterpret_cast<void*>(address), 0xAA, size);
 }
 
+int fork_alloc_route() {
+  make_context_current();
+  CUfunction kernel = nullptr;
+  const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&kernel, &slow_fill, nullptr, 2, sizes) == CUDA_SUCCESS);
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUdeviceptr kept = 0;
+  CUdeviceptr busy = 0;
+  PROBE_CHECK(cuMemAlloc(&kept, 2 * MiB) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAllocAsync(&busy, 4 * MiB, stream) == CUDA_SUCCESS);
+  fill(kept, 2 * MiB, 9);
+  std::size_t size = 4 * MiB;
+  void* params[] = {&busy, &size};
+  PROBE_CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFreeAsync(busy, stream) == CUDA_SUCCESS);  // behind the queued write
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(30);  // a hang becomes SIGALRM, which the parent sees
+    int step = 0;
+    auto expect = [&step](bool passed) {
+      ++step;
+      if (!passed) {
+        std::fprintf(stderr, "fork_alloc child: step %d failed\n", step);
+        std::_Exit(8);
+      }
+    };
+    // The driver is unusable after a fork: each call gets its answer
+    // (CUDA_ERROR_NOT_INITIALIZED) promptly, the pool's blocks included.
+    CUdeviceptr mine = 0;
+    expect(cuMemAlloc(&mine, 12 * MiB) == CUDA_ERROR_NOT_INITIALIZED);
+    expect(cuMemAllocAsync(&mine, 1 * MiB, stream) == CUDA_ERROR_NOT_INITIALIZED);
+    expect(cuMemFreeAsync(busy, stream) == CUDA_ERROR_NOT_INITIALIZED);
+    expect(cuMemFree(kept) == CUDA_ERROR_NOT_INITIALIZED);
+    expect(cuStreamSynchronize(stream) == CUDA_ERROR_NOT_INITIALIZED);
+    // The parent's block, as the fork left it, is still readable.
+    expect(holds(kept, 2 * MiB, 9));
+    // An ordinary exit runs tidepool's exit handler, which must neither hang
+    // nor write the parent's report.
+    std::exit(7);
+  }
+  int status = 0;
+  PROBE_CHECK(waitpid(child, &status, 0) == child);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 7) {
+    std::fprintf(stderr, "fork_alloc child: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  }
+  PROBE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  // The parent's pool goes on: its budget is intact and its data too.
+  CUdeviceptr after = 0;
+  PROBE_CHECK(cuMemAllocAsync(&after, 4 * MiB, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFreeAsync(after, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(holds(kept, 2 * MiB, 9));
+  PROBE_CHECK(cuMemFree(kept) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  return probe::finish("fork_alloc");
+}
+
 // `through_stream`: the new owners write with cuMemsetD8 (the legacy stream)
 // rather than from the host: what a device barrier orders (free_barrier:on).
 int sidestream_route(bool through_stream) {
@@ -468,6 +533,7 @@ int main(int argc, char** argv) {
   if (mode == "driver") return driver_route();
   if (mode == "threads") return threads_route();
   if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
+  if (mode == "fork_alloc") return fork_alloc_route();
   if (mode == "sidestream") return sidestream_route(false);
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "evict") return evict_route();

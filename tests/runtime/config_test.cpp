@@ -75,7 +75,69 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"hold_slack:%", "\"hold_slack\""}, BadCase{"log:verbose", "\"log\""},
                       BadCase{"report:", "\"report\""}, BadCase{"policy:best_fit,policy:first_fit", "given twice"},
                       BadCase{"evict", "no ':'"}, BadCase{"evict:on,", "empty item"},
-                      BadCase{",evict:on", "empty item"}, BadCase{"evict:on,,policy:best_fit", "empty item"}));
+                      BadCase{",evict:on", "empty item"}, BadCase{"evict:on,,policy:best_fit", "empty item"},
+                      // Values that parse but cannot work.
+                      BadCase{"device_limit:1B", "\"device_limit\""}, BadCase{"device_limit:4095", "\"device_limit\""},
+                      BadCase{"device_limit:2097151", "at least 2MiB"}, BadCase{"host_cache:1B", "\"host_cache\""},
+                      BadCase{"host_cache:1MiB", "at least 2MiB"}));
+
+TEST(Config, TheSmallestBudgetIsOnePage) {
+  EXPECT_FALSE(parse_config("device_limit:2MiB").passthrough);
+  EXPECT_FALSE(parse_config("host_cache:2MiB").passthrough);
+  EXPECT_FALSE(parse_config("host_cache:0").passthrough);  // the default
+}
+
+TEST(Config, AMisspeltKeyGetsTheNearestKnownOne) {
+  EXPECT_NE(parse_config("devce_limit:8GiB").error.find("did you mean \"device_limit\"?"), std::string::npos);
+  EXPECT_NE(parse_config("evcit:on").error.find("did you mean \"evict\"?"), std::string::npos);
+  EXPECT_NE(parse_config("Policy:best_fit").error.find("did you mean \"policy\"?"), std::string::npos);
+  EXPECT_NE(parse_config("log_fiel:/tmp/x").error.find("did you mean \"log_file\"?"), std::string::npos);
+  // Nothing near: a pointer to where the keys are, not a guess.
+  const std::string far = parse_config("frobnicate:on").error;
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_NE(far.find("--help"), std::string::npos) << far;
+}
+
+bool printable_ascii(const std::string& line) {
+  for (char c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
+  }
+  return true;
+}
+
+TEST(Config, ErrorLinesArePrintableAsciiAndShortWhateverTheInput) {
+  const std::string hostile[] = {
+      "evict:on\n[tidepool] forged line",
+      "policy:\x1b[31mred\x1b[0m",
+      std::string(120000, 'k') + ":on",
+      "device_limit:" + std::string(120000, '9'),
+      std::string("log:\xff\xfe\x80 ") + std::string(5000, '\t'),
+      std::string("no colon here ") + std::string(3000, '\r'),
+      "a:b,a:b",
+      std::string(1, '\0') + "x:y",
+  };
+  for (const std::string& conf : hostile) {
+    const Config c = parse_config(conf);
+    ASSERT_TRUE(c.passthrough);
+    EXPECT_LE(c.error.size(), kMaxErrorLine) << c.error.size();
+    EXPECT_TRUE(printable_ascii(c.error)) << c.error;
+    EXPECT_EQ(c.error.rfind("tidepool: TIDEPOOL_CONF: ", 0), 0u) << c.error;
+  }
+}
+
+TEST(Config, ADeviceLimitIsCheckedAgainstTheDevice) {
+  constexpr std::uint64_t kDevice = 4 * GiB;
+  EXPECT_EQ(check_device_limit(parse_config(""), 0, kDevice), "");
+  EXPECT_EQ(check_device_limit(parse_config("device_limit:80%"), 0, kDevice), "");
+  EXPECT_EQ(check_device_limit(parse_config("device_limit:4GiB"), 0, kDevice), "");
+  const std::string tiny = check_device_limit(parse_config("device_limit:0.0000001%"), 3, kDevice);
+  EXPECT_NE(tiny.find("less than 2MiB"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("device 3"), std::string::npos) << tiny;
+  const std::string huge = check_device_limit(parse_config("device_limit:32TiB"), 0, kDevice);
+  EXPECT_NE(huge.find("more than the device has"), std::string::npos) << huge;
+  EXPECT_LE(huge.size(), kMaxErrorLine);
+  EXPECT_TRUE(printable_ascii(huge));
+}
 
 TEST(Config, OptionsTableGeneratesHelpAndMarkdown) {
   const std::string markdown = options_markdown();

@@ -186,7 +186,7 @@ TEST(TraceRecorder, AnUnopenablePathIsAnIoErrorWithTheReason) {
   auto opened = runtime::TraceRecorder::open("/nonexistent-dir/trace.csv");
   ASSERT_FALSE(opened.ok());
   EXPECT_EQ(opened.status().error(), util::Error::io_error);
-  EXPECT_NE(std::string(opened.status().message()).find("No such file"), std::string::npos)
+  EXPECT_NE(std::string(opened.status().message()).find("does not exist"), std::string::npos)
       << opened.status().message();
 }
 
