@@ -1,4 +1,5 @@
-// Parsing and formatting lines of RMM logging CSV.
+// Parsing and formatting lines of RMM logging CSV: the one place a trace
+// line's text becomes numbers, so the range checks live here.
 #include "runtime/trace_format.hpp"
 
 #include <charconv>
@@ -8,15 +9,19 @@ namespace tidepool::runtime {
 
 namespace {
 
-bool parse_number(std::string_view text, std::uint64_t* out, int base) {
-  if (text.empty()) return false;
+// Why a number did not parse; null when it did.
+const char* parse_number(std::string_view text, std::uint64_t* out, int base) {
+  if (text.empty()) return "empty";
+  if (text[0] == '-') return "negative";
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, *out, base);
-  return ec == std::errc() && ptr == end;
+  if (ec == std::errc::result_out_of_range) return "out of range";
+  if (ec != std::errc() || ptr != end) return "not a number";
+  return nullptr;
 }
 
 // Decimal, or hex with a 0x prefix.
-bool parse_integer(std::string_view text, std::uint64_t* out) {
+const char* parse_integer(std::string_view text, std::uint64_t* out) {
   if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
     return parse_number(text.substr(2), out, 16);
   }
@@ -25,34 +30,61 @@ bool parse_integer(std::string_view text, std::uint64_t* out) {
 
 // Hex with or without 0x; "(nil)" is how printf's %p writes RMM's null
 // pointer on an allocate failure.
-bool parse_pointer(std::string_view text, std::uint64_t* out) {
+const char* parse_pointer(std::string_view text, std::uint64_t* out) {
   if (text == "(nil)") {
     *out = 0;
-    return true;
+    return nullptr;
   }
   if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) text.remove_prefix(2);
   return parse_number(text, out, 16);
 }
 
 // HH:MM:SS:ffffff or HH:MM:SS.ffffff, fraction of any length up to 9 digits.
-bool parse_time(std::string_view text, std::uint64_t* us) {
+// Hours are not bounded by a day (tidepool counts from the start of the run),
+// but the total must fit in microseconds without wrapping.
+const char* parse_time(std::string_view text, std::uint64_t* us) {
   std::uint64_t parts[3] = {0, 0, 0};
   for (int i = 0; i < 3; ++i) {
     const std::size_t sep = text.find_first_of(":.");
-    if (sep == std::string_view::npos) return false;
-    if (!parse_number(text.substr(0, sep), &parts[i], 10)) return false;
+    if (sep == std::string_view::npos) return "not HH:MM:SS.ffffff";
+    if (const char* why = parse_number(text.substr(0, sep), &parts[i], 10)) return why;
     text.remove_prefix(sep + 1);
   }
-  if (text.empty() || text.size() > 9) return false;
+  if (parts[1] > 59 || parts[2] > 60) return "minutes or seconds out of range";
+  if (text.empty() || text.size() > 9) return "not HH:MM:SS.ffffff";
   std::uint64_t fraction = 0;
-  if (!parse_number(text, &fraction, 10)) return false;
+  if (const char* why = parse_number(text, &fraction, 10)) return why;
   for (std::size_t digits = text.size(); digits < 6; ++digits) fraction *= 10;
   for (std::size_t digits = text.size(); digits > 6; --digits) fraction /= 10;
-  *us = ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000000 + fraction;
-  return true;
+  std::uint64_t total = 0;
+  if (__builtin_mul_overflow(parts[0], std::uint64_t{3600} * 1000000, &total) ||
+      __builtin_add_overflow(total, (parts[1] * 60 + parts[2]) * 1000000 + fraction, &total)) {
+    return "out of range";
+  }
+  *us = total;
+  return nullptr;
 }
 
 }  // namespace
+
+std::string printable(std::string_view text, std::size_t limit) {
+  std::string out;
+  for (char c : text) {
+    if (out.size() >= limit) {
+      out += "...";
+      break;
+    }
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += "0123456789abcdef"[byte >> 4];
+      out += "0123456789abcdef"[byte & 0xf];
+    }
+  }
+  return out;
+}
 
 util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::string* detail) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -68,15 +100,18 @@ util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::str
     line.remove_prefix(comma + 1);
   }
   if (count != 6 || !line.empty()) {
-    if (detail != nullptr) *detail = "expected 6 comma-separated columns";
+    if (detail != nullptr) {
+      *detail = "expected 6 comma-separated columns (Thread,Time,Action,Pointer,Size,Stream), found " +
+                (count == 6 ? std::string("more") : std::to_string(count));
+    }
     return {util::Error::bad_input, "wrong number of columns"};
   }
-  auto fail = [&](const char* what, std::string_view value) {
-    if (detail != nullptr) *detail = std::string(what) + " \"" + std::string(value) + "\"";
+  auto fail = [&](const char* what, std::string_view value, const char* why) {
+    if (detail != nullptr) *detail = std::string(what) + " \"" + printable(value, 40) + "\" (" + why + ")";
     return util::Status(util::Error::bad_input, what);
   };
-  if (!parse_integer(fields[0], &event->thread)) return fail("bad thread id", fields[0]);
-  if (!parse_time(fields[1], &event->time_us)) return fail("bad time", fields[1]);
+  if (const char* why = parse_integer(fields[0], &event->thread)) return fail("bad thread id", fields[0], why);
+  if (const char* why = parse_time(fields[1], &event->time_us)) return fail("bad time", fields[1], why);
   if (fields[2] == "allocate") {
     event->action = TraceAction::allocate;
   } else if (fields[2] == "free") {
@@ -84,11 +119,14 @@ util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::str
   } else if (fields[2] == "allocate failure") {
     event->action = TraceAction::allocate_failure;
   } else {
-    return fail("unknown action", fields[2]);
+    return fail("unknown action", fields[2], "not allocate, free or allocate failure");
   }
-  if (!parse_pointer(fields[3], &event->pointer)) return fail("bad pointer", fields[3]);
-  if (!parse_integer(fields[4], &event->size)) return fail("bad size", fields[4]);
-  if (!parse_integer(fields[5], &event->stream)) return fail("bad stream", fields[5]);
+  if (const char* why = parse_pointer(fields[3], &event->pointer)) return fail("bad pointer", fields[3], why);
+  if (const char* why = parse_integer(fields[4], &event->size)) return fail("bad size", fields[4], why);
+  if (event->action != TraceAction::allocate_failure && event->size > kMaxTraceSize) {
+    return fail("bad size", fields[4], "over 256 TiB, more than any device holds");
+  }
+  if (const char* why = parse_integer(fields[5], &event->stream)) return fail("bad stream", fields[5], why);
   return util::Status::success();
 }
 

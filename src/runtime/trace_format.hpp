@@ -8,6 +8,10 @@
 // traces replay and plot from zero. Parsing is per line; the writer formats
 // into a caller's buffer and never allocates. Reading whole files (plain or
 // .gz) lives with the replay tool.
+//
+// Parsing takes hostile input: every number is range-checked (no wrap, no
+// sign), and a size no device could hold is refused on allocate and free
+// lines (see kMaxTraceSize). What a bad line says is made printable first.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +36,17 @@ struct TraceEvent {
 };
 
 inline constexpr std::string_view kTraceHeader = "Thread,Time,Action,Pointer,Size,Stream";
+
+// The largest size an allocate or free line may carry: 256 TiB, more than any
+// device's memory and than CUDA's unified address space maps. Past it a size
+// is a corrupt trace, and sums of such sizes would wrap. A refused request
+// ("allocate failure") may ask for anything: programs do ask for absurd
+// sizes, and the replay counts those as failed without asking a target.
+inline constexpr std::uint64_t kMaxTraceSize = std::uint64_t{1} << 48;
+
+// `text` as printable ASCII for an error message: other bytes become \xNN,
+// and past `limit` characters it is cut and ends in "...".
+std::string printable(std::string_view text, std::size_t limit = 100);
 
 // Parses one data line. On error the Status message is static; `error_detail`
 // (may be null) receives a longer description.

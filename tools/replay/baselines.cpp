@@ -21,6 +21,11 @@
 // Driver calls: a baseline's segment allocations and releases are reported
 // as creates and releases, one each; nothing else is emulated (cudaFree's
 // implicit device synchronisation on hardware included).
+//
+// Sizes come from traces, which may be hostile: a request that cannot be
+// rounded, or segments that would pass the end of the emulated address line
+// (kAddressEnd), fail the allocation as out of memory. Every byte counted is
+// then a byte of that line, so no counter can wrap.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -33,8 +38,24 @@ namespace tidepool::replay {
 namespace {
 
 constexpr std::uint64_t kMiB = 1ULL << 20;
+constexpr std::uint64_t kAddressStart = 1ULL << 40;
+constexpr std::uint64_t kAddressEnd = 1ULL << 62;
 
-std::uint64_t round_up(std::uint64_t x, std::uint64_t m) { return (x + m - 1) / m * m; }
+// `x` rounded up to a multiple of `m`; false when that does not fit.
+bool round_up(std::uint64_t x, std::uint64_t m, std::uint64_t* out) {
+  if (x > kAddressEnd) return false;
+  *out = (x + m - 1) / m * m;
+  return true;
+}
+
+// Takes `bytes` (plus `gap`) of the address line at `*next`; false when the
+// line has no room left.
+bool take_addresses(std::uint64_t* next, std::uint64_t bytes, std::uint64_t gap, std::uint64_t* base) {
+  if (bytes > kAddressEnd - *next || gap > kAddressEnd - *next - bytes) return false;
+  *base = *next;
+  *next += bytes + gap;
+  return true;
+}
 
 DriverCalls as_driver_calls(const Counters& c) {
   DriverCalls calls;
@@ -46,11 +67,11 @@ DriverCalls as_driver_calls(const Counters& c) {
 struct Rules {
   std::string name;
   std::uint64_t rounding = 512;
-  bool two_pools = true;            // small (<= 1 MiB) and large pools
-  std::uint64_t small_split_min = 512;   // split a small block when remaining >= this
+  bool two_pools = true;                     // small (<= 1 MiB) and large pools
+  std::uint64_t small_split_min = 512;       // split a small block when remaining >= this
   std::uint64_t large_split_min = kMiB + 1;  // split a large block when remaining >= this
-  bool doubling = false;            // rmm growth
-  std::uint64_t initial_pool = 0;   // rmm's first segment
+  bool doubling = false;                     // rmm growth
+  std::uint64_t initial_pool = 0;            // rmm's first segment
 };
 
 class EmulatedPool final : public Target {
@@ -60,7 +81,8 @@ class EmulatedPool final : public Target {
   std::string name() const override { return rules_.name; }
 
   bool allocate(std::uint64_t size, std::uint64_t /*stream*/, std::uint64_t* address) override {
-    const std::uint64_t rounded = round_up(std::max<std::uint64_t>(size, 1), rules_.rounding);
+    std::uint64_t rounded = 0;
+    if (!round_up(std::max<std::uint64_t>(size, 1), rules_.rounding, &rounded)) return false;
     const int pool = rules_.two_pools && rounded <= kMiB ? 0 : 1;
     auto chosen = find(pool, rounded);
     if (!chosen) {
@@ -155,14 +177,15 @@ class EmulatedPool final : public Target {
     }
     if (pool == 0) return 2 * kMiB;
     if (size < 10 * kMiB) return 20 * kMiB;
-    return round_up(size, 2 * kMiB);
+    std::uint64_t bytes = 0;
+    return round_up(size, 2 * kMiB, &bytes) ? bytes : kAddressEnd;  // too large: fails in grow()
   }
 
   bool grow(int pool, std::uint64_t size) {
     const std::uint64_t bytes = segment_size(pool, size);
-    if (budget_ != 0 && counters_.reserved_bytes + bytes > budget_) return false;
-    const std::uint64_t base = next_address_;
-    next_address_ += bytes + 2 * kMiB;  // a gap: segments never coalesce
+    if (budget_ != 0 && (bytes > budget_ || counters_.reserved_bytes > budget_ - bytes)) return false;
+    std::uint64_t base = 0;
+    if (!take_addresses(&next_address_, bytes, 2 * kMiB, &base)) return false;  // a gap: segments never coalesce
     blocks_[base] = Block{bytes, base, false, 0};
     segments_[base] = Segment{bytes, pool};
     free_[pool].insert({bytes, base});
@@ -201,7 +224,7 @@ class EmulatedPool final : public Target {
   std::map<std::uint64_t, Block> blocks_;
   std::map<std::uint64_t, Segment> segments_;
   std::set<std::pair<std::uint64_t, std::uint64_t>> free_[2];  // (size, address)
-  std::uint64_t next_address_ = 1ULL << 40;
+  std::uint64_t next_address_ = kAddressStart;
   Counters counters_;
 };
 
@@ -210,10 +233,11 @@ class CudaMalloc final : public Target {
   explicit CudaMalloc(std::uint64_t budget) : budget_(budget) {}
   std::string name() const override { return "cuda_malloc"; }
   bool allocate(std::uint64_t size, std::uint64_t /*stream*/, std::uint64_t* address) override {
-    const std::uint64_t cost = size < kMiB ? round_up(std::max<std::uint64_t>(size, 1), 512) : round_up(size, 2 * kMiB);
-    if (budget_ != 0 && counters_.reserved_bytes + cost > budget_) return false;
-    const std::uint64_t base = next_address_;
-    next_address_ += cost;
+    std::uint64_t cost = 0;
+    if (!round_up(std::max<std::uint64_t>(size, 1), size < kMiB ? 512 : 2 * kMiB, &cost)) return false;
+    if (budget_ != 0 && (cost > budget_ || counters_.reserved_bytes > budget_ - cost)) return false;
+    std::uint64_t base = 0;
+    if (!take_addresses(&next_address_, cost, 0, &base)) return false;
     live_[base] = {size, cost};
     counters_.live_bytes += size;
     counters_.handed_out_bytes += cost;
@@ -247,7 +271,7 @@ class CudaMalloc final : public Target {
  private:
   std::uint64_t budget_;
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> live_;  // address -> (requested, cost)
-  std::uint64_t next_address_ = 1ULL << 40;
+  std::uint64_t next_address_ = kAddressStart;
   Counters counters_;
 };
 

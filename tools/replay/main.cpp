@@ -1,6 +1,7 @@
 // tidepool-replay: replays allocation traces against tidepool's placement
 // policies and baseline allocators, on the simulated driver, and reports
-// utilization and fragmentation. Bad input exits 2 with file:line.
+// utilization and fragmentation. Bad input exits 2 with file:line; a trace
+// cut short in its last line is replayed up to it, with a warning.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -89,10 +90,12 @@ int main(int argc, char** argv) {
   for (const auto& path : traces) {
     std::vector<TraceEvent> events;
     std::string error;
-    if (!load_trace(path, &events, &error)) {
+    std::string warning;
+    if (!load_trace(path, &events, &error, &warning)) {
       std::fprintf(stderr, "tidepool-replay: %s\n", error.c_str());
       return 2;
     }
+    if (!warning.empty()) std::fprintf(stderr, "tidepool-replay: %s\n", warning.c_str());
     for (const auto& policy : policies) {
       Result result;
       if (!run_replay(path, events, policy, target_options, options, &result, &error)) {

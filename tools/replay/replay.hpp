@@ -49,8 +49,11 @@ struct Result {
   std::vector<Span> peak_layout;  // filled when asked for
 };
 
-// Loads every event of a trace; false with `error` (file:line: reason).
-bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error);
+// Loads every event of a trace; false with `error` (file:line: reason). A
+// cut-short last line is skipped and its warning (file:line: warning: ...)
+// handed to `warning`, or written to stderr when `warning` is null.
+bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error,
+                std::string* warning = nullptr);
 
 struct ReplayOptions {
   bool want_layout = false;  // capture the layout at the live peak (costs a second pass)
@@ -60,7 +63,12 @@ struct ReplayOptions {
 };
 
 // Replays `events` against the target made by `make`; false with `error` on
-// bad input (a free of an unknown pointer) or when the target cannot start.
+// bad input or when the target cannot start. Bad input, whoever built the
+// events: a pointer allocated twice, a free of an unknown pointer, a free
+// whose size is neither 0 (not recorded) nor its allocation's, an allocate
+// or free over runtime::kMaxTraceSize. A free of an allocation the target
+// refused is skipped; a refused request over kMaxTraceSize counts as failed
+// without asking the target.
 bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::string& policy,
                 const TargetOptions& target_options, const ReplayOptions& options, Result* result, std::string* error);
 

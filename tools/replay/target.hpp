@@ -47,10 +47,17 @@ enum class FreeMode {
 const char* free_mode_name(FreeMode mode);
 bool parse_free_mode(const std::string& name, FreeMode* mode);
 
+// How many sim streams a tidepool target makes at most. Each is a worker
+// thread in the sim; a trace may name any number of streams.
+inline constexpr std::size_t kDefaultStreamLimit = 128;
+
 struct TargetOptions {
   std::uint64_t device_memory = 0;  // a budget; 0 = none
   std::string conf;                 // a TIDEPOOL_CONF string for tidepool targets
   FreeMode frees = FreeMode::stream;
+  // Trace stream ids past this many (in order of first use) share the sim
+  // streams of the first ones; 0 is read as 1.
+  std::size_t stream_limit = kDefaultStreamLimit;
 };
 
 class Target {
@@ -60,7 +67,7 @@ class Target {
   // False when the allocation fails (out of memory).
   virtual bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) = 0;
   virtual void free(std::uint64_t address, std::uint64_t stream) = 0;
-  [[nodiscard]] virtual Counters counters() const = 0;           // O(1)
+  [[nodiscard]] virtual Counters counters() const = 0;            // O(1)
   [[nodiscard]] virtual Fragmentation fragmentation() const = 0;  // may walk every block
   [[nodiscard]] virtual std::vector<Span> layout() const = 0;     // the address range, block by block
   // The driver calls made since the target was created (the engine reads it

@@ -4,12 +4,23 @@
 // The target tells the allocator of every stream it creates and marks the
 // stream registry complete, as the preload does, so `device` frees are
 // fenced as they are under the preload.
+//
+// Streams are bounded (TargetOptions::stream_limit): every sim stream is a
+// worker thread, and a trace may name thousands of stream ids. The first ids
+// each get a stream of their own, so traces with fewer ids replay exactly as
+// the program's streams; later ids share those streams round-robin. An id
+// always maps to the same stream, so what the replay orders per id (an id's
+// frees before its own reuse, immediately, without an event) still holds;
+// two ids that share a stream are one stream to the pool, which reuses
+// between them without the event a distinct stream would wait on.
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
-#include <map>
+#include <unordered_map>
+#include <vector>
 
 #include "pool/policy.hpp"
 #include "runtime/allocator.hpp"
@@ -67,11 +78,12 @@ SimCallCount sim_call_count(const driver::Driver& driver) {
 
 class TidepoolTarget final : public Target {
  public:
-  TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator, FreeMode frees, SimCallCount count,
-                 DriverCalls calls_before)
+  TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator, FreeMode frees,
+                 std::size_t stream_limit, SimCallCount count, DriverCalls calls_before)
       : policy_(std::move(policy)),
         allocator_(std::move(allocator)),
         frees_(frees),
+        stream_limit_(std::max<std::size_t>(1, stream_limit)),
         count_(count),
         calls_before_(calls_before) {
     // Every stream of this process that the pool may meet is made by
@@ -82,7 +94,7 @@ class TidepoolTarget final : public Target {
     const driver::Api& api = sim_driver(nullptr)->api();
     driver::ScopedContext scope(api, allocator_->context());
     allocator_.reset();
-    for (auto& [id, stream] : streams_) {
+    for (CUstream stream : made_) {
       if (stream != nullptr) api.streamDestroy(stream);
     }
   }
@@ -127,23 +139,30 @@ class TidepoolTarget final : public Target {
  private:
   std::uintptr_t stream_for(std::uint64_t id) {
     if (id == 0) return 0;  // the legacy default stream
-    auto it = streams_.find(id);
-    if (it != streams_.end()) return reinterpret_cast<std::uintptr_t>(it->second);
+    auto [it, fresh] = streams_.try_emplace(id, nullptr);
+    if (!fresh) return reinterpret_cast<std::uintptr_t>(it->second);
+    if (made_.size() >= stream_limit_) {
+      it->second = made_[(streams_.size() - 1) % stream_limit_];
+      return reinterpret_cast<std::uintptr_t>(it->second);
+    }
     const driver::Api& api = sim_driver(nullptr)->api();
     driver::ScopedContext scope(api, allocator_->context());
     CUstream s = nullptr;
     if (api.streamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
     if (s != nullptr) allocator_->stream_created(s);
-    streams_[id] = s;
+    made_.push_back(s);
+    it->second = s;
     return reinterpret_cast<std::uintptr_t>(s);
   }
 
   std::string policy_;
   std::unique_ptr<runtime::Allocator> allocator_;
   FreeMode frees_;
+  std::size_t stream_limit_;
   SimCallCount count_;
   DriverCalls calls_before_;
-  std::map<std::uint64_t, CUstream> streams_;
+  std::unordered_map<std::uint64_t, CUstream> streams_;  // trace id -> its stream (maybe shared)
+  std::vector<CUstream> made_;                           // the streams this target created, in order
 };
 
 }  // namespace
@@ -173,7 +192,8 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
     *error = std::string("cannot create the pool: ") + created.status().message();
     return nullptr;
   }
-  return std::make_unique<TidepoolTarget>(policy, std::move(created.value()), options.frees, count, before);
+  return std::make_unique<TidepoolTarget>(policy, std::move(created.value()), options.frees, options.stream_limit,
+                                          count, before);
 }
 
 const char* free_mode_name(FreeMode mode) { return mode == FreeMode::device ? "device" : "stream"; }

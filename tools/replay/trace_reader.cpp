@@ -1,74 +1,246 @@
-// Reading trace files line by line through zlib.
+// Reading traces: raw bytes (a file read in chunks, or memory), inflated
+// when they are gzip, split into bounded lines, parsed one by one. One path
+// serves files and buffers so that what a fuzzer reaches is what the tool
+// runs.
 #include "trace_reader.hpp"
 
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
+
 namespace tidepool::replay {
 
+namespace {
+
+constexpr std::size_t kChunk = std::size_t{1} << 16;
+
+bool gzip_magic(std::string_view bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+}  // namespace
+
 util::Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
-  gzFile gz = gzopen(path.c_str(), "rb");
-  if (gz == nullptr) return util::Status(util::Error::io_error, "cannot open the trace file");
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return util::Status(util::Error::io_error, "cannot open the trace file");
   std::unique_ptr<TraceReader> reader(new TraceReader());
-  reader->gz_ = gz;
-  reader->path_ = path;
-  std::string header;
-  if (!reader->read_line(&header)) {
-    return util::Status(util::Error::bad_input, "the trace is empty: no header line");
-  }
-  if (!header.empty() && header.back() == '\r') header.pop_back();
-  if (header != runtime::kTraceHeader) {
-    return util::Status(util::Error::bad_input, "the first line is not the header Thread,Time,Action,Pointer,Size,Stream");
-  }
+  reader->file_ = file;
+  reader->name_ = path;
+  if (auto s = reader->start(); !s) return s;
+  return reader;
+}
+
+util::Result<std::unique_ptr<TraceReader>> TraceReader::from_buffer(std::string_view bytes, const std::string& name) {
+  std::unique_ptr<TraceReader> reader(new TraceReader());
+  reader->memory_ = bytes;
+  reader->name_ = name;
+  if (auto s = reader->start(); !s) return s;
   return reader;
 }
 
 TraceReader::~TraceReader() {
-  if (gz_ != nullptr) gzclose(static_cast<gzFile>(gz_));
+  if (file_ != nullptr) std::fclose(file_);
+  if (zstream_ != nullptr) {
+    auto* z = static_cast<z_stream*>(zstream_);
+    inflateEnd(z);
+    delete z;
+  }
 }
 
-bool TraceReader::read_line(std::string* line) {
+void TraceReader::fail_at(std::uint64_t line, const std::string& what) {
+  if (error_.empty()) error_ = name_ + ":" + std::to_string(line) + ": " + what;
+}
+
+// A header that is missing or wrong is reported by error() (with its text),
+// not by open(): a Status carries only a static message.
+util::Status TraceReader::start() {
+  if (file_ == nullptr) {
+    raw_left_ = memory_;
+    raw_end_ = true;
+  }
+  // Two bytes decide gzip or plain; a file may hand them out one at a time.
+  while (raw_left_.size() < 2 && fill_raw()) {
+  }
+  if (failed()) return util::Status::success();
+  if (gzip_magic(raw_left_)) {
+    auto* z = new z_stream{};
+    if (inflateInit2(z, 16 + MAX_WBITS) != Z_OK) {
+      delete z;
+      return util::Status(util::Error::out_of_memory, "cannot start zlib");
+    }
+    zstream_ = z;
+  }
+  std::string header;
+  const Line kind = read_line(&header);
+  if (failed()) return util::Status::success();
+  if (kind == Line::none) {
+    fail_at(1, "the trace is empty: no header line");
+    return util::Status::success();
+  }
+  if (!header.empty() && header.back() == '\r') header.pop_back();
+  if (header != runtime::kTraceHeader) {
+    fail_at(1, "the first line is not the header Thread,Time,Action,Pointer,Size,Stream: \"" +
+                   runtime::printable(header) + "\"");
+  }
+  return util::Status::success();
+}
+
+// More raw bytes after the unconsumed ones; false at the end or on an error.
+bool TraceReader::fill_raw() {
+  if (raw_end_) return false;
+  std::string next(raw_left_);
+  const std::size_t kept = next.size();
+  next.resize(kept + kChunk);
+  const std::size_t n = std::fread(next.data() + kept, 1, kChunk, file_);
+  next.resize(kept + n);
+  if (n == 0) {
+    raw_end_ = true;
+    if (std::ferror(file_) != 0) fail_at(line_number_ + 1, std::string("read error: ") + std::strerror(errno));
+    return false;
+  }
+  raw_ = std::move(next);
+  raw_left_ = raw_;
+  return true;
+}
+
+// More plain text into decoded_; false once there is none (the end, or an
+// error, which error() then holds).
+bool TraceReader::fill() {
+  if (decoded_end_ || failed()) return false;
+  decoded_.clear();
+  decoded_pos_ = 0;
+  if (zstream_ == nullptr) {
+    if (raw_left_.empty() && !fill_raw()) {
+      decoded_end_ = true;
+      return false;
+    }
+    decoded_.assign(raw_left_);
+    raw_left_ = {};
+    return true;
+  }
+  auto* z = static_cast<z_stream*>(zstream_);
+  decoded_.resize(kChunk);
+  for (;;) {
+    if (gzip_member_done_) {
+      // After a member: the end, another member (gzip allows several), or junk.
+      while (raw_left_.size() < 2 && fill_raw()) {
+      }
+      if (failed()) return false;
+      if (raw_left_.empty()) break;
+      if (!gzip_magic(raw_left_)) {
+        fail_at(line_number_ + 1, "data after the end of the gzip stream");
+        return false;
+      }
+      inflateReset(z);
+      gzip_member_done_ = false;
+    }
+    if (raw_left_.empty() && !fill_raw()) {
+      if (failed()) return false;
+      cut_short_ = true;  // the input ended inside a gzip member
+      break;
+    }
+    z->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw_left_.data()));
+    z->avail_in = static_cast<uInt>(raw_left_.size());
+    z->next_out = reinterpret_cast<Bytef*>(decoded_.data());
+    z->avail_out = static_cast<uInt>(decoded_.size());
+    const int rc = inflate(z, Z_NO_FLUSH);
+    const std::size_t consumed = raw_left_.size() - z->avail_in;
+    raw_left_.remove_prefix(consumed);
+    const std::size_t produced = decoded_.size() - z->avail_out;
+    if (rc == Z_STREAM_END) {
+      gzip_member_done_ = true;
+    } else if ((rc != Z_OK && rc != Z_BUF_ERROR) || (consumed == 0 && produced == 0)) {
+      // With input and room for output, zlib moves or fails: standing still would loop forever.
+      fail_at(line_number_ + 1,
+              std::string("corrupt gzip data (zlib: ") + (z->msg != nullptr ? z->msg : "error") + ")");
+      return false;
+    }
+    if (produced > 0) {
+      decoded_.resize(produced);
+      return true;
+    }
+  }
+  decoded_.clear();
+  decoded_end_ = true;
+  return false;
+}
+
+TraceReader::Line TraceReader::read_line(std::string* line) {
   line->clear();
   for (;;) {
-    if (buffer_pos_ >= buffer_.size()) {
-      if (eof_) return !line->empty();
-      buffer_.resize(1 << 16);
-      const int n = gzread(static_cast<gzFile>(gz_), buffer_.data(), static_cast<unsigned>(buffer_.size()));
-      if (n <= 0) {
-        eof_ = true;
-        buffer_.clear();
-        buffer_pos_ = 0;
-        if (n < 0) error_ = path_ + ": read error";
-        return !line->empty();
-      }
-      buffer_.resize(static_cast<std::size_t>(n));
-      buffer_pos_ = 0;
+    if (decoded_pos_ >= decoded_.size() && !fill()) {
+      if (failed() || line->empty()) return Line::none;
+      ++line_number_;
+      return Line::unterminated;
     }
-    const std::size_t newline = buffer_.find('\n', buffer_pos_);
+    const std::size_t newline = decoded_.find('\n', decoded_pos_);
+    const std::size_t end = newline == std::string::npos ? decoded_.size() : newline;
+    if (line->size() + (end - decoded_pos_) > kMaxTraceLineLength) {
+      line->append(decoded_, decoded_pos_, kMaxTraceLineLength - line->size());
+      fail_at(line_number_ + 1, "a line of over " + std::to_string(kMaxTraceLineLength) +
+                                    " bytes: not a trace line: \"" + runtime::printable(*line) + "\"");
+      return Line::none;
+    }
+    line->append(decoded_, decoded_pos_, end - decoded_pos_);
     if (newline == std::string::npos) {
-      line->append(buffer_, buffer_pos_, std::string::npos);
-      buffer_pos_ = buffer_.size();
+      decoded_pos_ = decoded_.size();
       continue;
     }
-    line->append(buffer_, buffer_pos_, newline - buffer_pos_);
-    buffer_pos_ = newline + 1;
+    decoded_pos_ = newline + 1;
     ++line_number_;
-    return true;
+    return Line::complete;
   }
 }
 
 bool TraceReader::next(TraceEvent* event) {
+  if (failed()) return false;
   std::string line;
-  while (read_line(&line)) {
-    if (line.empty() || line == "\r") continue;
-    std::string detail;
-    if (auto s = runtime::parse_trace_line(line, event, &detail); !s) {
-      error_ = path_ + ":" + std::to_string(line_number_ + (eof_ ? 1 : 0)) + ": " + detail;
+  for (;;) {
+    const Line kind = read_line(&line);
+    if (kind == Line::none) {
+      if (!failed() && cut_short_ && warning_.empty()) {
+        warning_ = name_ + ":" + std::to_string(line_number_) +
+                   ": warning: the gzip stream ends early (the recorder was likely killed); read up to this line";
+      }
       return false;
     }
-    event->line = line_number_ + (eof_ ? 1 : 0);
+    if (line.empty() || line == "\r") continue;
+    std::string detail;
+    const bool parsed = runtime::parse_trace_line(line, event, &detail).ok();
+    // A gzip stream that stops short stops anywhere: its last line is cut
+    // even when what is left happens to parse.
+    if (kind == Line::unterminated && (!parsed || cut_short_)) {
+      warning_ = name_ + ":" + std::to_string(line_number_) +
+                 ": warning: skipped the last line, cut short (no newline at its end" +
+                 (cut_short_ ? ", the gzip stream ends early" : "") + "): \"" + runtime::printable(line) + "\"";
+      return false;
+    }
+    if (!parsed) {
+      fail_at(line_number_, detail + " in \"" + runtime::printable(line) + "\"");
+      return false;
+    }
+    event->line = line_number_;
     return true;
   }
-  return false;
+}
+
+bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vector<TraceEvent>* events,
+                       std::string* error, std::string* warning) {
+  auto reader = TraceReader::from_buffer(bytes, name);
+  if (!reader) {
+    *error = name + ": " + reader.status().message();
+    return false;
+  }
+  TraceEvent e;
+  while (reader.value()->next(&e)) events->push_back(e);
+  if (warning != nullptr) *warning = reader.value()->warning();
+  if (reader.value()->failed()) {
+    *error = reader.value()->error();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tidepool::replay

@@ -1,10 +1,24 @@
-// TraceReader: streams the events of an RMM CSV trace file, plain or gzip
-// (zlib's gzread reads both, so one path serves .csv and .csv.gz). Errors
-// carry the file and line number.
+// TraceReader: streams the events of an RMM CSV trace, from a file or from
+// bytes in memory, plain or gzip (recognised by its magic bytes, whatever the
+// name). It owns what a trace's bytes may be: every error carries the file
+// and line number and quotes the offending text as printable ASCII, and no
+// input, however malformed, makes it throw or read past its buffers.
+//
+// A trace cut short by a killed recorder ends in a partial line (and, when
+// compressed, a gzip stream without its end): an unparsable last line with
+// no newline after it is skipped and reported through warning(), not an
+// error. A malformed line anywhere else is an error.
+//
+// For fuzzers: read_trace_buffer() takes any bytes and drives the whole
+// reader, decompression included.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "runtime/trace_format.hpp"
 #include "util/status.hpp"
@@ -14,10 +28,19 @@ namespace tidepool::replay {
 using runtime::TraceAction;
 using runtime::TraceEvent;
 
+// A line longer than this is not a trace line (they are under 200 bytes);
+// the bound keeps binary junk without newlines from being gathered whole.
+inline constexpr std::size_t kMaxTraceLineLength = 1024;
+
 class TraceReader {
  public:
-  // Opens `path` (gzip-compressed when it ends in .gz) and reads the header.
+  // Opens `path` and reads the header. Fails only when the file cannot be
+  // opened: an empty trace or a wrong header is an error() (with the text),
+  // and next() then returns false.
   static util::Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+  // Reads `bytes` (not copied: they must outlive the reader); `name` stands
+  // for the file in messages.
+  static util::Result<std::unique_ptr<TraceReader>> from_buffer(std::string_view bytes, const std::string& name);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -27,18 +50,40 @@ class TraceReader {
   bool next(TraceEvent* event);
   [[nodiscard]] const std::string& error() const noexcept { return error_; }
   [[nodiscard]] bool failed() const noexcept { return !error_.empty(); }
+  // Set at the end when the trace was cut short (one line, no newline).
+  [[nodiscard]] const std::string& warning() const noexcept { return warning_; }
 
  private:
   TraceReader() = default;
-  bool read_line(std::string* line);
+  util::Status start();
+  bool fill_raw();
+  bool fill();
+  enum class Line { complete, unterminated, none };
+  Line read_line(std::string* line);
+  void fail_at(std::uint64_t line, const std::string& what);
 
-  void* gz_ = nullptr;  // gzFile; gzread handles plain files too
-  std::string path_;
+  std::string name_;
+  std::FILE* file_ = nullptr;  // null when reading memory
+  std::string_view memory_;    // what is left of the bytes in memory
+  std::string raw_;            // raw bytes read from the file
+  std::string_view raw_left_;  // unconsumed raw bytes (from raw_ or the memory)
+  bool raw_end_ = false;       // no raw bytes after raw_left_
+  void* zstream_ = nullptr;    // z_stream when the input is gzip
+  bool gzip_member_done_ = false;
+  bool cut_short_ = false;  // a gzip stream without its end
+  std::string decoded_;     // plain text waiting to be split into lines
+  std::size_t decoded_pos_ = 0;
+  bool decoded_end_ = false;
+  std::uint64_t line_number_ = 0;  // of the last line read
   std::string error_;
-  std::uint64_t line_number_ = 0;
-  std::string buffer_;
-  std::size_t buffer_pos_ = 0;
-  bool eof_ = false;
+  std::string warning_;
 };
+
+// Reads every event of `bytes` (a whole trace, plain or gzip) named `name`.
+// False with `error` set (name:line: what) on malformed input; `warning`
+// (may be null) receives the note about a cut-short last line. Never throws
+// for bad input.
+bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vector<TraceEvent>* events,
+                       std::string* error, std::string* warning);
 
 }  // namespace tidepool::replay
