@@ -256,7 +256,12 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     }
     const std::size_t available = space_.available_pages();
     if (missing > available) {
-      pages_short_ = missing - available;
+      // Under a lowered budget the pool may hold more than it: the first
+      // pages stitching frees then go back to the driver (space's unback)
+      // rather than become spare, so stitching must free that many more.
+      const std::size_t limit_pages = space_.device_limit() / space_.page_size();
+      const std::size_t over_budget = space_.device_pages() > limit_pages ? space_.device_pages() - limit_pages : 0;
+      pages_short_ = missing - available + over_budget;
       keep_begin_ = begin;
       keep_end_ = begin + rounded;
       *error = util::Status(util::Error::out_of_memory, "device budget exhausted");

@@ -101,4 +101,13 @@ void flush_logging() noexcept {
   }
 }
 
+void shutdown_logging() noexcept {
+  flush_logging();
+  try {
+    std::lock_guard<std::mutex> guard(configure_lock);
+    logger_slot() = make_stderr_logger();
+  } catch (...) {
+  }
+}
+
 }  // namespace tidepool::runtime

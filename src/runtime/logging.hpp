@@ -17,6 +17,9 @@ namespace tidepool::runtime {
 spdlog::logger& logger();
 void configure_logging(const Config& config);
 void flush_logging() noexcept;
+// Flushes and closes the log file (the library is being unloaded); later
+// lines go to stderr.
+void shutdown_logging() noexcept;
 
 template <typename... Args>
 void log_error(spdlog::format_string_t<Args...> format, Args&&... args) {

@@ -2,18 +2,50 @@
 #include "runtime/runtime.hpp"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "driver/context.hpp"
+#include "runtime/reload_marker.hpp"
+
+extern "C" int __cxa_atexit(void (*function)(void*), void* argument, void* dso_handle);
 
 namespace tidepool::runtime {
 
 namespace {
 
-void finish_at_exit() { Runtime::get().finish(); }
+// The process's Runtime, once created; null again after unload().
+Runtime* process_runtime = nullptr;
+std::atomic<bool> unloaded{false};
+
+// Posted by an exit handler that belongs to the process rather than to this
+// library (__cxa_atexit with no DSO handle), so it runs only when the process
+// exits, never at dlclose, and runs before any library's destructors. It is
+// libc's sem_post, not code of ours, so it is safe to call after this
+// library is gone. Leaked on purpose: one semaphore per load.
+sem_t* exit_started = nullptr;
+
+void finish_at_exit() {
+  if (!unloaded.load()) Runtime::get().finish();
+}
+
+void watch_for_exit() {
+  exit_started = new sem_t;
+  ::sem_init(exit_started, 0, 0);
+  // Through void (*)(void): the one function type GCC lets stand for any other.
+  ::__cxa_atexit(reinterpret_cast<void (*)(void*)>(reinterpret_cast<void (*)()>(&::sem_post)), exit_started, nullptr);
+}
+
+bool process_exiting() {
+  int posted = 0;
+  return exit_started != nullptr && ::sem_getvalue(exit_started, &posted) == 0 && posted > 0;
+}
+
+// Runs at dlclose of this library, and at exit; see Runtime::unload().
+__attribute__((destructor)) void unload_at_library_end() { Runtime::unload(); }
 
 std::atomic<bool> forked_child_logged{false};
 
@@ -39,12 +71,32 @@ bool Runtime::forked_passthrough() noexcept {
 Runtime& Runtime::get() {
   // Not destroyed at exit: see the lifetime note in runtime.hpp.
   static Runtime* const runtime = [] {
+    watch_for_exit();
     auto* created = new Runtime(config_from_environment());
+    process_runtime = created;
     std::atexit(&finish_at_exit);
     ::pthread_atfork(nullptr, nullptr, [] { forked_child_.store(true, std::memory_order_relaxed); });
     return created;
   }();
   return *runtime;
+}
+
+void Runtime::unload() noexcept {
+  // At exit the Runtime stays: the host's last frees may still come, and the
+  // driver may already be finalised. At dlclose nothing of ours can be
+  // called again, so everything is given back.
+  if (process_runtime == nullptr || process_exiting()) return;
+  unloaded.store(true);
+  Runtime* runtime = process_runtime;
+  process_runtime = nullptr;
+  runtime->finish();
+  if (runtime->trace_ && runtime->owner_pid_ == ::getpid()) {
+    leave_reload_marker(
+        {runtime->config_.trace,
+         std::chrono::duration_cast<std::chrono::nanoseconds>(runtime->trace_->start().time_since_epoch()).count()});
+  }
+  delete runtime;
+  shutdown_logging();
 }
 
 std::unique_ptr<Runtime> Runtime::create(const Config& config) { return std::unique_ptr<Runtime>(new Runtime(config)); }
@@ -71,7 +123,12 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
     log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
   }
   if (!config_.trace.empty()) {
-    auto recorder = TraceRecorder::open(config_.trace);
+    // A plugin reloaded in this process goes on with the trace of its earlier load.
+    std::optional<std::chrono::steady_clock::time_point> continue_from;
+    if (auto earlier = take_reload_marker(); earlier && earlier->path == config_.trace) {
+      continue_from = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(earlier->start_ns));
+    }
+    auto recorder = TraceRecorder::open(config_.trace, continue_from);
     if (recorder) {
       trace_ = std::move(recorder.value());
       log_info("recording allocation events to '{}'", config_.trace);

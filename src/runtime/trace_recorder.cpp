@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "runtime/logging.hpp"
 #include "util/output_file.hpp"
@@ -52,27 +54,43 @@ bool write_all(int fd, const char* data, std::size_t size) noexcept {
 
 }  // namespace
 
-util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(const std::string& path) {
+TraceRecorder::Slot* TraceRecorder::map_slots() {
+  void* mapped = ::mmap(nullptr, kCapacity * sizeof(Slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  auto* slots = static_cast<Slot*>(mapped);
+  for (std::size_t i = 0; i < kCapacity; ++i) new (&slots[i]) Slot();
+  return slots;
+}
+
+void TraceRecorder::SlotsUnmap::operator()(Slot* slots) const noexcept {
+  // Slot is trivially destructible but for its atomic, which needs nothing either.
+  ::munmap(slots, kCapacity * sizeof(Slot));
+}
+
+util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
+    const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from) {
   std::call_once(g_atfork_once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
-  auto opened = util::open_output_file(path, util::OutputMode::truncate);
+  auto opened = util::open_output_file(path, continue_from ? util::OutputMode::append : util::OutputMode::truncate);
   if (!opened) return opened.status();
   const int fd = opened.value();
+  const bool empty = ::lseek(fd, 0, SEEK_END) == 0;
   std::string header(kTraceHeader);
   header += '\n';
-  if (!write_all(fd, header.data(), header.size())) {
+  if (empty && !write_all(fd, header.data(), header.size())) {
     const int error = errno;
     ::close(fd);
     return util::Status(util::Error::io_error, std::strerror(error));
   }
-  return std::unique_ptr<TraceRecorder>(new TraceRecorder(fd, path));
+  return std::unique_ptr<TraceRecorder>(
+      new TraceRecorder(fd, path, continue_from.value_or(std::chrono::steady_clock::now())));
 }
 
-TraceRecorder::TraceRecorder(int fd, std::string path)
+TraceRecorder::TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start)
     : fd_(fd),
       path_(std::move(path)),
       fork_generation_(g_fork_generation.load(std::memory_order_relaxed)),
-      start_(std::chrono::steady_clock::now()),
-      slots_(new Slot[kCapacity]),
+      start_(start),
+      slots_(map_slots()),
       buffer_(new char[kBufferBytes]) {
   for (std::size_t i = 0; i < kCapacity; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
   writer_ = std::thread([this] { run(); });

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -44,8 +45,14 @@ namespace tidepool::runtime {
 class TraceRecorder {
  public:
   // Creates (truncates) `path`, writes the CSV header and starts the writer.
-  // An error is io_error with the system's reason as the message.
-  static util::Result<std::unique_ptr<TraceRecorder>> open(const std::string& path);
+  // With `continue_from` (an earlier load of the library in this process
+  // recorded to the same path: reload_marker.hpp), appends instead, and
+  // times count from that earlier start. An error is io_error with the
+  // reason as the message.
+  static util::Result<std::unique_ptr<TraceRecorder>> open(
+      const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from = std::nullopt);
+  // The instant event times count from.
+  [[nodiscard]] std::chrono::steady_clock::time_point start() const noexcept { return start_; }
   // Flushes, stops the writer and closes the file.
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder&) = delete;
@@ -76,7 +83,8 @@ class TraceRecorder {
   };
   static constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
 
-  TraceRecorder(int fd, std::string path);
+  TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start);
+  static Slot* map_slots();
   void run();
   void wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept;
   // Under drain_lock_: moves every published event, in order, to the file.
@@ -89,7 +97,13 @@ class TraceRecorder {
   const std::string path_;
   const std::uint64_t fork_generation_;  // the process generation this recorder belongs to
   const std::chrono::steady_clock::time_point start_;
-  std::unique_ptr<Slot[]> slots_;
+  // The ring is mapped, not taken from malloc: 4 MiB from the heap per
+  // recorder fragments it for good when a plugin is loaded and unloaded again
+  // and again (an aligned request never fits the hole the last one left).
+  struct SlotsUnmap {
+    void operator()(Slot* slots) const noexcept;
+  };
+  std::unique_ptr<Slot[], SlotsUnmap> slots_;
   std::atomic<std::uint64_t> head_{0};     // next sequence to claim
   std::atomic<std::uint64_t> written_{0};  // events handed to write(2)
   std::atomic<bool> write_through_{false};
