@@ -211,6 +211,7 @@ Config defaults() {
 // The known key nearest to a misspelt one, when it is near enough to be meant.
 const char* nearest_key(std::string_view key) {
   const char* nearest = nullptr;
+  if (key.size() > 64) return nullptr;  // no key is that long; and the distance costs key × key
   std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
   for (const OptionInfo& option : kOptions) {
     const std::size_t distance = edit_distance(key, option.key);

@@ -17,10 +17,19 @@ struct Unit {
 
 constexpr std::array<Unit, 14> kUnits{{
     {"B", 1},
-    {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},
-    {"KB", 1000ULL}, {"kB", 1000ULL}, {"K", 1000ULL}, {"k", 1000ULL},
-    {"MB", 1000ULL * 1000}, {"GB", 1000ULL * 1000 * 1000}, {"TB", 1000ULL * 1000 * 1000 * 1000},
-    {"M", 1000ULL * 1000}, {"G", 1000ULL * 1000 * 1000},
+    {"KiB", 1ULL << 10},
+    {"MiB", 1ULL << 20},
+    {"GiB", 1ULL << 30},
+    {"TiB", 1ULL << 40},
+    {"KB", 1000ULL},
+    {"kB", 1000ULL},
+    {"K", 1000ULL},
+    {"k", 1000ULL},
+    {"MB", 1000ULL * 1000},
+    {"GB", 1000ULL * 1000 * 1000},
+    {"TB", 1000ULL * 1000 * 1000 * 1000},
+    {"M", 1000ULL * 1000},
+    {"G", 1000ULL * 1000 * 1000},
 }};
 
 std::string_view trim(std::string_view s) {
@@ -81,9 +90,11 @@ std::optional<SizeSpec> parse_size(std::string_view text) noexcept {
     }
     if (!found) return std::nullopt;
   }
-  long double bytes = value * static_cast<long double>(scale);
+  // Rounded to the nearest byte in long double, then converted: llround
+  // returns a signed long long, which saturates from 2^63 on.
+  const long double bytes = std::round(value * static_cast<long double>(scale));
   if (bytes >= 18446744073709551615.0L) return std::nullopt;
-  spec.bytes = static_cast<std::uint64_t>(std::llround(bytes));
+  spec.bytes = static_cast<std::uint64_t>(bytes);
   return spec;
 }
 

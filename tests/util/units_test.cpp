@@ -1,7 +1,7 @@
 // Specification of the size grammar shared by TIDEPOOL_CONF, tool flags and env.
-#include <gtest/gtest.h>
-
 #include "util/units.hpp"
+
+#include <gtest/gtest.h>
 
 using tidepool::util::align_up;
 using tidepool::util::GiB;
@@ -29,10 +29,18 @@ TEST(ParseSize, PercentResolvesAgainstTheWhole) {
 }
 
 TEST(ParseSize, RejectsMalformedInput) {
-  for (const char* bad : {"", "GiB", "-1GiB", "1 parsec", "1e9", "101%", "1..5MiB", "0x10", "%",
-                          "99999999999999999999999TiB"}) {
+  for (const char* bad :
+       {"", "GiB", "-1GiB", "1 parsec", "1e9", "101%", "1..5MiB", "0x10", "%", "99999999999999999999999TiB"}) {
     EXPECT_FALSE(parse_size(bad)) << bad;
   }
+}
+
+TEST(ParseSize, ValuesFrom2To63OnAreExactNotSaturated) {
+  EXPECT_EQ(parse_size("10000000000000000000")->bytes, 10000000000000000000ULL);
+  EXPECT_EQ(parse_size("9223372036854775808")->bytes, 9223372036854775808ULL);
+  EXPECT_EQ(parse_size("8EiB"), std::nullopt);         // not a unit
+  EXPECT_EQ(parse_size("16777216TiB"), std::nullopt);  // 2^64: past the largest size
+  EXPECT_EQ(parse_size("18446744073709551616"), std::nullopt);
 }
 
 TEST(Align, RoundsUpToPowersOfTwo) {
