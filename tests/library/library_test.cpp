@@ -19,6 +19,7 @@ namespace {
 struct DynamicInfo {
   std::vector<std::string> needed;
   std::vector<std::string> exported;  // defined, global or weak, default visibility
+  std::vector<std::string> imported;  // undefined: resolved from other objects
 };
 
 DynamicInfo read_dynamic(const std::string& path) {
@@ -42,6 +43,7 @@ DynamicInfo read_dynamic(const std::string& path) {
       for (std::size_t k = 1; k < s.sh_size / sizeof(Elf64_Sym); ++k) {
         const Elf64_Sym& sym = syms[k];
         const int bind = ELF64_ST_BIND(sym.st_info);
+        if (sym.st_shndx == SHN_UNDEF && sym.st_name != 0) info.imported.emplace_back(strings + sym.st_name);
         if (sym.st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) continue;
         info.exported.emplace_back(strings + sym.st_name);
       }
@@ -85,6 +87,18 @@ TEST(Library, ExportsOnlyTidepoolAndTheHookedCudaSymbols) {
 
 using tidepool::testing::run_command;
 using tidepool::testing::sanitizer_preload_prefix;
+
+// In a setuid or setgid program the environment belongs to whoever started
+// it: tidepool must not let it choose files to write or a library to load.
+TEST(Library, ReadsTheEnvironmentOnlyThroughSecureGetenv) {
+  const DynamicInfo info = read_dynamic(TIDEPOOL_LIBRARY);
+  bool secure = false;
+  for (const std::string& name : info.imported) {
+    EXPECT_NE(name, "getenv") << "libtidepool.so reads the environment with plain getenv";
+    secure = secure || name == "secure_getenv";
+  }
+  EXPECT_TRUE(secure);
+}
 
 TEST(TidepoolRun, SetsThePreloadAndConfAndKeepsTheExitStatus) {
   std::string out;
