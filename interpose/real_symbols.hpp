@@ -14,8 +14,21 @@
 
 // For code that runs while a sanitizer runtime is still starting (it resolves
 // its interceptors through our dlsym before its shadow memory is usable):
-// no instrumentation, no function-local statics.
-#define TIDEPOOL_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
+// no instrumentation, no function-local statics. Every sanitizer a build may
+// use is named: TSan's runtime, like ASan's, calls our dlsym from its own
+// initialisation, and an instrumented call there (a __tsan_func_entry, or the
+// __tsan_atomic load GCC makes of __atomic_load_n) touches a thread state that
+// does not exist yet. GCC's no_sanitize("thread") drops all of it; Clang keeps
+// function entry/exit and atomics unless told disable_sanitizer_instrumentation.
+#if defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define TIDEPOOL_UNINSTRUMENTED \
+  __attribute__((no_sanitize("address", "undefined", "thread"), disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef TIDEPOOL_UNINSTRUMENTED
+#define TIDEPOOL_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined", "thread")))
+#endif
 
 namespace tidepool::interpose {
 

@@ -41,6 +41,15 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   if (options.evict) {
     auto residency = residency::Residency::create(driver, allocator->context_, *allocator->space_, *allocator->streams_,
                                                   options.residency);
+    // A driver call that failed once (the fault sweep: the transit's
+    // cuStreamCreate or cuEventCreate) would otherwise turn eviction off for
+    // the life of the process; what the device cannot do (not_supported) or
+    // the config refuses stays final.
+    if (!residency && (residency.status().error() == util::Error::driver_error ||
+                       residency.status().error() == util::Error::out_of_memory)) {
+      residency = residency::Residency::create(driver, allocator->context_, *allocator->space_, *allocator->streams_,
+                                               options.residency);
+    }
     if (residency) {
       allocator->residency_ = std::move(residency.value());
       allocator->pool_->set_page_mover(allocator->residency_.get());

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <mutex>
+#include <new>
 
 #include "util/output_file.hpp"
 
@@ -55,9 +56,14 @@ std::shared_ptr<spdlog::logger> make_stderr_logger() {
   return created;
 }
 
-std::shared_ptr<spdlog::logger>& logger_slot() {
-  // Leaked like the Runtime: logging may happen during static destruction.
-  static auto* slot = new std::shared_ptr<spdlog::logger>(make_stderr_logger());
+using LoggerSlot = std::shared_ptr<spdlog::logger>;
+
+// Never destroyed at exit, like the Runtime: logging may happen during the
+// host's static destruction. It lives in static storage rather than on the
+// heap, so that unloading the library (shutdown_logging) leaves nothing.
+LoggerSlot& logger_slot() {
+  alignas(LoggerSlot) static unsigned char storage[sizeof(LoggerSlot)];
+  static LoggerSlot* const slot = new (storage) LoggerSlot(make_stderr_logger());
   return *slot;
 }
 
@@ -103,11 +109,10 @@ void flush_logging() noexcept {
 
 void shutdown_logging() noexcept {
   flush_logging();
-  try {
-    std::lock_guard<std::mutex> guard(configure_lock);
-    logger_slot() = make_stderr_logger();
-  } catch (...) {
-  }
+  std::lock_guard<std::mutex> guard(configure_lock);
+  // Nothing of the library runs after this but its own static destructors,
+  // which do not log.
+  logger_slot().reset();
 }
 
 }  // namespace tidepool::runtime

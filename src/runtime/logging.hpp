@@ -17,8 +17,8 @@ namespace tidepool::runtime {
 spdlog::logger& logger();
 void configure_logging(const Config& config);
 void flush_logging() noexcept;
-// Flushes and closes the log file (the library is being unloaded); later
-// lines go to stderr.
+// Flushes, closes the log file and frees the logger: the library is being
+// unloaded, and nothing may log after.
 void shutdown_logging() noexcept;
 
 template <typename... Args>

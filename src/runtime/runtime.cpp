@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <cstdlib>
 
 #include "driver/context.hpp"
@@ -22,8 +26,8 @@ Runtime* process_runtime = nullptr;
 std::atomic<bool> unloaded{false};
 
 // Posted by an exit handler that belongs to the process rather than to this
-// library (__cxa_atexit with no DSO handle), so it runs only when the process
-// exits, never at dlclose, and runs before any library's destructors. It is
+// library (__cxa_atexit with the handle of no library), so it runs only when
+// the process exits, never at dlclose, and runs before any library's destructors. It is
 // libc's sem_post, not code of ours, so it is safe to call after this
 // library is gone. Leaked on purpose: one semaphore per load.
 sem_t* exit_started = nullptr;
@@ -34,9 +38,16 @@ void finish_at_exit() {
 
 void watch_for_exit() {
   exit_started = new sem_t;
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_ignore_object(exit_started);  // leaked on purpose; only libc's exit list refers to it
+#endif
   ::sem_init(exit_started, 0, 0);
-  // Through void (*)(void): the one function type GCC lets stand for any other.
-  ::__cxa_atexit(reinterpret_cast<void (*)(void*)>(reinterpret_cast<void (*)()>(&::sem_post)), exit_started, nullptr);
+  // Through void (*)(void): the one function type GCC lets stand for any
+  // other. The DSO handle is one no library has, so no dlclose ever runs it
+  // (a null handle would do the same, but TSan's interceptor then calls the
+  // handler without its argument).
+  ::__cxa_atexit(reinterpret_cast<void (*)(void*)>(reinterpret_cast<void (*)()>(&::sem_post)), exit_started,
+                 exit_started);
 }
 
 bool process_exiting() {
@@ -228,9 +239,16 @@ Allocator* Runtime::allocator(int device) {
   }
   auto created = Allocator::create(*driver_, options);
   if (!created) {
-    log_error("device {}: cannot create the pool: {}; passing its allocations through", device,
-              created.status().message());
-    failed_[device].store(true, std::memory_order_relaxed);
+    // A device without what the pool needs stays passed through; a driver
+    // call that failed (cuInit, cuDeviceGet, a context) is tried again by
+    // the next allocation, a few times, before the device is given up.
+    const util::Error error = created.status().error();
+    const bool lasting = error == util::Error::not_supported || error == util::Error::bad_config ||
+                         create_attempts_[device].fetch_add(1, std::memory_order_relaxed) + 1 >= kCreateAttempts;
+    log_error(
+        "device {}: cannot create the pool: {}; {}", device, created.status().message(),
+        lasting ? "passing its allocations through" : "passing this allocation through, trying again at the next");
+    if (lasting) failed_[device].store(true, std::memory_order_relaxed);
     return nullptr;
   }
   Allocator* allocator = created.value().release();

@@ -130,6 +130,8 @@ class Runtime {
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   std::array<std::atomic<bool>, kMaxDevices> failed_{};
+  static constexpr unsigned kCreateAttempts = 3;
+  std::array<std::atomic<unsigned>, kMaxDevices> create_attempts_{};
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
   std::atomic<bool> finished_{false};
   const pid_t owner_pid_;  // the process that created this Runtime

@@ -20,6 +20,11 @@
 
 #include "sim/sim.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
 using namespace tidepool::sim;  // NOLINT(google-build-using-namespace): exported C entry points below
 
 namespace {
@@ -405,6 +410,28 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// mmap with MAP_FIXED over reserved VA: memory bound to, or taken from, an
+// address. That is the driver's act, not a write of the calling thread, yet
+// TSan takes the mmap for one and would report the stream work that next
+// touches the memory as racing with it whenever that work is ordered after
+// the map only through the device (behind a cuStreamWaitValue32 the host
+// opens, say). With the thread's accesses ignored, TSan resets the range
+// instead: the memory starts without history, as a fresh binding does.
+void* map_fixed(std::uintptr_t address, std::size_t size, int flags, int fd, off_t offset) {
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_begin();
+#endif
+  void* mapped = ::mmap(reinterpret_cast<void*>(address), size, PROT_NONE, flags | MAP_FIXED, fd, offset);
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_end();
+#endif
+  return mapped;
+}
+
+}  // namespace
+
 TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset,
                                       CUmemGenericAllocationHandle handle, unsigned long long flags) {
   if (CUresult r = enter_initialized("cuMemMap"); r != CUDA_SUCCESS) return r;
@@ -424,8 +451,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
     auto prev = std::prev(next);
     if (prev->first + prev->second.size > address) return CUDA_ERROR_ALREADY_MAPPED;
   }
-  void* mapped = ::mmap(reinterpret_cast<void*>(address), size, PROT_NONE, MAP_SHARED | MAP_FIXED, physical->fd,
-                        static_cast<off_t>(offset));
+  void* mapped = map_fixed(address, size, MAP_SHARED, physical->fd, static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   physical->maps++;
   if (!physical->on_device) s.host_mappings.fetch_add(1);
@@ -440,7 +466,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
   // Back to an inaccessible reservation at the same addresses.
-  ::mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  map_fixed(static_cast<std::uintptr_t>(ptr), size, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   for (auto it : pieces) {
     Physical* physical = it->second.physical;
     if (!physical->on_device) s.host_mappings.fetch_sub(1);
@@ -480,6 +506,14 @@ bool host_located(std::uintptr_t address) {
   if (const Allocation* a = allocation_at(s, address, &base)) return a->kind == AllocationKind::host;
   if (const Mapping* m = mapping_at(s, address, &base)) return !m->physical->on_device;
   return !in_reservation(s, address, 1);
+}
+
+bool pageable(std::uintptr_t address) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uintptr_t base = 0;
+  return allocation_at(s, address, &base) == nullptr && mapping_at(s, address, &base) == nullptr &&
+         !in_reservation(s, address, 1);
 }
 
 bool any_host_mapped(const std::uint64_t* values, std::size_t count) {

@@ -282,6 +282,9 @@ std::int64_t now_ns();
 // sim did not allocate (pageable memory); on the device for cuMemAlloc
 // memory, device-located mappings and unmapped reserved VA.
 bool host_located(std::uintptr_t address);
+// Whether `address` is pageable host memory: nothing the sim allocated,
+// mapped or reserved.
+bool pageable(std::uintptr_t address);
 // Whether any of `values`, read as an address, lies in a VA range mapped to
 // host-located physical memory.
 bool any_host_mapped(const std::uint64_t* values, std::size_t count);

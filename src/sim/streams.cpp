@@ -1032,13 +1032,28 @@ void copy(void* dst, const void* src, std::size_t n, Link link) {
   if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
 }
 
+// Pageable host memory, as the driver treats it: an asynchronous copy to it
+// returns only once the copy is done, and one from it only once the source
+// has been read (the driver stages it), so the program may reuse or free
+// the memory as soon as the call returns. A copy that read its source later
+// on the stream's worker would race with that.
 CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   const Link link = n > 0 ? link_of(dst, src) : Link{};
-  const Submitted sub = submit(stream, [dst, src, n, link] { copy(dst, src, n, link); });
+  const bool to_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(dst));
+  const bool from_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(src));
+  wait = wait || to_pageable;
+  Submitted sub;
+  if (from_pageable && !wait) {
+    const auto* bytes = static_cast<const unsigned char*>(src);
+    auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+    sub = submit(stream, [dst, staged, n, link] { copy(dst, staged->data(), n, link); });
+  } else {
+    sub = submit(stream, [dst, src, n, link] { copy(dst, src, n, link); });
+  }
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
 }

@@ -126,7 +126,7 @@ util::Result<PhysicalPage*> AddressSpace::create_page() {
   return pages_.back().get();
 }
 
-void AddressSpace::drop_page(PhysicalPage* page) {
+bool AddressSpace::drop_page(PhysicalPage* page) {
   if (page->is_spare()) take_spare(page);
   for (std::size_t i = 0; i < page->parked_count; ++i) {
     const PageLocation at = page->parked[i];
@@ -136,13 +136,29 @@ void AddressSpace::drop_page(PhysicalPage* page) {
     r->page(page->current.page).physical = nullptr;
     r->set_residency(page->current.page, Residency::unmapped);
   }
-  (void)api_.memRelease(page->handle);
-  counters_.releases++;
-  note_device_pages(device_pages_ - 1);
+  const bool released = driver::check(api_.memRelease(page->handle), "cuMemRelease").ok();
+  if (released) {
+    counters_.releases++;
+    note_device_pages(device_pages_ - 1);
+  } else {
+    unreleased_.push_back(page->handle);
+  }
   const std::size_t slot = page->slot;
   pages_[slot] = std::move(pages_.back());
   pages_[slot]->slot = slot;
   pages_.pop_back();
+  return released;
+}
+
+std::size_t AddressSpace::release_unreleased() {
+  std::size_t released = 0;
+  while (!unreleased_.empty() && api_.memRelease(unreleased_.back()) == CUDA_SUCCESS) {
+    unreleased_.pop_back();
+    counters_.releases++;
+    note_device_pages(device_pages_ - 1);
+    released += page_size_;
+  }
+  return released;
 }
 
 bool AddressSpace::release_page(PhysicalPage* page) {
@@ -152,8 +168,7 @@ bool AddressSpace::release_page(PhysicalPage* page) {
     const PageLocation at = page->parked[page->parked_count - 1];
     if (!unmap_at(*at.reservation, at.page)) return false;
   }
-  drop_page(page);
-  return true;
+  return drop_page(page);
 }
 
 void AddressSpace::add_spare(PhysicalPage* page) {
@@ -435,7 +450,7 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
 }
 
 std::size_t AddressSpace::release_spares(std::size_t bytes) {
-  std::size_t released = 0;
+  std::size_t released = release_unreleased();
   while (!spares_.empty() && released < bytes) {
     if (!release_page(spares_.back())) break;
     released += page_size_;

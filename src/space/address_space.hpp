@@ -117,12 +117,15 @@ class AddressSpace {
  private:
   AddressSpace(const driver::Driver& driver, const Options& options, const driver::Capabilities& caps);
   util::Result<PhysicalPage*> create_page();
-  // Unmaps its parked mappings and gives it back; false (and it stays
-  // spare) when an unmap fails.
+  // Unmaps its parked mappings and gives it back; false when an unmap fails
+  // (it stays spare) or the driver refuses the release (see drop_page).
   bool release_page(PhysicalPage* page);
   // Gives it back to the driver as it is and forgets every place it is
-  // mapped.
-  void drop_page(PhysicalPage* page);
+  // mapped; false when the driver refused the release (the handle then
+  // waits in unreleased_ and still counts as held).
+  bool drop_page(PhysicalPage* page);
+  // Retries the releases the driver refused; the bytes given back.
+  std::size_t release_unreleased();
   void add_spare(PhysicalPage* page);
   void take_spare(PhysicalPage* page);
   // Unmaps whatever is mapped at page `p` of `r`, current or parked, at the
@@ -145,6 +148,10 @@ class AddressSpace {
   bool parking_ = true;
   std::vector<std::unique_ptr<PhysicalPage>> pages_;  // every device page held
   std::vector<PhysicalPage*> spares_;
+  // Handles whose cuMemRelease failed: the driver still holds their memory,
+  // so they stay in device_pages_ (the budget, reserved_bytes) until a later
+  // release succeeds (fault sweep: cuMemRelease failing lost them for good).
+  std::vector<CUmemGenericAllocationHandle> unreleased_;
   std::vector<std::unique_ptr<Reservation>> reservations_;
   std::vector<HostPage*> released_host_;  // owned by the residency layer
   std::size_t host_pages_ = 0;            // pool pages backed by a host page now

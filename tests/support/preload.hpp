@@ -1,9 +1,13 @@
 // Test support: starting a child program with libtidepool.so preloaded.
 //
-// Under the sanitizer build, libtidepool.so needs the ASan runtime, and ASan
-// insists on being the first library a process loads. A preloading test
-// therefore puts the runtime this test process itself uses at the head of
-// LD_PRELOAD; in the release build the prefix is empty.
+// Under a sanitizer build, libtidepool.so needs the sanitizer's runtime, and
+// it must come first: ASan insists on being the first library a process
+// loads, and TSan's runtime finds the functions it intercepts with
+// dlsym(RTLD_NEXT), which lands in libtidepool.so's dlsym and is answered
+// relative to libtidepool.so: that is libc's definition only while TSan's
+// runtime is loaded ahead of it, and TSan's own interceptor otherwise. A preloading test therefore puts the runtime
+// this test process itself uses at the head of LD_PRELOAD; in the release
+// build the prefix is empty.
 #pragma once
 
 #include <link.h>
@@ -21,7 +25,8 @@ inline std::string sanitizer_preload_prefix() {
   dl_iterate_phdr(
       [](dl_phdr_info* info, std::size_t, void* out) {
         const char* name = info->dlpi_name;
-        if (name != nullptr && std::strstr(name, "libasan.so") != nullptr) {
+        if (name != nullptr &&
+            (std::strstr(name, "libasan.so") != nullptr || std::strstr(name, "libtsan.so") != nullptr)) {
           *static_cast<std::string*>(out) = std::string(name) + ":";
           return 1;
         }
