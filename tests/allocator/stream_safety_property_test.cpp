@@ -99,7 +99,9 @@ TEST(StreamSafetyProperty, RandomWorkloadNeverTouchesALiveBlockWithAnOldOwnersWo
         if (!block.ordered && rng() % 2 == 0) writer = rng() % streams.size();
         // A program orders a second stream's write after the first fill itself;
         // two unordered writers would be its own race, not the pool's.
-        if (writer != block.stream) ASSERT_EQ(api.streamSynchronize(streams[block.stream]), CUDA_SUCCESS);
+        if (writer != block.stream) {
+          ASSERT_EQ(api.streamSynchronize(streams[block.stream]), CUDA_SUCCESS);
+        }
         ASSERT_EQ(api.memsetD8Async(block.address, block.pattern, block.size, streams[writer]), CUDA_SUCCESS);
         ASSERT_EQ(api.launchHostFunc(streams[writer], &sleep_briefly, nullptr), CUDA_SUCCESS);
         ASSERT_EQ(api.memsetD8Async(block.address, block.pattern, block.size, streams[writer]), CUDA_SUCCESS);
