@@ -416,7 +416,8 @@ util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage*
 util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPage** released) {
   PageEntry& entry = r.page(p);
   HostPage* host = entry.host;
-  if (host == nullptr || entry.residency != Residency::host) return {util::Error::invalid_value, "page is not on the host"};
+  if (host == nullptr || entry.residency != Residency::host)
+    return {util::Error::invalid_value, "page is not on the host"};
   if (spares_.empty() && available_pages() == 0) return {util::Error::out_of_memory, "device budget exhausted"};
   const std::uintptr_t address = r.page_address(p);
   if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
