@@ -33,6 +33,7 @@
 
 #include "driver/entry_points.hpp"
 #include "sim/sim_control.h"
+#include "support/block_pattern.hpp"
 #include "tidepool/tidepool.h"
 
 namespace {
@@ -148,37 +149,18 @@ CUresult own(const char* name, Call&& call) {
 
 // --- kernels on the sim's stream workers ----------------------------------------------------
 
-// A block's word i holds expected(tag, i), so a block moved, overlapped,
-// handed out twice or with a page lost reads wrong.
-std::uint64_t expected(std::uint64_t tag, std::size_t i) { return tag ^ (i * 0x9e3779b97f4a7c15ULL); }
-
-// Words written and checked: the first and last 2 KiB of a block and one
-// word in every 1 KiB between, so every 4 KiB page of every block is seen.
-template <typename Visit>
-void for_each_word(std::size_t words, Visit visit) {
-  constexpr std::size_t kEdge = 256;
-  constexpr std::size_t kStride = 128;
-  const std::size_t head = std::min(words, kEdge);
-  for (std::size_t i = 0; i < head; ++i) visit(i);
-  const std::size_t tail = words > 2 * kEdge ? words - kEdge : head;
-  for (std::size_t i = head; i < tail; i += kStride) visit(i);
-  for (std::size_t i = tail; i < words; ++i) visit(i);
-}
-
 void fill_kernel(void** params, void*) {
   auto* words = *static_cast<std::uint64_t**>(params[0]);
   const auto count = *static_cast<std::size_t*>(params[1]);
   const auto tag = *static_cast<std::uint64_t*>(params[2]);
-  for_each_word(count, [&](std::size_t i) { words[i] = expected(tag, i); });
+  tidepool::testing::fill_pattern(words, count, tag);
 }
 
 void check_kernel(void** params, void*) {
   const auto* words = *static_cast<const std::uint64_t**>(params[0]);
   const auto count = *static_cast<std::size_t*>(params[1]);
   const auto tag = *static_cast<std::uint64_t*>(params[2]);
-  bool intact = true;
-  for_each_word(count, [&](std::size_t i) { intact = intact && words[i] == expected(tag, i); });
-  if (!intact) outcome.kernel_mismatches.fetch_add(1);
+  if (!tidepool::testing::holds_pattern(words, count, tag)) outcome.kernel_mismatches.fetch_add(1);
 }
 
 void signal_kernel(void** params, void*) { (*static_cast<std::atomic<int>**>(params[0]))->store(1); }
@@ -462,10 +444,8 @@ class Workload {
   void check_all(const char* when) {
     drain();
     for (const Block& b : live_) {
-      bool intact = true;
-      for_each_word(b.bytes / sizeof(std::uint64_t),
-                    [&](std::size_t i) { intact = intact && b.words[i] == expected(b.tag, i); });
-      if (!intact) note_corrupt(std::string("a live block's bytes changed (") + when + ")");
+      if (!tidepool::testing::holds_pattern(b.words, b.bytes / sizeof(std::uint64_t), b.tag))
+        note_corrupt(std::string("a live block's bytes changed (") + when + ")");
     }
     if (outcome.kernel_mismatches.load() != 0)
       note_corrupt(std::string("a block's check kernel failed (") + when + ")");

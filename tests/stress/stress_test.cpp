@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "sim/sim_control.h"
+#include "support/block_pattern.hpp"
 #include "tidepool/tidepool.h"
 
 namespace {
@@ -98,32 +99,13 @@ const Cuda& cuda() {
   return c;
 }
 
-// What a block holds: a word that depends on the block and on the word's
-// index, so a block shifted, overlapped or handed out twice reads wrong.
-std::uint64_t expected_word(std::uint64_t tag, std::size_t index) {
-  return tag ^ (static_cast<std::uint64_t>(index) * 0x9e3779b97f4a7c15ULL);
-}
-
-// The words a block is written and checked at: all of its first and last
-// 4 KiB, and one word per 4 KiB between, so large blocks cost little and an
-// overlap of any page still shows.
-template <typename Visit>
-void for_each_sampled_word(std::size_t words, Visit visit) {
-  constexpr std::size_t kEdge = 512;
-  const std::size_t head = std::min(words, kEdge);
-  for (std::size_t i = 0; i < head; ++i) visit(i);
-  const std::size_t tail_begin = words > 2 * kEdge ? words - kEdge : head;
-  for (std::size_t i = head; i < tail_begin; i += kEdge) visit(i);
-  for (std::size_t i = tail_begin; i < words; ++i) visit(i);
-}
-
 // Kernels, run on the sim's stream workers: fill(words*, count, tag) and
 // check(words*, count, tag, failures*).
 void fill_kernel(void** params, void* /*user*/) {
   auto* words = *static_cast<std::uint64_t**>(params[0]);
   const auto count = *static_cast<std::size_t*>(params[1]);
   const auto tag = *static_cast<std::uint64_t*>(params[2]);
-  for_each_sampled_word(count, [&](std::size_t i) { words[i] = expected_word(tag, i); });
+  tidepool::testing::fill_pattern(words, count, tag);
 }
 
 void check_kernel(void** params, void* /*user*/) {
@@ -131,9 +113,7 @@ void check_kernel(void** params, void* /*user*/) {
   const auto count = *static_cast<std::size_t*>(params[1]);
   const auto tag = *static_cast<std::uint64_t*>(params[2]);
   auto* failures = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
-  bool intact = true;
-  for_each_sampled_word(count, [&](std::size_t i) { intact = intact && words[i] == expected_word(tag, i); });
-  if (!intact) failures->fetch_add(1, std::memory_order_relaxed);
+  if (!tidepool::testing::holds_pattern(words, count, tag)) failures->fetch_add(1, std::memory_order_relaxed);
 }
 
 struct Kernels {
@@ -299,9 +279,7 @@ class Worker {
     if (coin(4)) {
       // And from the host, once the stream's work is done.
       if (ok(cuda().streamSynchronize(b.stream))) {
-        bool intact = true;
-        for_each_sampled_word(count, [&](std::size_t i) { intact = intact && b.words[i] == expected_word(b.tag, i); });
-        if (!intact) totals_.host_failures.fetch_add(1);
+        if (!tidepool::testing::holds_pattern(b.words, count, b.tag)) totals_.host_failures.fetch_add(1);
         totals_.host_checks.fetch_add(1);
       }
     }
