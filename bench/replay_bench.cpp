@@ -1,5 +1,5 @@
 // Replay throughput: events per second when the traces in TIDEPOOL_TRACES_DIR
-// (../shared/traces) are replayed against each of tidepool's placement
+// (data/traces) are replayed against each of tidepool's placement
 // policies on the sim, against a baseline in the same run that replays the
 // same trace straight onto the sim driver (cuMemAlloc/cuMemFree per event,
 // what the program would pay without a pool).

@@ -4,7 +4,7 @@
 # ratios against the baselines it measured in the same run; at the end this
 # script prints all the ratio tables together. Raw results go to
 # out/bench/<suite>.json (Google Benchmark JSON) and <suite>.txt. Then
-# bench_live_replay replays every trace in ../shared/traces live through the
+# bench_live_replay replays every trace in data/traces live through the
 # preload in both free modes (out/bench/live_replay.txt).
 # Benchmarks are never part of ctest. See bench/README.md.
 #
@@ -12,12 +12,12 @@
 #   e.g. scripts/bench.sh --benchmark_min_time=0.1 --benchmark_filter=Replay
 # Environment: BENCH_OUT (default out/bench); BENCH_BUILD_DIR to use an
 # already configured build directory instead of the default preset;
-# BENCH_TRACES, the traces bench_live_replay replays (default ../shared/traces).
+# BENCH_TRACES, the traces bench_live_replay replays (default data/traces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir="${BENCH_OUT:-out/bench}"
 suites=(bench_hot_path bench_front_pairs bench_random_allocations bench_replay)
-traces_dir="${BENCH_TRACES:-../shared/traces}"
+traces_dir="${BENCH_TRACES:-data/traces}"
 
 if [[ -n "${BENCH_BUILD_DIR:-}" ]]; then
   build_dir="$BENCH_BUILD_DIR"

@@ -10,6 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev
   clang libclang-rt-dev  # libFuzzer targets (tests/fuzz)
+  chromium  # the HTML report's browser test (tests/tools), headless
+  python3-setuptools-whl python3-wheel-whl python3-venv  # pip install ./python offline (a Debian-packaged build backend)
 )
 
 missing=()

@@ -1,11 +1,11 @@
 // tidepool_version and tidepool_status_string: the parts of the C API that
 // need no allocator.
 #include "tidepool/tidepool.h"
-
+#include "util/version.hpp"
 
 extern "C" {
 
-const char* tidepool_version(void) { return TIDEPOOL_VERSION_STRING; }
+const char* tidepool_version(void) { return tidepool::util::version(); }
 
 const char* tidepool_status_string(tidepool_status status) {
   switch (status) {

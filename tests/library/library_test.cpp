@@ -126,4 +126,60 @@ TEST(TidepoolRun, AProgramThatCannotRunIs127) {
   EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " 2>/dev/null", &out), 2);
 }
 
+// The program's own flags, even ones tidepool-run also has, belong to it
+// once its name has come; `--` is optional.
+TEST(TidepoolRun, TheSeparatorIsOptionalAndTheProgramsFlagsAreItsOwn) {
+  std::string out;
+  const int rc = run_command("LD_PRELOAD=" + sanitizer_preload_prefix() + " " + TIDEPOOL_RUN +
+                                 " --conf policy:binned /bin/sh -c 'echo \"$TIDEPOOL_CONF|$1|$2\"' sh --conf -x",
+                             &out);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "policy:binned|--conf|-x\n");
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " --no-such-option /bin/true 2>&1", &out), 2);
+  EXPECT_NE(out.find("unknown option \"--no-such-option\""), std::string::npos) << out;
+}
+
+TEST(TidepoolRun, VersionIsTheLibrarysVersion) {
+  std::string out;
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " --version", &out), 0);
+  EXPECT_EQ(out, std::string("tidepool-run ") + TIDEPOOL_PROJECT_VERSION + "\n");
+}
+
+// A configuration tidepool would refuse stops here, before the program runs:
+// under the preload it would only switch tidepool off.
+TEST(TidepoolRun, ABadConfigurationIsRefusedWithStatus2AndTheProgramNeverRuns) {
+  const std::string marker = ::testing::TempDir() + "/tidepool_run_ran";
+  std::remove(marker.c_str());
+  for (const char* conf : {"polcy:best_fit", "device_limit:1B", "evict:maybe"}) {
+    std::string out;
+    EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " --conf " + conf + " touch " + marker + " 2>&1", &out), 2)
+        << conf;
+    EXPECT_NE(out.find("tidepool-run: not running touch"), std::string::npos) << out;
+    std::string inherited;
+    EXPECT_EQ(run_command(std::string("TIDEPOOL_CONF=") + conf + " " + TIDEPOOL_RUN + " touch " + marker + " 2>&1",
+                          &inherited),
+              2)
+        << conf;
+  }
+  EXPECT_FALSE(std::ifstream(marker).good()) << "the program ran under a refused configuration";
+}
+
+// --sim: a driver-API program that opens libcuda.so.1 itself runs on the
+// simulated driver, through tidepool (its report counts the allocations).
+TEST(TidepoolRun, SimRunsADriverApiProgramOnTheSimulatedDriver) {
+  const std::string report = ::testing::TempDir() + "/tidepool_run_sim.json";
+  std::remove(report.c_str());
+  std::string out;
+  const int rc = run_command("LD_PRELOAD=" + sanitizer_preload_prefix() + " TIDEPOOL_SIM_MEMORY=1GiB " + TIDEPOOL_RUN +
+                                 " --sim --conf report:" + report + " " + PROBE_DLOPEN + " dlsym 2>&1",
+                             &out);
+  EXPECT_EQ(rc, 0) << out;
+  std::ifstream in(report);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty()) << "no report; output: " << out;
+  const std::size_t at = text.find("\"allocations\": ");
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GT(std::stoull(text.substr(at + 16)), 0u) << text;
+}
+
 }  // namespace

@@ -127,7 +127,7 @@ TEST(ReplaySteps, SplitGivesEqualAllocationCountsEndingAtTheEnd) {
 }
 
 TEST(ReplaySteps, EveryRecordedTrainingTraceHasRepeatedSteps) {
-  for (const char* name : {"resnet50_b16.csv", "mobilenet_v2_b32.csv", "seq2seq_b32.csv"}) {
+  for (const char* name : {"resnet50_b16.csv.gz", "mobilenet_v2_b32.csv.gz", "seq2seq_b32.csv.gz"}) {
     std::vector<TraceEvent> events;
     std::string error;
     ASSERT_TRUE(load_trace(std::string(TIDEPOOL_TRACES_DIR) + "/" + name, &events, &error)) << error;

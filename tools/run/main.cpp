@@ -1,11 +1,19 @@
-// tidepool-run [--conf STR] [--lib PATH] -- CMD ARGS...
+// tidepool-run [options] [--] CMD ARGS...
 //
 // Sets LD_PRELOAD to include libtidepool.so and TIDEPOOL_CONF, then execs the
 // program. Entries already in LD_PRELOAD stay first: some must lead (the
 // sanitizer runtimes insist on it), and every preload precedes the program's
 // own libcuda and libcudart anyway, which is all the hooks need.
+//
+// Options end at the first word that is not one of ours, so `--` is optional
+// and the program's own flags are never read as ours. A configuration that
+// does not parse stops here with exit status 2: under the preload it would
+// only turn tidepool off, and a user who asked for tidepool wants to know.
+// --sim runs the program on the simulated driver (driver-API programs only;
+// a program on the real cudart needs a real driver, see docs/configuration.md).
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,65 +23,92 @@
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "util/version.hpp"
 
 namespace {
 
-void usage(std::FILE* to) {
-  std::fprintf(to,
-               "usage: tidepool-run [--conf STR] [--lib PATH] -- CMD [ARGS...]\n"
-               "Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.\n\n"
-               "  --conf STR   TIDEPOOL_CONF for the program (default: the current environment's)\n"
-               "  --lib PATH   the libtidepool.so to preload (default: the one installed beside this tool)\n\n%s",
-               tidepool::runtime::options_help().c_str());
-}
-
-std::string default_library() {
+// PREFIX/lib*/NAME beside PREFIX/bin/tidepool-run, else the build tree's copy.
+std::string installed_or_built(const char* relative, const char* built) {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     for (const char* lib : {"lib", "lib64"}) {
-      const auto candidate = exe.parent_path().parent_path() / lib / "libtidepool.so";
+      const auto candidate = exe.parent_path().parent_path() / lib / relative;
       if (std::filesystem::exists(candidate, ec)) return candidate.string();
     }
   }
-  return TIDEPOOL_BUILD_LIBRARY;
+  return built;
+}
+
+void prepend_path(const char* variable, const std::string& entry) {
+  std::string value = entry;
+  if (const char* existing = std::getenv(variable); existing != nullptr && *existing != '\0') {
+    value += ":" + std::string(existing);
+  }
+  setenv(variable, value.c_str(), 1);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.\n"
+               "Usage: tidepool-run [OPTIONS] [--] CMD [ARGS...]",
+               "tidepool-run"};
   std::string conf;
-  bool have_conf = false;
-  std::string library = default_library();
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      usage(stdout);
-      return 0;
-    }
-    if ((arg == "--conf" || arg == "--lib") && i + 1 < argc) {
-      (arg == "--conf" ? conf : library) = argv[++i];
-      have_conf = have_conf || arg == "--conf";
-      continue;
-    }
-    std::fprintf(stderr, "tidepool-run: unexpected argument \"%s\"\n", arg.c_str());
-    usage(stderr);
+  std::string library = installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
+  std::string sim_library = installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
+  bool sim = false;
+  std::vector<std::string> command;
+  app.set_version_flag("--version", std::string("tidepool-run ") + tidepool::util::version());
+  auto* conf_option =
+      app.add_option("--conf", conf, "TIDEPOOL_CONF for the program (default: the current environment's)");
+  app.add_option("--lib", library, "The libtidepool.so to preload (default: the one installed beside this tool)");
+  app.add_flag("--sim", sim,
+               "Run on tidepool's simulated driver (driver-API programs only: the real cudart needs a real driver)");
+  // Everything from the first word that is not an option of ours belongs to
+  // the program, unparsed.
+  app.prefix_command();
+  app.footer(tidepool::runtime::options_help());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "tidepool-run: %s\nRun tidepool-run --help for the options.\n", e.what());
     return 2;
   }
-  if (i >= argc) {
-    std::fprintf(stderr, "tidepool-run: no program given\n");
-    usage(stderr);
+  command = app.remaining();
+  const bool separated = !command.empty() && command.front() == "--";
+  if (separated) command.erase(command.begin());
+  if (!separated && !command.empty() && command.front().starts_with("-")) {
+    std::fprintf(stderr, "tidepool-run: unknown option \"%s\"\nRun tidepool-run --help for the options.\n",
+                 command.front().c_str());
     return 2;
   }
-  if (have_conf) {
-    const auto parsed = tidepool::runtime::parse_config(conf);
-    if (parsed.passthrough) std::fprintf(stderr, "%s\n", parsed.error.c_str());  // the program still runs
+  if (command.empty()) {
+    std::fprintf(stderr, "tidepool-run: no program given\nRun tidepool-run --help for the options.\n");
+    return 2;
+  }
+
+  if (conf_option->count() > 0) {
     setenv("TIDEPOOL_CONF", conf.c_str(), 1);
+  } else if (const char* inherited = std::getenv("TIDEPOOL_CONF"); inherited != nullptr) {
+    conf = inherited;
+  }
+  const auto parsed = tidepool::runtime::parse_config(conf);
+  if (parsed.passthrough) {
+    std::fprintf(stderr, "%s\ntidepool-run: not running %s with a configuration tidepool would refuse\n",
+                 parsed.error.c_str(), command.front().c_str());
+    return 2;
+  }
+  if (sim) {
+    std::error_code ec;
+    if (!std::filesystem::exists(sim_library, ec)) {
+      std::fprintf(stderr, "tidepool-run: --sim: the simulated driver is not at %s\n", sim_library.c_str());
+      return 2;
+    }
+    // The program's own libcuda.so.1 and tidepool's both resolve to the sim.
+    setenv("TIDEPOOL_CUDA_LIB", sim_library.c_str(), 1);
+    prepend_path("LD_LIBRARY_PATH", std::filesystem::path(sim_library).parent_path().string());
   }
   std::string preload;
   if (const char* existing = std::getenv("LD_PRELOAD"); existing != nullptr && *existing != '\0') {
@@ -81,7 +116,12 @@ int main(int argc, char** argv) {
   }
   preload += library;
   setenv("LD_PRELOAD", preload.c_str(), 1);
-  execvp(argv[i], argv + i);
-  std::fprintf(stderr, "tidepool-run: cannot run \"%s\": %s\n", argv[i], std::strerror(errno));
+
+  std::vector<char*> args;
+  args.reserve(command.size() + 1);
+  for (std::string& word : command) args.push_back(word.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::fprintf(stderr, "tidepool-run: cannot run \"%s\": %s\n", args[0], std::strerror(errno));
   return 127;
 }

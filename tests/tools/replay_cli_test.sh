@@ -1,0 +1,76 @@
+#!/bin/sh
+# tidepool-replay's command line, as a user meets it: one case per ctest
+# test (tests/tools/CMakeLists.txt names them).
+# Usage: replay_cli_test.sh CASE TIDEPOOL_REPLAY SAMPLE_TRACE VERSION
+# Runs in a scratch directory of its own, so cases may run in parallel.
+set -u
+case_name="$1"
+replay="$2"
+sample="$3"
+version="$4"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+fail() {
+  echo "FAIL ($case_name): $*" >&2
+  for f in *.err *.txt; do [ -f "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
+  exit 1
+}
+
+case "$case_name" in
+  version)
+    out=$("$replay" --version) || fail "--version exited $?"
+    [ "$out" = "tidepool-replay $version" ] || fail "--version said \"$out\""
+    ;;
+  device_limit)
+    # The config key's name and the old flag are one option; a size with no
+    # unit under a page is refused with exit 2.
+    "$replay" --policy best_fit --device-limit 200MiB --json "$sample" > new.jsonl || fail "--device-limit"
+    "$replay" --policy best_fit --device-memory 200MiB --json "$sample" > old.jsonl || fail "--device-memory"
+    grep -q '"failed_allocations":[1-9]' new.jsonl || fail "a 200MiB budget refused nothing"
+    sed 's/"ns_per_event":[^,]*,//' new.jsonl > a
+    sed 's/"ns_per_event":[^,]*,//' old.jsonl > b
+    cmp -s a b || fail "the two names gave different results"
+    "$replay" --device-limit 8 "$sample" > /dev/null 2> bad.err
+    [ $? -eq 2 ] || fail "--device-limit 8 was accepted"
+    grep -q -- '--device-limit: bad size' bad.err || fail "no message for a bad size"
+    ;;
+  lenient)
+    # The first 1,000 events cut off: the trace frees blocks it never saw.
+    zcat "$sample" | sed '2,1001d' > mid.csv
+    "$replay" mid.csv > /dev/null 2> strict.err
+    [ $? -eq 2 ] || fail "a mid-run trace was accepted without --lenient"
+    grep -q 'free of unknown pointer.*--lenient' strict.err || fail "the error does not point to --lenient"
+    "$replay" --lenient --json-out mid.jsonl mid.csv > mid.txt 2> lenient.err || fail "--lenient failed"
+    grep -q 'frees of blocks allocated before mid.csv began were skipped' mid.txt || fail "no note under the table"
+    grep -q '"unknown_frees":[1-9]' mid.jsonl || fail "no unknown_frees count"
+    grep -q '"events":33692' mid.jsonl || fail "not every event was replayed"
+    ;;
+  pickle)
+    # A snapshot by name and by its first byte (0x80, a pickle's protocol mark).
+    printf '\200\002}q\000.' > snap.pickle
+    cp snap.pickle snap.bin
+    "$replay" snap.pickle > /dev/null 2> p1.err
+    [ $? -eq 2 ] || fail "a .pickle was not refused with exit 2"
+    "$replay" snap.bin > /dev/null 2> p2.err
+    [ $? -eq 2 ] || fail "a pickle by content was not refused with exit 2"
+    grep -q 'tidepool-snapshot2csv snap.pickle -o trace.csv' p1.err || fail "no converter command"
+    grep -q 'PyTorch memory snapshot' p2.err || fail "a pickle by content was not recognised"
+    ;;
+  progress)
+    "$replay" --progress --policy best_fit --policy rmm_pool "$sample" > /dev/null 2> progress.err || fail "exit $?"
+    tr '\r' '\n' < progress.err > progress.txt
+    grep -q '\[2/2\] seq2seq_b32.csv.gz rmm_pool .* 34692/34692 events .* ev/s ETA' progress.txt ||
+      fail "the progress line lacks run, names, N/M, rate or ETA"
+    ;;
+  long_names)
+    zcat "$sample" > a_trace_name_well_over_twenty_two_characters.csv
+    "$replay" --policy pytorch_rules --policy best_fit a_trace_name_well_over_twenty_two_characters.csv > long.txt ||
+      fail "exit $?"
+    grep -q '^a_trace_name_well_over_twenty_two_characters.csv pytorch_rules ' long.txt || fail "a name was cut"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
