@@ -81,6 +81,11 @@ class ConverterTest(unittest.TestCase):
         self.assertIn(needle, lines[0])
         self.assertTrue(lines[0].startswith("tidepool-snapshot2csv: "), lines[0])
 
+    def test_version_is_the_projects(self):
+        result = self.convert("--version")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout.strip(), r"^tidepool-snapshot2csv \d+\.\d+\.\d+$")
+
     def test_alloc_free_completed_and_oom_become_rmm_csv(self):
         for protocol in (2, pickle.HIGHEST_PROTOCOL):
             with self.subTest(protocol=protocol):

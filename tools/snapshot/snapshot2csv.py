@@ -33,6 +33,9 @@ import io
 import pickle
 import sys
 
+# Filled in by CMake in the built and installed copies (tools/snapshot/CMakeLists.txt).
+VERSION = "@PROJECT_VERSION@"
+
 PROG = "tidepool-snapshot2csv"
 HEADER = "Thread,Time,Action,Pointer,Size,Stream"
 MASK64 = (1 << 64) - 1
@@ -177,6 +180,8 @@ def main(argv=None):
     parser.add_argument("-o", "--output", help="write the CSV here (default: stdout)")
     parser.add_argument("--device", type=int, help="the device whose history to convert "
                         "(default: the only one with events)")
+    version = VERSION if not VERSION.startswith("@") else "(source copy: run the built or installed one)"
+    parser.add_argument("--version", action="version", version=f"{PROG} {version}")
     args = parser.parse_args(argv)
 
     try:
