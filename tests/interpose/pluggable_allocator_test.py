@@ -18,8 +18,12 @@ import unittest
 
 
 def stand_in_torch(calls):
+    # A CUDA build of PyTorch 2.x with a device and CUDA not yet initialised:
+    # what use() checks for before it installs anything.
     torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace()
+    torch.__version__ = "2.3.1+cu121"
+    torch.version = types.SimpleNamespace(cuda="12.1", hip=None)
+    torch.cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: False)
 
     class CUDAPluggableAllocator:
         def __init__(self, path, alloc_fn_name, free_fn_name):
