@@ -77,6 +77,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   if (size > (std::numeric_limits<std::size_t>::max() >> 2)) {
     std::lock_guard<util::SpinLock> guard(lock_);
     stats_.ooms++;
+    size_classes_.failed(size);
     return util::Status(util::Error::out_of_memory, "request larger than any device");
   }
   const int arena_id = size <= options_.small_size ? 0 : 1;
@@ -92,6 +93,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   Block* block = allocate_locked(arena_id, rounded, key, ordered, &error);
   if (block == nullptr) {
     stats_.ooms++;
+    size_classes_.failed(size);
     return error.ok() ? util::Status(util::Error::out_of_memory, "out of device memory") : error;
   }
   block->requested = size;
@@ -108,6 +110,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   stats_.live_bytes += size;
   stats_.handed_out_bytes += block->size;
   stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
+  size_classes_.allocated(size);
   return block->address;
 }
 
@@ -316,6 +319,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   stats_.frees++;
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
+  size_classes_.freed(block->requested);
   block->requested = 0;
   if (mover_ != nullptr) mover_->forget(block->buffer_id);
   block->buffer_id = 0;

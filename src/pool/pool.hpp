@@ -79,6 +79,7 @@
 #include "pool/free_index.hpp"
 #include "pool/page_mover.hpp"
 #include "pool/policy.hpp"
+#include "pool/size_classes.hpp"
 #include "pool/stream_keys.hpp"
 #include "pool/stream_registry.hpp"
 #include "space/space.hpp"
@@ -124,6 +125,8 @@ struct PoolStats {
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
   std::uint64_t parked_reuses = 0;  // pages moved back to a place still mapped for them: no driver call
+  std::uint64_t page_creates = 0;   // physical pages (without VMM: chunks) created on the device
+  std::uint64_t page_releases = 0;  // physical pages (chunks) given back to the driver
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
@@ -236,6 +239,8 @@ class Pool {
   // `with_fragmentation`: also compute free_bytes and largest_free_block,
   // which walks every free block (O(n)); the counters alone are O(1).
   [[nodiscard]] PoolStats stats(bool with_fragmentation = true) const;
+  // Allocations, frees and failures by requested size (the report's size_classes).
+  [[nodiscard]] SizeHistogram size_classes() const;
   [[nodiscard]] std::string_view policy_name() const;
   [[nodiscard]] const PoolOptions& options() const noexcept { return options_; }
   // Every block, free and live, in address order per segment.
@@ -391,6 +396,7 @@ class Pool {
   std::uintptr_t keep_begin_ = 0;
   std::uintptr_t keep_end_ = 0;
   PoolStats stats_;
+  SizeHistogram size_classes_;
 };
 
 }  // namespace tidepool::pool

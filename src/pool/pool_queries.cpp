@@ -87,6 +87,8 @@ PoolStats Pool::stats(bool with_fragmentation) const {
   s.maps = space_.counters().maps;
   s.unmaps = space_.counters().unmaps;
   s.parked_reuses = space_.counters().parked_reuses;
+  s.page_creates = space_.counters().creates;
+  s.page_releases = space_.counters().releases;
   s.host_pages = space_.host_pages();
   s.live_blocks = live_.size();
   s.segments = segments_.size();
@@ -122,6 +124,11 @@ PoolStats Pool::stats(bool with_fragmentation) const {
   }
   s.largest_free_block = largest;
   return s;
+}
+
+SizeHistogram Pool::size_classes() const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  return size_classes_;
 }
 
 std::vector<BlockView> Pool::snapshot() const {

@@ -1,9 +1,12 @@
 // Allocator construction (primary context, capabilities, space and pool) and
-// the traced paths around the pool's allocate and deallocate.
+// the traced paths around the pool's allocate and deallocate, and the
+// figures of the out-of-memory message.
 #include "runtime/allocator.hpp"
 
 #include <algorithm>
 
+#include "runtime/logging.hpp"
+#include "runtime/oom_message.hpp"
 #include "runtime/trace_recorder.hpp"
 
 namespace tidepool::runtime {
@@ -58,6 +61,7 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
     }
   }
   allocator->trace_ = options.trace;
+  allocator->passthrough_allocations_ = options.passthrough_allocations;
   return allocator;
 }
 
@@ -81,6 +85,41 @@ util::Status Allocator::traced_deallocate(std::uintptr_t address, std::uintptr_t
   const std::size_t size = address != 0 ? pool_->requested_size(address) : 0;
   if (size != 0) trace_->record(TraceAction::free, address, size, stream);
   return pool_->deallocate(address, stream, ordered);
+}
+
+void Allocator::out_of_memory(std::size_t size, const util::Status& status) noexcept {
+  const std::uint64_t nth = oom_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (oom_verbosity(nth) == OomVerbosity::nothing || !logger().should_log(spdlog::level::warn)) return;
+  // Every figure from the layers' own counters: the pool's lock and the
+  // residency's, each taken once, nothing allocated.
+  const pool::PoolStats s = pool_->stats(/*with_fragmentation=*/true);
+  OomFigures f;
+  f.device = device_;
+  f.requested = size;
+  f.reason = status.message();
+  f.device_limit = space_->device_limit();
+  f.device_total = device_total_bytes();
+  f.live_bytes = s.live_bytes;
+  f.live_blocks = s.live_blocks;
+  f.reserved_bytes = s.reserved_bytes;
+  f.free_bytes = s.free_bytes;
+  f.largest_free_block = s.largest_free_block;
+  f.vmm = space_->uses_vmm();
+  if (residency_ != nullptr) {
+    const residency::ResidencyStats r = residency_->stats();
+    f.eviction = true;
+    f.evicted_bytes = r.host_resident_bytes;
+    f.host_cache_bytes = r.host_cache_bytes;
+    f.host_cache_limit = r.host_cache_limit_bytes;
+    f.host_cache_full = r.host_cache_full;
+  } else if (!eviction_off_reason_.empty()) {
+    f.eviction_off = eviction_off_reason_.c_str();
+  }
+  if (passthrough_allocations_ != nullptr) {
+    f.passthrough_allocations = passthrough_allocations_->load(std::memory_order_relaxed);
+  }
+  f.failures = nth;
+  log_out_of_memory(f);
 }
 
 Allocator::~Allocator() {

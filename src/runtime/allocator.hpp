@@ -7,11 +7,16 @@
 // allocation is recorded after the pool returns it (or refuses it), and a free
 // before the block goes back, so no address is ever recorded as allocated
 // twice without a free between. Without one the calls go straight through.
+//
+// An allocation that fails for lack of memory logs the out-of-memory message
+// (oom_message.hpp) from a cold function: the hot path pays one test of the
+// result, and the message's figures are gathered only when it failed.
 #pragma once
 
 #include <cuda.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,6 +46,9 @@ struct AllocatorOptions {
   // the allocator runs without and eviction_off_reason() says why.
   bool evict = false;
   residency::ResidencyOptions residency;
+  // The Runtime's count of this device's allocations passed to the driver
+  // (not owned; outlives the allocator), for the out-of-memory message.
+  const std::atomic<std::uint64_t>* passthrough_allocations = nullptr;
 };
 
 // What one scanned kernel launch named of an allocator's pool.
@@ -60,8 +68,12 @@ class Allocator {
   Allocator& operator=(const Allocator&) = delete;
 
   util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
-    if (trace_ != nullptr) return traced_allocate(size, stream, ordered);
-    return pool_->allocate(size, stream, ordered);
+    util::Result<std::uintptr_t> result =
+        trace_ != nullptr ? traced_allocate(size, stream, ordered) : pool_->allocate(size, stream, ordered);
+    if (!result.ok()) [[unlikely]] {
+      if (result.status().error() == util::Error::out_of_memory) out_of_memory(size, result.status());
+    }
+    return result;
   }
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
     if (trace_ != nullptr) return traced_deallocate(address, stream, ordered);
@@ -88,6 +100,11 @@ class Allocator {
   [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }
   [[nodiscard]] residency::Residency* residency() noexcept { return residency_.get(); }
   [[nodiscard]] const std::string& eviction_off_reason() const noexcept { return eviction_off_reason_; }
+  // Allocations that failed with out_of_memory (the pool's `ooms` also
+  // counts those refused before the pool was asked).
+  [[nodiscard]] std::uint64_t out_of_memory_failures() const noexcept {
+    return oom_failures_.load(std::memory_order_relaxed);
+  }
 
   // prefetch:launch/learn. A launch on `stream` passes `word`: if it points
   // into a live block, the block is marked used (its host pages come back
@@ -101,6 +118,9 @@ class Allocator {
   Allocator() = default;
   util::Result<std::uintptr_t> traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered);
   util::Status traced_deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
+  // Counts the failure and logs the out-of-memory message, as often as its
+  // rate allows. Off the hot path; allocates nothing.
+  [[gnu::cold, gnu::noinline]] void out_of_memory(std::size_t size, const util::Status& status) noexcept;
   const driver::Driver* driver_ = nullptr;
   int device_ = 0;
   CUdevice cu_device_ = 0;
@@ -112,6 +132,8 @@ class Allocator {
   std::string eviction_off_reason_;
   std::unique_ptr<pool::Pool> pool_;
   TraceRecorder* trace_ = nullptr;
+  const std::atomic<std::uint64_t>* passthrough_allocations_ = nullptr;
+  std::atomic<std::uint64_t> oom_failures_{0};
 };
 
 }  // namespace tidepool::runtime

@@ -1,87 +1,184 @@
 // Serialising a Report to JSON with nlohmann-json (compiled in, hidden).
+// ordered_json keeps keys in the order written here, which is the order
+// docs/report.md documents them in: change one, change the other (the
+// test report_schema_test compares them).
 #include "runtime/report.hpp"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "util/output_file.hpp"
-
-#ifndef TIDEPOOL_VERSION_STRING
-#define TIDEPOOL_VERSION_STRING "0.1.0"
-#endif
+#include "util/version.hpp"
 
 namespace tidepool::runtime {
 
-std::string report_json(const Report& report) {
-  nlohmann::json devices = nlohmann::json::array();
-  for (const DeviceReport& d : report.devices) {
-    const pool::PoolStats& s = d.pool;
-    devices.push_back({
-        {"device", d.device},
-        {"allocations", s.allocations},
-        {"frees", s.frees},
-        {"live_bytes", s.live_bytes},
-        {"peak_live_bytes", s.peak_live_bytes},
-        {"reserved_bytes", s.reserved_bytes},
-        {"peak_reserved_bytes", s.peak_reserved_bytes},
-        {"utilization", s.utilization()},
-        {"external_fragmentation", s.external_fragmentation()},
-        {"internal_waste_bytes", s.handed_out_bytes - s.live_bytes},
-        {"ooms", s.ooms},
-        {"passthrough_allocations", d.passthrough_allocations},
-        {"maps", s.maps},
-        {"unmaps", s.unmaps},
-        {"parked_reuses", s.parked_reuses},
-        {"trims", s.trims},
-        {"spare_bytes", s.spare_bytes},
-        {"deferred_bytes", s.deferred_bytes},
-        {"cross_stream_waits", s.cross_stream_waits},
-        {"device_barriers", s.device_barriers},
-        {"live_blocks", s.live_blocks},
-        {"free_blocks", s.free_blocks},
-        {"segments", s.segments},
-        {"device_limit_bytes", d.device_limit_bytes},
-        {"device_total_bytes", d.device_total_bytes},
-        {"vmm", d.vmm},
-    });
-    // The residency keys are always there (zero without eviction), so that
-    // a reader needs no case for their absence.
-    const residency::ResidencyStats& r = d.residency;
-    nlohmann::json& out = devices.back();
-    out["eviction"] = d.eviction;
-    out["evictions"] = r.evictions;
-    out["evicted_bytes"] = r.evicted_bytes;
-    out["prefetches"] = r.prefetches;
-    out["prefetched_bytes"] = r.prefetched_bytes;
-    out["host_resident_launches"] = r.host_resident_launches;
-    out["launch_prefetches"] = r.launch_prefetches;
-    out["host_resident_bytes"] = r.host_resident_bytes;
-    out["peak_evicted_bytes"] = r.peak_evicted_bytes;
-    out["host_cache_bytes"] = r.host_cache_bytes;
-    out["host_cache_peak_bytes"] = r.host_cache_peak_bytes;
-    out["host_cache_limit_bytes"] = r.host_cache_limit_bytes;
-    out["host_cache_full"] = r.host_cache_full;
-    out["pin_calls"] = r.pin_calls;
-    out["sync_pins"] = r.sync_pins;
-    out["residency_gates"] = r.gates;
-    out["residency_fallbacks"] = r.fallbacks;
-    out["tracked_moves"] = r.tracked_moves;
-    out["learned_period"] = r.learned_period;
-    out["learned_prefetches"] = r.learned_prefetches;
-    out["precopies"] = r.precopies;
-    out["precopies_used"] = r.precopies_used;
-    out["failed_page_moves"] = r.failed_moves;
-    out["to_host_gbps"] = r.to_host_gbps;
-    out["to_device_gbps"] = r.to_device_gbps;
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// One option's value in `run.config`, typed: sizes in bytes, switches as
+// booleans, names as strings, an unset path as null.
+Json option_value(const std::optional<util::SizeSpec>& limit) {
+  if (!limit) return nullptr;  // what the device reports: each device's device_limit_bytes
+  if (limit->is_percent) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g%%", limit->percent);
+    return text;
   }
-  nlohmann::json root = {
-      {"version", 1},
-      {"tidepool_version", TIDEPOOL_VERSION_STRING},
-      {"policy", report.policy},
-      {"passthrough", report.passthrough},
-      {"devices", devices},
-  };
-  return root.dump(2) + "\n";
+  return limit->bytes;
+}
+Json option_value(const std::string& text) { return text.empty() ? Json(nullptr) : Json(text); }
+Json option_value(bool on) { return on; }
+Json option_value(std::uint64_t bytes) { return bytes; }
+Json option_value(unsigned percent) { return percent; }
+Json option_value(LogLevel level) {
+  static constexpr const char* kNames[] = {"off", "error", "warn", "info", "debug", "trace"};
+  return kNames[static_cast<int>(level)];
+}
+Json option_value(PrefetchMode mode) {
+  static constexpr const char* kNames[] = {"off", "hints", "launch", "learn"};
+  return kNames[static_cast<int>(mode)];
+}
+
+// Every row of the options table, in its order, so that a new option
+// appears here without an edit.
+Json config_json(const RunInfo& run) {
+  Json config = Json::object();
+#define TIDEPOOL_REPORT_OPTION(name, kind, default_value, description) config[#name] = option_value(run.config.name);
+  TIDEPOOL_OPTIONS(TIDEPOOL_REPORT_OPTION)
+#undef TIDEPOOL_REPORT_OPTION
+  // The defaults that resolve to something: what was actually used.
+  config["host_cache"] = run.host_cache_bytes;
+  if (!run.cuda_lib.empty()) config["cuda_lib"] = run.cuda_lib;
+  return config;
+}
+
+Json run_json(const RunInfo& run) {
+  Json j = Json::object();
+  j["pid"] = run.pid;
+  j["argv"] = run.argv;
+  j["hostname"] = run.hostname;
+  j["start_time"] = iso8601_utc(run.start_unix_ns);
+  j["start_unix"] = static_cast<double>(run.start_unix_ns) / 1e9;
+  j["end_time"] = iso8601_utc(run.end_unix_ns);
+  j["end_unix"] = static_cast<double>(run.end_unix_ns) / 1e9;
+  j["duration_seconds"] = run.duration_seconds;
+  j["at_exit"] = run.at_exit;
+  j["conf"] = run.conf ? Json(*run.conf) : Json(nullptr);
+  j["conf_error"] = run.config.passthrough ? Json(run.config.error) : Json(nullptr);
+  j["config"] = config_json(run);
+  return j;
+}
+
+Json size_classes_json(const pool::SizeHistogram& histogram) {
+  Json classes = Json::array();
+  for (std::size_t c = 0; c < pool::SizeHistogram::kClasses; ++c) {
+    const pool::SizeClassCounts& k = histogram[c];
+    if (k.allocations == 0 && k.ooms == 0) continue;  // only the classes the run used
+    Json entry = Json::object();
+    entry["min_bytes"] = pool::SizeHistogram::min_bytes(c);
+    const std::uint64_t max = pool::SizeHistogram::max_bytes(c);
+    entry["max_bytes"] = max != 0 ? Json(max) : Json(nullptr);
+    entry["allocations"] = k.allocations;
+    entry["frees"] = k.frees;
+    entry["live"] = k.live;
+    entry["peak_live"] = k.peak_live;
+    entry["requested_bytes"] = k.requested_bytes;
+    entry["ooms"] = k.ooms;
+    classes.push_back(std::move(entry));
+  }
+  return classes;
+}
+
+Json device_json(const DeviceReport& d) {
+  const pool::PoolStats& s = d.pool;
+  const residency::ResidencyStats& r = d.residency;
+  Json out = Json::object();
+  out["device"] = d.device;
+  // Headline: how much the program needed at most, what that cost, and
+  // whether it ever went without.
+  out["peak_live_bytes"] = s.peak_live_bytes;
+  out["peak_reserved_bytes"] = s.peak_reserved_bytes;
+  out["utilization"] = s.utilization();
+  out["ooms"] = s.ooms;
+  // The budget and the device.
+  out["device_limit_bytes"] = d.device_limit_bytes;
+  out["device_total_bytes"] = d.device_total_bytes;
+  out["vmm"] = d.vmm;
+  out["page_bytes"] = d.page_bytes;
+  // Allocation counts.
+  out["allocations"] = s.allocations;
+  out["frees"] = s.frees;
+  out["live_blocks"] = s.live_blocks;
+  out["passthrough_allocations"] = d.passthrough_allocations;
+  // Bytes, now.
+  out["live_bytes"] = s.live_bytes;
+  out["handed_out_bytes"] = s.handed_out_bytes;
+  out["internal_waste_bytes"] = s.handed_out_bytes - s.live_bytes;
+  out["reserved_bytes"] = s.reserved_bytes;
+  out["spare_bytes"] = s.spare_bytes;
+  // Fragmentation, now.
+  out["external_fragmentation"] = s.external_fragmentation();
+  out["free_bytes"] = s.free_bytes;
+  out["largest_free_block_bytes"] = s.largest_free_block;
+  out["free_blocks"] = s.free_blocks;
+  out["segments"] = s.segments;
+  // Driver work.
+  out["maps"] = s.maps;
+  out["unmaps"] = s.unmaps;
+  out["parked_reuses"] = s.parked_reuses;
+  out["page_creates"] = s.page_creates;
+  out["page_releases"] = s.page_releases;
+  out["trims"] = s.trims;
+  // Stream safety.
+  out["deferred_bytes"] = s.deferred_bytes;
+  out["cross_stream_waits"] = s.cross_stream_waits;
+  out["device_barriers"] = s.device_barriers;
+  // Residency: always there (zero without eviction), so that a reader needs
+  // no case for their absence.
+  out["eviction"] = d.eviction;
+  out["evictions"] = r.evictions;
+  out["evicted_bytes"] = r.evicted_bytes;
+  out["peak_evicted_bytes"] = r.peak_evicted_bytes;
+  out["host_resident_bytes"] = r.host_resident_bytes;
+  out["prefetches"] = r.prefetches;
+  out["prefetched_bytes"] = r.prefetched_bytes;
+  out["launch_prefetches"] = r.launch_prefetches;
+  out["host_resident_launches"] = r.host_resident_launches;
+  out["host_cache_bytes"] = r.host_cache_bytes;
+  out["host_cache_peak_bytes"] = r.host_cache_peak_bytes;
+  out["host_cache_limit_bytes"] = r.host_cache_limit_bytes;
+  out["host_cache_full"] = r.host_cache_full;
+  out["pin_calls"] = r.pin_calls;
+  out["sync_pins"] = r.sync_pins;
+  out["residency_gates"] = r.gates;
+  out["residency_fallbacks"] = r.fallbacks;
+  out["failed_page_moves"] = r.failed_moves;
+  out["tracked_moves"] = r.tracked_moves;
+  out["learned_period"] = r.learned_period;
+  out["learned_prefetches"] = r.learned_prefetches;
+  out["precopies"] = r.precopies;
+  out["precopies_used"] = r.precopies_used;
+  out["to_host_gbps"] = r.to_host_gbps;
+  out["to_device_gbps"] = r.to_device_gbps;
+  out["size_classes"] = size_classes_json(d.size_classes);
+  return out;
+}
+
+}  // namespace
+
+std::string report_json(const Report& report) {
+  Json root = Json::object();
+  root["version"] = 1;
+  root["tidepool_version"] = util::version();
+  root["run"] = run_json(report.run);
+  root["policy"] = report.policy;
+  root["passthrough"] = report.passthrough;
+  Json devices = Json::array();
+  for (const DeviceReport& d : report.devices) devices.push_back(device_json(d));
+  root["devices"] = std::move(devices);
+  // Invalid UTF-8 (an argument, a path) is replaced rather than thrown on.
+  return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 util::Status write_report(const Report& report, const std::string& path) {

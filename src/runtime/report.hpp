@@ -1,8 +1,15 @@
 // The JSON report: what `report:PATH` writes at exit and tidepool_report()
-// writes on demand. Keys are never renamed once released; later features add
-// keys of their own. Layout:
-//   {"version": 1, "tidepool_version": "...", "policy": "...",
-//    "devices": [{"device": 0, "allocations": ..., ...}]}
+// writes on demand. docs/report.md is its schema, key by key in the file's
+// order; a test holds the two together. Keys are never renamed once
+// released; later features add keys of their own. Layout, in this order:
+//   {"version": 1, "tidepool_version": "...",
+//    "run": {"pid": ..., "argv": [...], ..., "config": {...}},
+//    "policy": "...", "passthrough": false,
+//    "devices": [{"device": 0, <headline>, <budget>, <counts>, <bytes>,
+//                 <fragmentation>, <driver work>, <stream safety>,
+//                 <residency>, "size_classes": [...]}]}
+// Objects keep the order the code gives them (nlohmann::ordered_json), so
+// a reader sees the device first and the headline figures next.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +18,7 @@
 
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
+#include "runtime/run_info.hpp"
 #include "util/status.hpp"
 
 namespace tidepool::runtime {
@@ -18,15 +26,18 @@ namespace tidepool::runtime {
 struct DeviceReport {
   int device = 0;
   pool::PoolStats pool;
+  pool::SizeHistogram size_classes;
   std::uint64_t passthrough_allocations = 0;  // allocations tidepool handed to the driver untouched
   std::uint64_t device_limit_bytes = 0;
   std::uint64_t device_total_bytes = 0;
+  std::uint64_t page_bytes = 0;  // the pool's physical page (VMM granularity)
   bool vmm = false;
   bool eviction = false;  // residency is on for this device
   residency::ResidencyStats residency;
 };
 
 struct Report {
+  RunInfo run;
   std::string policy;
   bool passthrough = false;  // the whole process ran with tidepool passing calls through
   std::vector<DeviceReport> devices;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 
 #include "driver/context.hpp"
+#include "runtime/exit_summary.hpp"
 #include "runtime/reload_marker.hpp"
 
 extern "C" int __cxa_atexit(void (*function)(void*), void* argument, void* dso_handle);
@@ -84,6 +86,8 @@ Runtime& Runtime::get() {
   static Runtime* const runtime = [] {
     watch_for_exit();
     auto* created = new Runtime(config_from_environment());
+    // The report keeps the string as the user gave it, beside the values in effect.
+    if (const char* conf = ::secure_getenv("TIDEPOOL_CONF")) created->run_.conf = conf;
     process_runtime = created;
     std::atexit(&finish_at_exit);
     ::pthread_atfork(nullptr, nullptr, [] { forked_child_.store(true, std::memory_order_relaxed); });
@@ -112,7 +116,8 @@ void Runtime::unload() noexcept {
 
 std::unique_ptr<Runtime> Runtime::create(const Config& config) { return std::unique_ptr<Runtime>(new Runtime(config)); }
 
-Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid()) {
+Runtime::Runtime(const Config& config)
+    : config_(config), run_(run_started(config, std::nullopt)), owner_pid_(::getpid()) {
   configure_logging(config_);
   if (config_.passthrough) {
     // The parser's one-line error has been written to stderr by the parser's caller.
@@ -120,6 +125,7 @@ Runtime::Runtime(const Config& config) : config_(config), owner_pid_(::getpid())
     return;
   }
   const std::string path = config_.cuda_lib.empty() ? driver::default_driver_path() : config_.cuda_lib;
+  run_.cuda_lib = path;
   auto opened = driver::Driver::open(path);
   if (!opened) {
     log_error("cannot open the CUDA driver '{}': {}; passing all calls through", path, opened.status().message());
@@ -219,6 +225,7 @@ Allocator* Runtime::allocator(int device) {
   options.residency.host_cache_bytes = static_cast<std::size_t>(config_.host_cache);
   options.residency.evict_policy = config_.evict_policy;
   options.residency.learn = config_.prefetch == PrefetchMode::learn;
+  options.passthrough_allocations = &passthrough_allocations_[device];
   // A percentage needs the device's size: create first, then apply the limit.
   if (config_.device_limit && !config_.device_limit->is_percent) {
     options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
@@ -313,6 +320,8 @@ void Runtime::note_passthrough_allocation(int device) noexcept {
 
 Report Runtime::report() const {
   Report report;
+  report.run = run_;
+  run_ended(report.run);
   report.policy = config_.policy;
   report.passthrough = passthrough_;
   for (int device = 0; device < kMaxDevices; ++device) {
@@ -324,6 +333,7 @@ Report Runtime::report() const {
     d.passthrough_allocations = passed;
     if (a != nullptr) {
       d.pool = a->pool().stats();
+      d.size_classes = a->pool().size_classes();
       if (const residency::Residency* r = a->residency()) {
         d.residency = r->stats();
         d.eviction = true;
@@ -331,6 +341,7 @@ Report Runtime::report() const {
       d.device_limit_bytes = a->space().device_limit();
       d.device_total_bytes = a->device_total_bytes();
       d.vmm = a->space().uses_vmm();
+      d.page_bytes = a->space().page_size();
     }
     report.devices.push_back(d);
   }
@@ -353,8 +364,28 @@ void Runtime::finish() noexcept {
   }
   // Later events (frees during static destruction) still write through.
   if (trace_) trace_->finish();
-  if (!config_.report.empty()) {
-    if (auto s = write_report(); !s) log_error("cannot write the report to '{}': {}", config_.report, s.message());
+  // One report serves the file and the summary, so the two agree. At exit
+  // a failure here (memory, a JSON error) must not end the host with
+  // std::terminate: it is logged and the exit goes on.
+  try {
+    if (!config_.report.empty() || logger().should_log(spdlog::level::info)) {
+      Report final_report = report();
+      final_report.run.at_exit = true;
+      SummaryOutputs outputs;
+      outputs.report_path = config_.report;
+      if (!config_.report.empty()) {
+        const util::Status s = runtime::write_report(final_report, config_.report);
+        if (!s) log_error("cannot write the report to '{}': {}", config_.report, s.message());
+        outputs.report_written = s.ok();
+      }
+      if (trace_) outputs.trace_path = config_.trace;
+      log_exit_summary(final_report, outputs);
+    }
+  } catch (const std::exception& e) {
+    try {
+      log_error("cannot write the report or the exit summary: {}", e.what());
+    } catch (...) {
+    }
   }
   flush_logging();
 }

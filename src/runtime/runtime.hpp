@@ -27,6 +27,9 @@
 //
 // Locks: `create_lock_` (a mutex) guards creating allocators; it is taken
 // only on a device's first allocation and never while a pool lock is held.
+//
+// Exit: finish() writes the report (report:PATH, with the run's metadata
+// from run_info.hpp) and, at log:info, the exit summary (exit_summary.hpp).
 #pragma once
 
 #include <sys/types.h>
@@ -112,6 +115,7 @@ class Runtime {
   [[nodiscard]] bool launch_prefetch() const noexcept { return launch_scanner_ != nullptr; }
   void before_launch(CUfunction function, void** params, void** extra, CUstream stream);
 
+  // The report as of now; its run's end time is now.
   [[nodiscard]] Report report() const;
   // Writes the report to `path`, or to the configured path when empty.
   util::Status write_report(const std::string& path = {}) const;
@@ -122,6 +126,7 @@ class Runtime {
   explicit Runtime(const Config& config);
 
   Config config_;
+  RunInfo run_;  // the run's metadata as of its start
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first

@@ -1,9 +1,10 @@
 // Specification of the replay engine, its baselines and its reports.
+#include "replay.hpp"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "replay.hpp"
 #include "reports.hpp"
 
 namespace tidepool::replay {
@@ -133,8 +134,8 @@ TEST(Reports, JsonLinesHaveExactlyTheDocumentedKeys) {
   const auto j = nlohmann::json::parse(json_line(r));
   EXPECT_EQ(sorted_keys(j),
             sorted({"trace", "policy", "events", "peak_live_bytes", "peak_reserved_bytes", "utilization",
-                    "external_fragmentation_at_peak", "internal_waste_at_peak", "failed_allocations", "unknown_frees", "maps",
-                    "unmaps", "evicted_bytes", "ns_per_event", "frees", "driver_calls", "last_step", "steps"}));
+                    "external_fragmentation_at_peak", "internal_waste_at_peak", "failed_allocations", "unknown_frees",
+                    "maps", "unmaps", "evicted_bytes", "ns_per_event", "frees", "driver_calls", "last_step", "steps"}));
   const std::vector<std::string> calls = {"creates",       "maps",          "set_access",   "unmaps",
                                           "releases",      "context_syncs", "stream_syncs", "event_records",
                                           "event_queries", "event_syncs",   "stream_waits", "mem_allocs"};

@@ -1,5 +1,7 @@
 // Specification of the RMM CSV trace format: parsing, formatting, gzip, and
 // every bad-input case with its line number.
+#include "runtime/trace_format.hpp"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -9,16 +11,13 @@
 #include <string_view>
 #include <utility>
 
-#include "runtime/trace_format.hpp"
 #include "replay.hpp"
 #include "trace_reader.hpp"
 
 namespace tidepool::replay {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (std::string(::testing::TempDir()) + "/tidepool_" + name);
-}
+std::string temp_path(const std::string& name) { return (std::string(::testing::TempDir()) + "/tidepool_" + name); }
 
 std::string write_text(const std::string& name, const std::string& text) {
   const std::string path = temp_path(name);
@@ -98,7 +97,8 @@ TEST(TraceFormat, ReadsGzipCompressedTraces) {
   const std::string path = temp_path("trace.csv.gz");
   gzFile gz = gzopen(path.c_str(), "wb");
   ASSERT_NE(gz, nullptr);
-  const std::string text = std::string(kHeader) + "0,00:00:00:000001,allocate,0x10,64,0\n0,00:00:00:000002,free,0x10,64,0\n";
+  const std::string text =
+      std::string(kHeader) + "0,00:00:00:000001,allocate,0x10,64,0\n0,00:00:00:000002,free,0x10,64,0\n";
   gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
   gzclose(gz);
   std::vector<TraceEvent> events;
@@ -111,12 +111,14 @@ TEST(TraceFormat, ReadsGzipCompressedTraces) {
 
 TEST(TraceFormat, BadInputNamesTheLine) {
   const std::string ok = "0,00:00:00:000001,allocate,0x10,64,0\n";
-  EXPECT_NE(reader_error(std::string(kHeader) + ok + "0,00:00:00:000002,frobnicate,0x10,64,0\n").find(":3: unknown action"),
-            std::string::npos);
+  EXPECT_NE(
+      reader_error(std::string(kHeader) + ok + "0,00:00:00:000002,frobnicate,0x10,64,0\n").find(":3: unknown action"),
+      std::string::npos);
   EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0xZZ,64,0\n").find(":2: bad pointer"),
             std::string::npos);
-  EXPECT_NE(reader_error(std::string(kHeader) + ok + ok + "0,00:00:00:000002,allocate,0x20,-5,0\n").find(":4: bad size"),
-            std::string::npos);
+  EXPECT_NE(
+      reader_error(std::string(kHeader) + ok + ok + "0,00:00:00:000002,allocate,0x20,-5,0\n").find(":4: bad size"),
+      std::string::npos);
   EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0x20,5\n").find(":2: expected 6"),
             std::string::npos);
   EXPECT_NE(reader_error(std::string(kHeader) + "0,yesterday,allocate,0x20,5,0\n").find(":2: bad time"),

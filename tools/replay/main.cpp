@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "replay.hpp"
 #include "reports.hpp"
+#include "runtime/config.hpp"
 #include "util/units.hpp"
+#include "util/version.hpp"
 
 using namespace tidepool::replay;  // NOLINT(google-build-using-namespace): a tool's main
 
@@ -28,17 +32,22 @@ int main(int argc, char** argv) {
   CLI::App app{"Replay RMM-format allocation traces against tidepool's policies and baselines."};
   std::vector<std::string> policies;
   std::vector<std::string> traces;
-  std::string device_memory;
+  std::string device_limit;
+  std::string json_path;
   std::string conf;
   std::string html;
   std::string chrome;
   std::string frees = "stream";
   std::size_t step_count = 0;
   bool json = false;
+  bool lenient = false;
+  bool progress = false;
+  app.set_version_flag("--version", std::string("tidepool-replay ") + tidepool::util::version());
   app.add_option("--policy", policies, "A policy or baseline (repeatable), or 'all'")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--device-memory", device_memory, "A device budget, e.g. 8GiB");
+  app.add_option("--device-limit,--device-memory", device_limit,
+                 "A device budget, e.g. 8GiB, as the device_limit config key (--device-memory is the old name)");
   app.add_option("--conf", conf, "A TIDEPOOL_CONF string for tidepool's policies");
   app.add_option("--frees", frees,
                  "How tidepool's policies see the trace's frees: stream (cudaFreeAsync, the default) or device "
@@ -46,9 +55,20 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stream", "device"}));
   app.add_option("--steps", step_count, "Split the trace into N equal training steps (default: detect them)")
       ->check(CLI::Range(1, 1000000));
-  app.add_flag("--json", json, "One JSON object per (trace, policy) line");
+  app.add_flag("--json", json, "One JSON object per (trace, policy) line on stdout, instead of the table");
+  app.add_option("--json-out", json_path, "Also write the JSON lines to this file (the table stays on stdout)");
+  app.add_flag("--lenient", lenient,
+               "Replay a trace recorded mid-run: count and skip frees of blocks allocated before it began");
+  app.add_flag("--progress", progress, "Show the progress line on stderr even when it is not a terminal");
   app.add_option("--html", html, "Write a self-contained HTML report here");
-  app.add_option("--chrome-trace", chrome, "Write Chrome trace-event counters here");
+  app.add_option("--chrome-trace", chrome,
+                 "Write a Perfetto / Chrome trace here: live and reserved counters, one slice per allocation, "
+                 "out-of-memory and budget markers");
+  ChromeTraceOptions chrome_options;
+  app.add_option("--max-slices", chrome_options.max_slices,
+                 "At most this many allocation slices in the --chrome-trace file, over all runs (those nearest each "
+                 "run's live peak are kept; 0: counters and markers only)")
+      ->capture_default_str();
   app.add_option("traces", traces, "RMM CSV traces (.csv or .csv.gz)")->required();
   app.footer("Policies: " + [] {
     std::string names;
@@ -73,19 +93,33 @@ int main(int argc, char** argv) {
   TargetOptions target_options;
   target_options.conf = conf;
   (void)parse_free_mode(frees, &target_options.frees);  // checked by the parser
-  if (!device_memory.empty()) {
-    auto spec = tidepool::util::parse_size(device_memory);
-    if (!spec || spec->is_percent || spec->bytes == 0) {
-      std::fprintf(stderr, "tidepool-replay: --device-memory: bad size \"%s\"\n", device_memory.c_str());
+  if (!device_limit.empty()) {
+    auto spec = tidepool::util::parse_size(device_limit);
+    if (!spec || spec->is_percent || spec->bytes < tidepool::runtime::kMinimumBudget) {
+      std::fprintf(stderr,
+                   "tidepool-replay: --device-limit: bad size \"%s\" (expected at least 2MiB, one page, with a "
+                   "unit, e.g. 8GiB)\n",
+                   device_limit.c_str());
       return 2;
     }
     target_options.device_memory = spec->bytes;
   }
+  std::FILE* json_file = nullptr;
+  if (!json_path.empty()) {
+    json_file = std::fopen(json_path.c_str(), "w");
+    if (json_file == nullptr) {
+      std::fprintf(stderr, "tidepool-replay: cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
 
   ReplayOptions options;
   options.want_layout = !html.empty();
-  options.progress = isatty(STDERR_FILENO) != 0;
+  options.record_allocations = !chrome.empty();
+  options.progress = progress || isatty(STDERR_FILENO) != 0;
   options.step_count = step_count;
+  options.lenient = lenient;
+  options.run_count = traces.size() * policies.size();
   std::vector<Result> results;
   for (const auto& path : traces) {
     std::vector<TraceEvent> events;
@@ -102,17 +136,24 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tidepool-replay: %s\n", error.c_str());
         return 2;
       }
-      if (json) std::printf("%s\n", json_line(result).c_str());
+      ++options.run_index;
+      const std::string line = json_line(result);
+      if (json) std::printf("%s\n", line.c_str());
+      if (json_file != nullptr) std::fprintf(json_file, "%s\n", line.c_str());
       std::fflush(stdout);
       results.push_back(std::move(result));
     }
   }
+  if (json_file != nullptr && std::fclose(json_file) != 0) {
+    std::fprintf(stderr, "tidepool-replay: cannot write %s\n", json_path.c_str());
+    return 1;
+  }
   if (!json) std::printf("%s", table(results).c_str());
-  if (!html.empty() && !write_file(html, html_report(results))) {
+  if (!html.empty() && !write_file(html, html_report(results, make_run_info(argc, argv, target_options, options)))) {
     std::fprintf(stderr, "tidepool-replay: cannot write %s\n", html.c_str());
     return 1;
   }
-  if (!chrome.empty() && !write_file(chrome, chrome_trace(results))) {
+  if (!chrome.empty() && !write_file(chrome, chrome_trace(results, chrome_options))) {
     std::fprintf(stderr, "tidepool-replay: cannot write %s\n", chrome.c_str());
     return 1;
   }

@@ -2,6 +2,8 @@
 // are sampled as the run goes; the layout at the live peak is captured by a
 // second, deterministic pass that stops at the peak event. Driver calls are
 // read at step boundaries only, so the count never costs a call per event.
+// Failed allocations are always recorded, allocation lifetimes only when
+// asked (for the Chrome trace), both up to a cap.
 #include "replay.hpp"
 
 #include <unistd.h>
@@ -16,7 +18,31 @@
 
 namespace tidepool::replay {
 
+namespace {
+
+// A PyTorch memory snapshot (a pickle: protocol 2 and later start with 0x80)
+// is a common thing to hand this tool; say which command converts it.
+bool looks_like_pickle(const std::string& path) {
+  const auto ends_with = [&](const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return path.size() >= n && path.compare(path.size() - n, n, suffix) == 0;
+  };
+  if (ends_with(".pickle") || ends_with(".pkl")) return true;
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return false;
+  const int first = std::fgetc(file);
+  std::fclose(file);
+  return first == 0x80;
+}
+
+}  // namespace
+
 bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error, std::string* warning) {
+  if (looks_like_pickle(path)) {
+    *error = path + ": a PyTorch memory snapshot (pickle), not an RMM CSV trace; convert it first with\n  " +
+             "tidepool-snapshot2csv " + path + " -o trace.csv";
+    return false;
+  }
   auto reader = TraceReader::open(path);
   if (!reader) {
     *error = path + ": " + reader.status().message() + ": " + std::strerror(errno);
@@ -44,11 +70,23 @@ struct Pass {
   bool ok = true;
 };
 
-void show_progress(const std::string& label, std::size_t done, std::size_t total) {
-  const int width = 40;
+// One line on stderr, redrawn in place: which run of how many, the trace
+// and policy in full (a cut name is useless when paths are long), events
+// done of the total, the rate and the time left at that rate.
+void show_progress(const ReplayOptions& options, const std::string& trace_name, const std::string& policy,
+                   std::size_t done, std::size_t total, std::chrono::steady_clock::time_point started) {
+  const int width = 24;
   const int filled = total == 0 ? width : static_cast<int>(width * done / total);
-  std::fprintf(stderr, "\r%-28.28s [%-*.*s] %3d%%", label.c_str(), width, filled,
-               "========================================", total == 0 ? 100 : static_cast<int>(100 * done / total));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+  const double left = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+  const std::size_t slash = trace_name.find_last_of('/');
+  const std::string name = slash == std::string::npos ? trace_name : trace_name.substr(slash + 1);
+  char run[48] = "";
+  if (options.run_count > 1) std::snprintf(run, sizeof run, "[%zu/%zu] ", options.run_index + 1, options.run_count);
+  std::fprintf(stderr, "\r\033[K%s%s %s [%-*.*s] %zu/%zu events %.2fM ev/s ETA %.1fs", run, name.c_str(),
+               policy.c_str(), width, filled, "========================", done, total, rate / 1e6,
+               done == total ? seconds : left);
   if (done == total) std::fprintf(stderr, "\n");
 }
 
@@ -60,12 +98,36 @@ std::string hex(std::uint64_t value) {
 
 // A trace pointer's allocation. `placed` is false when the target refused it:
 // the program was served, the target was not, and the free has nothing to give back.
+inline constexpr std::size_t kNotRecorded = static_cast<std::size_t>(-1);
+
 struct Live {
   std::uint64_t address = 0;
   std::uint64_t size = 0;
   std::uint64_t line = 0;
   bool placed = false;
+  std::size_t lifetime = kNotRecorded;  // its entry in Result::lifetimes
 };
+
+// Lifetimes and failures are kept for the Chrome trace and the report, up to
+// the caps: past them a huge trace costs a counter, not memory per event.
+void record_lifetime(const TraceEvent& e, std::uint64_t address, const ReplayOptions& options, Result* result,
+                     Live* live) {
+  if (result->lifetimes.size() >= options.max_lifetimes) {
+    result->lifetimes_dropped++;
+    return;
+  }
+  live->lifetime = result->lifetimes.size();
+  result->lifetimes.push_back(Lifetime{e.time_us, 0, address, e.size, e.stream, e.line, false});
+}
+
+void record_failure(const TraceEvent& e, const Target& target, const ReplayOptions& options, Result* result) {
+  if (result->failures.size() >= options.max_failures) {
+    result->failures_dropped++;
+    return;
+  }
+  const Counters c = target.counters();
+  result->failures.push_back(FailedAllocation{e.time_us, e.size, e.stream, e.line, c.live_bytes, c.reserved_bytes});
+}
 
 // One pass over the events, stopping after `stop_after` events (all when 0).
 bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::vector<Step>& steps,
@@ -77,6 +139,7 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
   const std::size_t stride =
       std::max<std::size_t>(1, events.size() / std::max<std::size_t>(1, options.timeline_points));
   const bool measuring = stop_after == 0;
+  const auto started = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration in_target{};  // time spent inside the target's calls only
   // The step being measured; its calls are counted from the previous boundary
   // (the first from the target's creation, so the steps sum to the total).
@@ -120,8 +183,10 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
         if (target.allocate(e.size, e.stream, &address)) {
           it->second.address = address;
           it->second.placed = true;
-        } else {
-          result->failed_allocations += measuring ? 1 : 0;
+          if (measuring && options.record_allocations) record_lifetime(e, address, options, result, &it->second);
+        } else if (measuring) {
+          result->failed_allocations++;
+          record_failure(e, target, options, result);
         }
         break;
       }
@@ -134,18 +199,31 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
           target.free(address, e.stream);
         } else if (measuring) {
           result->failed_allocations++;
+          record_failure(e, target, options, result);
         }
         break;
       }
       case TraceAction::free: {
         auto it = live.find(e.pointer);
-        if (it == live.end()) return bad(e, "free of unknown pointer " + hex(e.pointer));
+        if (it == live.end()) {
+          // A trace recorded mid-run frees blocks allocated before it began.
+          if (!options.lenient) {
+            return bad(e, "free of unknown pointer " + hex(e.pointer) +
+                              " (a trace recorded mid-run? --lenient skips such frees)");
+          }
+          result->unknown_frees += measuring ? 1 : 0;
+          break;
+        }
         if (e.size != 0 && e.size != it->second.size) {
           return bad(e, "free of " + hex(e.pointer) + " says " + std::to_string(e.size) +
                             " bytes, but it was allocated with " + std::to_string(it->second.size) + " at line " +
                             std::to_string(it->second.line));
         }
         if (it->second.placed) target.free(it->second.address, e.stream);
+        if (it->second.lifetime != kNotRecorded) {
+          result->lifetimes[it->second.lifetime].end_us = e.time_us;
+          result->lifetimes[it->second.lifetime].freed = true;
+        }
         live.erase(it);
         break;
       }
@@ -169,7 +247,7 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
     if (i % stride == 0 || i + 1 == limit)
       result->timeline.push_back(Sample{e.time_us, c.live_bytes, c.reserved_bytes});
     if (options.progress && (i % 4096 == 0 || i + 1 == limit))
-      show_progress(trace_name + " " + target.name(), i + 1, limit);
+      show_progress(options, trace_name, target.name(), i + 1, limit, started);
   }
   if (measuring) {
     while (next_step < steps.size()) close_step();
@@ -199,6 +277,10 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
   result->trace = trace_name;
   result->policy = policy;
   result->frees = target_options.frees;
+  if (target_options.device_memory != 0) {
+    result->budget_changes.push_back(
+        BudgetChange{events.empty() ? 0 : events.front().time_us, target_options.device_memory});
+  }
   const std::vector<Step> steps =
       options.step_count == 0 ? detect_steps(events) : split_steps(events, options.step_count);
   Pass pass;

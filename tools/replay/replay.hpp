@@ -28,6 +28,35 @@ struct StepResult {
   std::uint64_t peak_reserved_bytes = 0;
 };
 
+// One allocation the target placed, from its allocate to its free, in the
+// trace's own clock. Recorded only when ReplayOptions::record_allocations.
+struct Lifetime {
+  std::uint64_t begin_us = 0;
+  std::uint64_t end_us = 0;   // meaningful when `freed`
+  std::uint64_t address = 0;  // where the target placed it
+  std::uint64_t size = 0;     // requested bytes
+  std::uint64_t stream = 0;   // the trace's stream id
+  std::uint64_t line = 0;     // the allocate's line in the trace
+  bool freed = false;         // false: still live when the trace ends
+};
+
+// An allocation the target refused (an out-of-memory), with what the target
+// held just after refusing it.
+struct FailedAllocation {
+  std::uint64_t time_us = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t line = 0;
+  std::uint64_t live_bytes = 0;
+  std::uint64_t reserved_bytes = 0;
+};
+
+// The device budget from `time_us` on (0: none).
+struct BudgetChange {
+  std::uint64_t time_us = 0;
+  std::uint64_t bytes = 0;
+};
+
 struct Result {
   std::string trace;
   std::string policy;
@@ -39,6 +68,7 @@ struct Result {
   double external_fragmentation_at_peak = 0;
   std::uint64_t internal_waste_at_peak = 0;
   std::uint64_t failed_allocations = 0;
+  std::uint64_t unknown_frees = 0;  // frees of blocks allocated before the trace began (--lenient)
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
   std::uint64_t evicted_bytes = 0;
@@ -47,6 +77,13 @@ struct Result {
   std::vector<StepResult> steps;  // the first holds the setup; the last is the last training step
   std::vector<Sample> timeline;   // a few thousand points at most
   std::vector<Span> peak_layout;  // filled when asked for
+  // For the Chrome trace and the report's out-of-memory marks. Beyond the
+  // caps in ReplayOptions only the count of what was left out grows.
+  std::vector<Lifetime> lifetimes;  // in allocation order; when record_allocations
+  std::uint64_t lifetimes_dropped = 0;
+  std::vector<FailedAllocation> failures;  // always recorded: they are rare, and each is news
+  std::uint64_t failures_dropped = 0;
+  std::vector<BudgetChange> budget_changes;  // the budget at the first event, when there is one
 };
 
 // Loads every event of a trace; false with `error` (file:line: reason). A
@@ -60,6 +97,12 @@ struct ReplayOptions {
   bool progress = false;     // a progress bar on stderr
   std::size_t timeline_points = 2000;
   std::size_t step_count = 0;  // split into this many steps (split_steps); 0: detect them (detect_steps)
+  bool lenient = false;        // count and skip frees of unknown pointers instead of refusing the trace
+  std::size_t run_index = 0;   // which (trace, policy) run this is, for the progress line
+  std::size_t run_count = 1;
+  bool record_allocations = false;  // fill Result::lifetimes (the Chrome trace's slices); costs memory per allocation
+  std::size_t max_lifetimes = 1'000'000;
+  std::size_t max_failures = 100'000;
 };
 
 // Replays `events` against the target made by `make`; false with `error` on

@@ -1,19 +1,24 @@
 // What tidepool-replay writes: a table for people, JSON lines for programs,
-// a self-contained HTML report, and Chrome trace-event counters.
+// a self-contained HTML report (html_report.cpp) and a Chrome trace-event
+// file for Perfetto (chrome_trace.cpp).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "replay.hpp"
+#include "report_run.hpp"
 
 namespace tidepool::replay {
 
 std::string table(const std::vector<Result>& results);
 // One JSON object per result, with exactly the documented keys.
 std::string json_line(const Result& result);
-// No network access and no external scripts: inline SVG and CSS only.
-std::string html_report(const std::vector<Result>& results);
-std::string chrome_trace(const std::vector<Result>& results);
+// One offline file: the data, the script (report.js) and the style
+// (report.css) inline; nothing is fetched.
+std::string html_report(const std::vector<Result>& results, const RunInfo& run = {});
+// Live and reserved counters, allocation slices per stream (when the results
+// recorded lifetimes), out-of-memory and budget markers; one process per result.
+std::string chrome_trace(const std::vector<Result>& results, const ChromeTraceOptions& options = {});
 
 }  // namespace tidepool::replay

@@ -25,6 +25,7 @@
 #include "pool/policy.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
+#include "runtime/logging.hpp"
 #include "target.hpp"
 
 namespace tidepool::replay {
@@ -175,6 +176,14 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   if (config.passthrough) {
     *error = config.error;
     return nullptr;
+  }
+  // A budget in a replay is there to make allocations fail, and the table
+  // counts them: the out-of-memory warnings would only bury the results.
+  // A log key in --conf is the user's to choose.
+  if (options.conf.find("log:") == std::string::npos && options.conf.find("log :") == std::string::npos) {
+    runtime::logger().set_level(spdlog::level::err);
+  } else {
+    runtime::configure_logging(config);
   }
   runtime::AllocatorOptions allocator_options;
   allocator_options.pool.policy = policy;

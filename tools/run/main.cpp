@@ -51,9 +51,10 @@ void prepend_path(const char* variable, const std::string& entry) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.\n"
-               "Usage: tidepool-run [OPTIONS] [--] CMD [ARGS...]",
-               "tidepool-run"};
+  CLI::App app{
+      "Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.\n"
+      "Usage: tidepool-run [OPTIONS] [--] CMD [ARGS...]",
+      "tidepool-run"};
   std::string conf;
   std::string library = installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
   std::string sim_library = installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);

@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The HTML report in a real browser: headless Chromium opens a report made
+by tidepool-replay from small synthetic traces (one with a hostile name) and
+several policies, and the test checks that no console error or exception
+happens, that nothing is fetched from the network, that every chart drew,
+that hover shows values and drag zooms, that the report's JS helpers compute
+what they should, and that the hostile name stays text. It saves a
+screenshot. Chromium is driven over --remote-debugging-pipe with the
+standard library only; without Chromium the test exits 77 (skipped).
+
+usage: html_report_browser_test.py TIDEPOOL_REPLAY [--screenshot PNG] [--full-page] [--keep HTML] [TRACE...]
+Traces given on the command line replace the synthetic ones.
+"""
+import argparse
+import base64
+import fcntl
+import json
+import os
+import random
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+DEADLINE_S = 45
+POLICIES = ["best_fit", "first_fit", "worst_fit", "pytorch_rules", "rmm_pool"]
+HOSTILE = "<img src=x id=pwned onerror=alert(1)> & \"quotes\" 'q'.csv"
+
+
+def fail(message):
+    print("FAIL: " + message, file=sys.stderr)
+    sys.exit(1)
+
+
+def stamp(us):
+    """RMM's time column: HH:MM:SS:microseconds."""
+    return "%02d:%02d:%02d:%06d" % (us // 3600000000, us // 60000000 % 60, us // 1000000 % 60, us % 1000000)
+
+
+def write_trace(path, seed, steps):
+    """A training-shaped trace: weights kept, then steps that allocate and free."""
+    rng = random.Random(seed)
+    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
+    t = 0
+    pointer = 0x10000
+    for _ in range(20):
+        t += rng.randint(500, 5000)
+        lines.append("0,%s,allocate,0x%x,%d,0" % (stamp(t), pointer, rng.randint(1 << 16, 1 << 23)))
+        pointer += 0x1000
+    sizes = [rng.randint(1 << 10, 1 << 24) for _ in range(60)]
+    for _ in range(steps):
+        live = []
+        for size in sizes:
+            t += rng.randint(500, 5000)
+            lines.append("0,%s,allocate,0x%x,%d,%d" % (stamp(t), pointer, size, rng.choice([0, 7])))
+            live.append(pointer)
+            pointer += 0x1000
+            if rng.random() < 0.3 and len(live) > 3:
+                t += 3
+                lines.append("0,%s,free,0x%x,0,0" % (stamp(t), live.pop(rng.randrange(len(live) - 1))))
+        for p in live:
+            t += rng.randint(1, 10)
+            lines.append("0,%s,free,0x%x,0,0" % (stamp(t), p))
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class Browser:
+    """One headless Chromium and one page, spoken to over the DevTools pipe."""
+
+    def __init__(self, chromium, profile):
+        to_browser = os.pipe()
+        from_browser = os.pipe()
+        # Out of the way of 3 and 4, which the child must see as the pipe.
+        self.write_fd = fcntl.fcntl(to_browser[1], fcntl.F_DUPFD_CLOEXEC, 10)
+        self.read_fd = fcntl.fcntl(from_browser[0], fcntl.F_DUPFD_CLOEXEC, 10)
+        child_in = fcntl.fcntl(to_browser[0], fcntl.F_DUPFD_CLOEXEC, 10)
+        child_out = fcntl.fcntl(from_browser[1], fcntl.F_DUPFD_CLOEXEC, 10)
+        for fd in to_browser + from_browser:
+            os.close(fd)
+
+        def wire():
+            os.dup2(child_in, 3)
+            os.dup2(child_out, 4)
+
+        os.makedirs(profile, exist_ok=True)
+        self.log = open(os.path.join(os.path.dirname(profile), "chromium.log"), "w")
+        self.proc = subprocess.Popen(
+            [chromium, "--headless=new", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
+             "--user-data-dir=" + profile, "--no-first-run", "--no-default-browser-check", "--disable-extensions",
+             "--disable-background-networking", "--disable-sync", "--hide-scrollbars", "--mute-audio",
+             "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, preexec_fn=wire, close_fds=False)
+        os.close(child_in)
+        os.close(child_out)
+        self.buffer = b""
+        self.next_id = 0
+        self.events = []
+        self.session = None
+
+    def _read_message(self, deadline):
+        while b"\0" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                fail("Chromium did not answer in time")
+            ready, _, _ = select.select([self.read_fd], [], [], left)
+            if ready:
+                chunk = os.read(self.read_fd, 1 << 20)
+                if not chunk:
+                    fail("Chromium closed the DevTools pipe (see chromium.log)")
+                self.buffer += chunk
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method, params=None, session=True, timeout=20):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params or {}}
+        if session and self.session:
+            message["sessionId"] = self.session
+        os.write(self.write_fd, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    fail("%s: %s" % (method, reply["error"]))
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_event(self, method, timeout=20):
+        deadline = time.monotonic() + timeout
+        for i, e in enumerate(self.events):
+            if e.get("method") == method:
+                return self.events.pop(i)
+        while True:
+            e = self._read_message(deadline)
+            if e.get("method") == method:
+                return e
+            self.events.append(e)
+
+    def open_page(self, width, height):
+        target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                 session=False)["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(domain + ".enable")
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+
+    def evaluate(self, expression):
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": True})
+        if "exceptionDetails" in result:
+            fail("evaluating %r: %s" % (expression[:80], result["exceptionDetails"]))
+        return result["result"].get("value")
+
+    def mouse(self, kind, x, y, buttons=0, button="none", clicks=0):
+        self.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": button, "buttons": buttons,
+                                               "clickCount": clicks})
+
+    def close(self):
+        try:
+            self.call("Browser.close", session=False, timeout=5)
+        except SystemExit:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def problems_in(events):
+    """Console errors, uncaught exceptions, error log entries, network fetches."""
+    found = []
+    for e in events:
+        method = e.get("method")
+        params = e.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert", "warning"):
+            found.append("console.%s: %s" % (params["type"], [a.get("value", a.get("description"))
+                                                             for a in params.get("args", [])]))
+        elif method == "Runtime.exceptionThrown":
+            found.append("exception: %s" % params.get("exceptionDetails", {}).get("exception", {}).get("description"))
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            found.append("log error: %s" % params["entry"].get("text"))
+        elif method == "Network.requestWillBeSent":
+            url = params.get("request", {}).get("url", "")
+            if not url.startswith(("file:", "data:", "about:")):
+                found.append("network request: %s" % url)
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("replay")
+    parser.add_argument("--screenshot", default="html_report_browser.png")
+    parser.add_argument("--full-page", action="store_true", help="capture the whole page, not the first 3000 px")
+    parser.add_argument("--keep", help="also copy the report here")
+    parser.add_argument("traces", nargs="*")
+    args = parser.parse_intermixed_args()
+    started = time.monotonic()
+
+    chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        print("skipped: no chromium on PATH (scripts/setup.sh installs it)")
+        return SKIP
+
+    work = tempfile.mkdtemp(prefix="tidepool-report-browser-")
+    try:
+        traces = args.traces
+        if not traces:
+            traces = [os.path.join(work, "synthetic_steps.csv"), os.path.join(work, HOSTILE)]
+            write_trace(traces[0], 1, 6)
+            write_trace(traces[1], 2, 4)
+        report = os.path.join(work, "report.html")
+        command = [args.replay, "--html", report]
+        for p in POLICIES if not args.traces else ["all"]:
+            command += ["--policy", p]
+        replay = subprocess.run(command + traces, capture_output=True, text=True, timeout=DEADLINE_S)
+        if replay.returncode != 0:
+            fail("tidepool-replay exited %d: %s" % (replay.returncode, replay.stderr))
+        if args.keep:
+            shutil.copyfile(report, args.keep)
+
+        browser = Browser(chromium, os.path.join(work, "profile"))
+        try:
+            browser.open_page(1400, 3000)
+            browser.call("Page.navigate", {"url": "file://" + report})
+            browser.wait_event("Page.loadEventFired", timeout=30)
+
+            charts = browser.evaluate(
+                "[...document.querySelectorAll('[data-chart]')].map(c => ({id: c.id, kind: c.dataset.chart, "
+                "drawn: Number(c.dataset.drawn || 0), error: c.dataset.error || '', "
+                "svgs: c.querySelectorAll('svg').length}))")
+            kinds = {c["kind"] for c in charts}
+            if kinds != {"utilization", "calls", "timeline", "pool"}:
+                fail("chart kinds %s" % sorted(kinds))
+            if sum(c["kind"] == "timeline" for c in charts) != len(traces):
+                fail("one timeline per trace expected: %s" % charts)
+            for c in charts:
+                if c["error"] or c["drawn"] <= 0 or c["svgs"] == 0:
+                    fail("chart %s did not draw: %s" % (c["id"], c))
+            policies_drawn = browser.evaluate("tidepoolReport.data.policies.length")
+            expected = len(POLICIES) if not args.traces else None
+            if expected is not None and policies_drawn != expected:
+                fail("%d policies in the data, %d expected" % (policies_drawn, expected))
+            # A timeline draws the live area and one line per policy.
+            first = next(c for c in charts if c["kind"] == "timeline")
+            if expected is not None and first["drawn"] != expected + 1:
+                fail("timeline drew %d series, expected %d" % (first["drawn"], expected + 1))
+
+            # The helpers the charts are built on.
+            checks = browser.evaluate(
+                "(() => { const r = tidepoolReport; return {"
+                "ticks: r.niceTicks(0, 10, 5), ticks2: r.niceTicks(0.3, 1.7, 4),"
+                "mib: r.formatBytes(1.5 * 1048576), gib: r.formatBytes(3 * 1073741824), b: r.formatBytes(512),"
+                "s: r.formatTime(2.5e6), ms: r.formatTime(1500), s90: r.formatTime(90e6), min: r.formatTime(600e6),"
+                "at: [r.indexAt([10, 20, 30], 5), r.indexAt([10, 20, 30], 20), r.indexAt([10, 20, 30], 99)],"
+                "gibTicks: r.unitTicks(0, 2 * 1073741824, 4, [[1073741824, 'GiB'], [1048576, 'MiB'], [1, 'B']])"
+                "  .ticks.map(v => v / 1073741824),"
+                "rank: r.rank({runs: [{failed: 1, util: 0.99, peak_reserved: 5}, {failed: 0, util: 0.5, "
+                "peak_reserved: 9}, {failed: 0, util: 0.9, peak_reserved: 7}]})}; })()")
+            want = {"ticks": [0, 2, 4, 6, 8, 10], "ticks2": [0.5, 1, 1.5], "mib": "1.50 MiB", "gib": "3.00 GiB",
+                    "b": "512 B", "s": "2.50 s", "ms": "1.50 ms", "s90": "90.0 s", "min": "10.0 min", "at": [0, 1, 2], "gibTicks": [0, 0.5, 1, 1.5, 2],
+                    "rank": [2, 1, 0]}
+            for key, value in want.items():
+                if checks[key] != value:
+                    fail("report.js %s: got %r, want %r" % (key, checks[key], value))
+
+            # The hostile trace name is text wherever it appears.
+            if not args.traces:
+                hostile = browser.evaluate(
+                    "({injected: document.getElementById('pwned') !== null, "
+                    "text: document.body.textContent.includes(%s)})" % json.dumps(HOSTILE))
+                if hostile["injected"] or not hostile["text"]:
+                    fail("hostile trace name: %s" % hostile)
+
+            # Hover over the first timeline: a tooltip with a value per policy.
+            box = browser.evaluate(
+                "(() => { const c = document.querySelector('[data-chart=timeline]'); c.scrollIntoView(); "
+                "const r = c.querySelector('rect[cursor=crosshair]').getBoundingClientRect(); "
+                "return {x: r.left, y: r.top, w: r.width, h: r.height, id: c.id}; })()")
+            mid_x = box["x"] + box["w"] * 0.5
+            mid_y = box["y"] + box["h"] * 0.5
+            browser.mouse("mouseMoved", mid_x, mid_y)
+            tip = browser.evaluate(
+                "(() => { const t = document.querySelector('#%s .tooltip'); "
+                "return {shown: t.style.display === 'block', text: t.textContent}; })()" % box["id"])
+            if not tip["shown"] or "since the first event" not in tip["text"]:
+                fail("no tooltip on hover: %s" % tip)
+            if expected is not None and not all(p in tip["text"] for p in POLICIES):
+                fail("tooltip lacks a policy: %s" % tip["text"])
+
+            # Drag across the middle fifth: zoomed in, x range narrowed; reset restores it.
+            before = browser.evaluate("(() => { const d = document.getElementById('%s').dataset; "
+                                      "return [Number(d.x0), Number(d.x1)]; })()" % box["id"])
+            browser.mouse("mousePressed", box["x"] + box["w"] * 0.4, mid_y, buttons=1, button="left", clicks=1)
+            browser.mouse("mouseMoved", box["x"] + box["w"] * 0.5, mid_y, buttons=1, button="left")
+            browser.mouse("mouseMoved", box["x"] + box["w"] * 0.6, mid_y, buttons=1, button="left")
+            browser.mouse("mouseReleased", box["x"] + box["w"] * 0.6, mid_y, buttons=0, button="left", clicks=1)
+            after = browser.evaluate("(() => { const d = document.getElementById('%s').dataset; "
+                                     "return {zoomed: d.zoomed, x: [Number(d.x0), Number(d.x1)], "
+                                     "drawn: Number(d.drawn)}; })()" % box["id"])
+            span_before = before[1] - before[0]
+            span_after = after["x"][1] - after["x"][0]
+            if after["zoomed"] != "1" or not 0.15 * span_before < span_after < 0.25 * span_before or after["drawn"] <= 0:
+                fail("drag did not zoom to a fifth: before %s, after %s" % (before, after))
+            browser.evaluate("document.querySelector('#%s .toolbar button').click()" % box["id"])
+            reset = browser.evaluate("document.getElementById('%s').dataset.zoomed" % box["id"])
+            if reset != "0":
+                fail("reset zoom left zoomed=%s" % reset)
+
+            # Hover over the first pool strip: the block or blocks under the mouse.
+            pool = browser.evaluate(
+                "(() => { const c = document.querySelector('[data-chart=pool]'); c.scrollIntoView(); "
+                "const r = c.querySelector('rect[cursor=crosshair]').getBoundingClientRect(); "
+                "return {x: r.left, y: r.top, w: r.width, id: c.id}; })()")
+            browser.mouse("mouseMoved", pool["x"] + 3, pool["y"] + 8)
+            text = browser.evaluate("document.querySelector('#%s .tooltip').textContent" % pool["id"])
+            if "block" not in text:
+                fail("no block in the pool tooltip: %r" % text)
+            browser.mouse("mouseMoved", 1, 1)
+
+            browser.evaluate("window.scrollTo(0, 0)")
+            shot = {"format": "png"}
+            if args.full_page:
+                height = browser.evaluate("document.documentElement.scrollHeight")
+                shot.update({"captureBeyondViewport": True,
+                             "clip": {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1}})
+            png = browser.call("Page.captureScreenshot", shot, timeout=30)["data"]
+            with open(args.screenshot, "wb") as f:
+                f.write(base64.b64decode(png))
+
+            problems = problems_in(browser.events)
+            if problems:
+                fail("the page reported problems:\n  " + "\n  ".join(problems))
+        finally:
+            browser.close()
+        elapsed = time.monotonic() - started
+        print("ok: %d charts drew, no console errors, screenshot %s (%.1f s)" % (len(charts), args.screenshot,
+                                                                                elapsed))
+        if elapsed > DEADLINE_S:
+            fail("took %.1f s, over the %d s budget" % (elapsed, DEADLINE_S))
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
