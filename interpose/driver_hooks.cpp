@@ -47,38 +47,38 @@ using tidepool::interpose::release;
 TIDEPOOL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytesize) {
   bool forward = false;
   const CUresult r = allocate(dptr, bytesize, nullptr, false, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemAlloc_v2)(dptr, bytesize) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAlloc_v2, dptr, bytesize) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr) {
   bool forward = false;
   const CUresult r = release(dptr, nullptr, false, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemFree_v2)(dptr) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFree_v2, dptr) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
   const CUresult r = allocate(dptr, bytesize, stream, true, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemAllocAsync)(dptr, bytesize, stream) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync, dptr, bytesize, stream) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   bool forward = false;
   const CUresult r = release(dptr, stream, true, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemFreeAsync)(dptr, stream) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync, dptr, stream) : r;
 }
 
 // The _ptsz variants read the null stream as the per-thread stream.
 TIDEPOOL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
   const CUresult r = allocate(dptr, bytesize, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemAllocAsync_ptsz)(dptr, bytesize, stream) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, dptr, bytesize, stream) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   bool forward = false;
   const CUresult r = release(dptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, &forward);
-  return forward ? TIDEPOOL_REAL_DRIVER(cuMemFreeAsync_ptsz)(dptr, stream) : r;
+  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync_ptsz, dptr, stream) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,
@@ -98,7 +98,7 @@ TIDEPOOL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch,
       return r;
     }
   }
-  return TIDEPOOL_REAL_DRIVER(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_bytes);
+  return TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocPitch_v2, dptr, pitch, width, height, element_bytes);
 }
 
 TIDEPOOL_HOOK CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -117,7 +117,7 @@ TIDEPOOL_HOOK CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* tot
 TIDEPOOL_HOOK CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdeviceptr dptr) {
   const auto address = static_cast<std::uintptr_t>(dptr);
   tidepool::runtime::Allocator* owner = tidepool::interpose::segment_owner(address);
-  if (owner == nullptr) return TIDEPOOL_REAL_DRIVER(cuMemGetAddressRange_v2)(base, size, dptr);
+  if (owner == nullptr) return TIDEPOOL_CALL_REAL_DRIVER(cuMemGetAddressRange_v2, base, size, dptr);
   std::uintptr_t found_base = 0;
   std::size_t found_size = 0;
   // Inside a pool segment but in no live block: no allocation is there.
@@ -184,7 +184,7 @@ TIDEPOOL_HOOK CUresult cuPointerGetAttribute(void* data, CUpointer_attribute att
   tidepool::runtime::Allocator* owner = tidepool::interpose::segment_owner(address);
   CUresult result = CUDA_SUCCESS;
   if (owner != nullptr && data != nullptr && pool_attribute(*owner, address, attribute, data, &result)) return result;
-  return TIDEPOOL_REAL_DRIVER(cuPointerGetAttribute)(data, attribute, ptr);
+  return TIDEPOOL_CALL_REAL_DRIVER(cuPointerGetAttribute, data, attribute, ptr);
 }
 
 TIDEPOOL_HOOK CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
@@ -192,7 +192,7 @@ TIDEPOOL_HOOK CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attr
   const auto address = static_cast<std::uintptr_t>(ptr);
   tidepool::runtime::Allocator* owner = tidepool::interpose::segment_owner(address);
   if (owner == nullptr || attributes == nullptr || data == nullptr) {
-    return TIDEPOOL_REAL_DRIVER(cuPointerGetAttributes)(count, attributes, data, ptr);
+    return TIDEPOOL_CALL_REAL_DRIVER(cuPointerGetAttributes, count, attributes, data, ptr);
   }
   // Unlike cuPointerGetAttribute, this call answers every attribute it can
   // and leaves the rest to the driver, one by one.

@@ -78,6 +78,14 @@ Fn next(const char* name, std::atomic<void*>& slot) {
     static std::atomic<void*> slot{nullptr};                                       \
     return ::tidepool::interpose::real_driver<decltype(&::symbol)>(#symbol, slot); \
   }())
+// Calls the real driver's `symbol`, or answers CUDA_ERROR_NOT_INITIALIZED
+// when no driver could be loaded (the log has said why): a program linked
+// to libtidepool.so with no driver must get an error, never a null call.
+#define TIDEPOOL_CALL_REAL_DRIVER(symbol, ...)                               \
+  ([&] {                                                                     \
+    auto real = TIDEPOOL_REAL_DRIVER(symbol);                                \
+    return real == nullptr ? CUDA_ERROR_NOT_INITIALIZED : real(__VA_ARGS__); \
+  }())
 // The program's own cudart `symbol`, typed, cached likewise.
 #define TIDEPOOL_NEXT(symbol)                                               \
   ([] {                                                                     \

@@ -6,9 +6,13 @@
 #include "driver/driver.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 namespace tidepool::driver {
 
@@ -27,6 +31,61 @@ void* real_dlsym(void* handle, const char* name) {
   return real(handle, name);
 }
 
+// Where the simulated driver sits beside the library or program this code
+// was linked into: <libdir>/tidepool/sim/ beside an installed library,
+// ../lib/tidepool/sim/ beside an installed tool, sim/ in a build tree. A
+// placeholder when none holds it.
+std::string sim_driver_hint() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<const void*>(&sim_driver_hint), &info) != 0 && info.dli_fname != nullptr) {
+    std::string dir = info.dli_fname;
+    const std::size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? std::string(".") : dir.substr(0, slash);
+    for (const char* relative :
+         {"/tidepool/sim/libcuda.so.1", "/../lib/tidepool/sim/libcuda.so.1", "/sim/libcuda.so.1"}) {
+      std::string candidate = dir + relative;
+      if (::access(candidate.c_str(), R_OK) == 0) return candidate;
+    }
+  }
+  return "<prefix>/lib/tidepool/sim/libcuda.so.1";
+}
+
+// A Status carries static text only, so each distinct "why dlopen failed"
+// line is kept for the life of the process in a fixed table: no heap, nothing
+// to give back at dlclose, and a slot is never rewritten once published.
+// Past the table's capacity the line loses the dlerror text, not the advice.
+constexpr std::size_t kOpenErrorSlots = 8;
+constexpr std::size_t kOpenErrorLength = 480;
+std::mutex open_errors_lock;
+std::array<std::array<char, kOpenErrorLength>, kOpenErrorSlots> open_errors{};
+std::size_t open_errors_used = 0;
+
+const char* open_error_message(const char* why) {
+  std::string line = "cannot dlopen the CUDA driver library: ";
+  std::string reason = why != nullptr && *why != '\0' ? why : "unknown dlopen error";
+  if (reason.size() > 200) reason = reason.substr(0, 197) + "...";
+  for (char& c : reason) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  }
+  line += reason;
+  line += "; install the NVIDIA driver, or use the simulated one: set TIDEPOOL_CUDA_LIB=";
+  line += sim_driver_hint();
+  line += " (or run the program under tidepool-run --sim)";
+  if (line.size() >= kOpenErrorLength) line = line.substr(0, kOpenErrorLength - 4) + "...";
+
+  const std::lock_guard<std::mutex> hold(open_errors_lock);
+  for (std::size_t i = 0; i < open_errors_used; ++i) {
+    if (line == open_errors[i].data()) return open_errors[i].data();
+  }
+  if (open_errors_used == kOpenErrorSlots) {
+    return "cannot dlopen the CUDA driver library; install the NVIDIA driver, or set TIDEPOOL_CUDA_LIB to "
+           "<prefix>/lib/tidepool/sim/libcuda.so.1 for the simulated driver (or run under tidepool-run --sim)";
+  }
+  char* slot = open_errors[open_errors_used++].data();
+  std::memcpy(slot, line.c_str(), line.size() + 1);
+  return slot;
+}
+
 }  // namespace
 
 std::string default_driver_path() {
@@ -39,7 +98,9 @@ util::Result<std::unique_ptr<Driver>> Driver::open(const std::string& path, Symb
   if (lookup == nullptr) lookup = &real_dlsym;
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    return util::Status(util::Error::driver_missing, "cannot dlopen the CUDA driver library");
+    // dlerror() says why (no such file, wrong ELF class, a missing
+    // dependency); the message adds what to do about it.
+    return util::Status(util::Error::driver_missing, open_error_message(::dlerror()));
   }
   std::unique_ptr<Driver> driver(new Driver());
   driver->handle_ = handle;

@@ -34,8 +34,10 @@ using SymbolLookup = void* (*)(void* handle, const char* name);
 class Driver {
  public:
   // Opens the driver at `path` (see default_driver_path) and resolves the
-  // table. Fails with driver_missing when the library cannot be opened, and
-  // with driver_error when it lacks an entry point tidepool cannot do without.
+  // table. Fails with driver_missing when the library cannot be opened (the
+  // message holds dlerror()'s text and what to do: install the driver, or
+  // point TIDEPOOL_CUDA_LIB at the simulated one), and with driver_error when
+  // it lacks an entry point tidepool cannot do without.
   static util::Result<std::unique_ptr<Driver>> open(const std::string& path, SymbolLookup lookup = nullptr);
   ~Driver();
   Driver(const Driver&) = delete;

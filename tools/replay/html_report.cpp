@@ -247,7 +247,10 @@ std::string run_section(const RunInfo& run, const std::vector<TraceGroup>& group
   item("tidepool", run.version.empty() ? std::string(util::version()) : run.version);
   if (!run.argv.empty()) {
     std::string command;
-    for (const std::string& a : run.argv) command += (command.empty() ? "" : " ") + shell_quote(a);
+    for (const std::string& a : run.argv) {
+      if (!command.empty()) command += ' ';  // not `(...) + quote`: GCC 12's -Wrestrict false positive at -O3
+      command += shell_quote(a);
+    }
     item("command", command);
   }
   if (!run.date.empty()) item("date", run.date);
