@@ -4,7 +4,8 @@
 // mode keeps, and what the residency layer moved to get there.
 //
 //   bench_residency [--layers L] [--activation-mib M] [--kernel-ms K] [--steps N]
-//                   [--copy-gbps G] [--prefetch-ahead A] [--json PATH]
+//                   [--copy-gbps G] [--prefetch-ahead A] [--learn-ahead A]
+//                   [--modes off,hints,launch,learn] [--budgets 100,50,33.3] [--json PATH]
 //
 // A step is a forward pass over L layers, each allocating an activation
 // (cudaMalloc semantics) and launching a kernel that reads the previous one
@@ -72,6 +73,8 @@ struct Options {
   double copy_gbps = 2;
   int prefetch_ahead = 1;
   int learn_ahead = 4;
+  std::vector<std::string> modes{"off", "hints", "launch", "learn"};
+  std::vector<double> budget_percents{100, 50, 100.0 / 3.0};
   std::string json;
 };
 
@@ -455,6 +458,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_option("--learn-ahead", o.learn_ahead, "learn mode: launches a block is brought back ahead of its use")
       ->check(CLI::Range(1, 1000));
+  app.add_option("--modes", o.modes, "Prefetch modes to run under each budget")
+      ->check(CLI::IsMember({"off", "hints", "launch", "learn"}))
+      ->delimiter(',');
+  app.add_option("--budgets", o.budget_percents, "Budgets, in percent of the unconstrained peak reserved bytes")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->delimiter(',');
   app.add_option("--json", o.json, "Also write the results as JSON here");
   try {
     app.parse(argc, argv);
@@ -521,15 +530,14 @@ int main(int argc, char** argv) {
   baseline.throughput_kept = 1.0;
   runs.push_back(baseline);
   const std::size_t peak = baseline.peak_reserved_bytes;
-  const struct {
-    const char* label;
-    double fraction;
-  } budgets[] = {{"100%", 1.0}, {"50%", 0.5}, {"33%", 1.0 / 3.0}};
-  for (const auto& budget : budgets) {
-    for (const char* mode : {"off", "hints", "launch", "learn"}) {
-      RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * budget.fraction), mode);
-      r.budget_label = budget.label;
-      r.budget_fraction = budget.fraction;
+  for (const double percent : o.budget_percents) {
+    const double fraction = percent / 100.0;
+    char label[32];
+    std::snprintf(label, sizeof label, "%.0f%%", percent);
+    for (const std::string& mode : o.modes) {
+      RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * fraction), mode);
+      r.budget_label = label;
+      r.budget_fraction = fraction;
       if (r.completed) r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
       runs.push_back(r);
     }

@@ -43,8 +43,12 @@ class LiveBlocks {
   // Every live block that may give up device pages (as evict() gets them).
   virtual void candidates(std::vector<EvictionCandidate>* out) const = 0;
   // Unmaps up to `pages` idle pages of free blocks outside [keep_begin,
-  // keep_end), without waiting for the device; returns how many.
-  virtual std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) = 0;
+  // keep_end); returns how many. The device is never waited for, except
+  // with `wait_for_freed_work`: then the host may wait for the work queued
+  // before a block's free (before the device barrier it came back behind),
+  // never for work queued since.
+  virtual std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,
+                                         bool wait_for_freed_work) = 0;
 };
 
 class PageMover {

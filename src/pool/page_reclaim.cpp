@@ -76,7 +76,8 @@ std::size_t Pool::free_parked_pages(const space::Reservation& r, std::uintptr_t 
 }
 
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                                     bool may_synchronize, std::uintptr_t request_stream, bool learn) {
+                                     bool may_synchronize, std::uintptr_t request_stream, bool learn,
+                                     bool wait_for_barrier) {
   // Without a synchronisation, only blocks with nothing pending give pages.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !unsynchronized_async_frees_;
   // Longest idle first: in a training loop the pages idle since before the
@@ -97,7 +98,7 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
   std::size_t reclaimed = 0;
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
-    if (!all_idle && !settle_by_query(b, request_stream)) continue;
+    if (!all_idle && !settle_by_query(b, request_stream, wait_for_barrier)) continue;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
     for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;

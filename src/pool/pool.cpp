@@ -63,6 +63,7 @@ Pool::~Pool() {
   for (auto& [key, state] : streams_) {
     if (state.event != nullptr) (void)api_.eventDestroy(state.event);
   }
+  barrier_fences_.clear();
   if (unsynchronized_async_frees_ && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
   events_.clear();
   for (auto& segment : segments_) (void)space_.unreserve(segment->reservation);
@@ -500,8 +501,10 @@ bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const 
   return !b->keep_resident;
 }
 
-std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
-  return pool_.reclaim_idle_pages(pages, keep_begin, keep_end, false, kNoPendingWork, /*learn=*/false);
+std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,
+                                               bool wait_for_freed_work) {
+  return pool_.reclaim_idle_pages(pages, keep_begin, keep_end, false, kNoPendingWork, /*learn=*/false,
+                                  wait_for_freed_work);
 }
 
 void Pool::LiveView::candidates(std::vector<EvictionCandidate>* out) const {

@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "pool/barrier_fences.hpp"
 #include "pool/block.hpp"
 #include "pool/block_store.hpp"
 #include "pool/deferred_frees.hpp"
@@ -285,8 +286,10 @@ class Pool {
   bool settle(Block* block);
   // settle(), and failing that, asks the driver: queries the stream's record
   // in flight, or records one and queries it. Waits only when the block's
-  // stream is `may_wait_for` (the requesting stream's own earlier work).
-  bool settle_by_query(Block* block, std::uintptr_t may_wait_for);
+  // stream is `may_wait_for` (the requesting stream's own earlier work), or,
+  // `wait_for_barrier`, for the work before the device barrier a block put
+  // back behind one came back with (not the work queued since).
+  bool settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier = false);
   // After a successful context synchronisation: every free so far is safe.
   bool synchronize_context();
 
@@ -314,9 +317,11 @@ class Pool {
   // stream-ordered frees; else those blocks are taken once their stream is
   // past them, waiting only on `request_stream` (a stream key).
   // `learn`: mark the pages, so that needing them again teaches the pool to
-  // hold more (pages_to_hold_); a trim does not.
+  // hold more (pages_to_hold_); a trim does not. `wait_for_barrier`: may also
+  // wait for the work before the barrier a block came back behind.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                                 bool may_synchronize, std::uintptr_t request_stream, bool learn);
+                                 bool may_synchronize, std::uintptr_t request_stream, bool learn,
+                                 bool wait_for_barrier = false);
   // Host pages under [begin, begin + length) back to the device, making room
   // first (stitching, then eviction elsewhere). Best effort: pages that
   // cannot come back stay on the host, where they are still correct.
@@ -355,7 +360,8 @@ class Pool {
     explicit LiveView(Pool& pool) : pool_(pool) {}
     bool find(std::uintptr_t address, EvictionCandidate* out) const override;
     void candidates(std::vector<EvictionCandidate>* out) const override;
-    std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) override;
+    std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,
+                                   bool wait_for_freed_work) override;
 
    private:
     Pool& pool_;
@@ -369,6 +375,7 @@ class Pool {
   BlockStore blocks_;
   util::AddressMap<Block> live_;
   EventCache events_;
+  BarrierFences barrier_fences_{api_, events_};              // when the work before recent device barriers finished
   DeferredFrees deferred_;                                   // cudaFree-semantics frees awaiting a fence
   std::unordered_map<std::uintptr_t, StreamState> streams_;  // by stream key
   std::uintptr_t last_key_ = kNoPendingWork;                 // a one-entry cache in front of streams_

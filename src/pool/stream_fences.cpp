@@ -72,10 +72,17 @@ bool Pool::synchronize_context() {
   return true;
 }
 
-bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for) {
+bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier) {
   if (settle(block)) return true;
   const std::uintptr_t key = block->stream;
   StreamState& state = streams_[key];
+  if (key == kAfterBarrier) {
+    // The record behind the block's own barrier answers before one made now
+    // at the tail of the queue would.
+    const std::uint64_t done = barrier_fences_.finished_through(wait_for_barrier ? block->free_epoch : 0);
+    state.finished_epoch = std::max(state.finished_epoch, done);
+    if (settle(block)) return true;
+  }
   // A record still in flight is left to finish: recording again would only
   // push the answer later. Its completion settles every free before it.
   const bool may_wait = key == may_wait_for;
@@ -111,6 +118,7 @@ bool Pool::promote_deferred_behind_barrier() {
   const std::uint64_t epoch = ++epoch_;
   unsynchronized_async_frees_ = true;
   stats_.device_barriers++;
+  barrier_fences_.recorded_barrier(epoch);
   deferred_.release_all([&](Block* b) {
     b->stream = kAfterBarrier;
     b->free_epoch = epoch;

@@ -67,9 +67,14 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   collect_released_host_pages();
   std::size_t committed = 0;
   if (schedule_ != nullptr) {
-    schedule_->note_demand(pages);
     committed = commit_precopies(pages, nullptr, &candidates, keep_begin, keep_end);
-    if (committed >= pages) return committed;
+    if (committed >= pages) {
+      // What an eviction made spare, not what it asked for: precopies are
+      // committed a whole block at a time, and the next step's precopies
+      // must cover what this step's evictions really moved.
+      schedule_->note_demand(committed);
+      return committed;
+    }
     pages -= committed;
   }
   const std::size_t page_size = space_.page_size();
@@ -118,6 +123,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     // stays with the space, which hands it back when it unmaps it.
     if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
   }
+  if (schedule_ != nullptr) schedule_->note_demand(moved + committed);
   std::lock_guard<std::mutex> guard(stats_lock_);
   note_transit_stats();
   if (cache_full) counters_.host_cache_full++;
@@ -226,8 +232,15 @@ void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
       }
     }
     if (moves_.empty()) continue;
-    if (space_.available_pages() < moves_.size()) {
-      (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size);
+    // Room, cheapest first: idle pages of free blocks; then pages of blocks
+    // freed before the launch being scanned, the host waiting for the work
+    // queued before their frees (never for later work: the device keeps
+    // it, and a launching thread that is ahead of the device loses only its
+    // lead); then precopied blocks, whose pages are already on the host.
+    for (const bool wait : {false, true}) {
+      if (space_.available_pages() < moves_.size()) {
+        (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size, wait);
+      }
     }
     if (space_.available_pages() < moves_.size()) {
       (void)commit_precopies(moves_.size() - space_.available_pages(), &live, nullptr, c.address, c.address + c.size);
@@ -246,12 +259,18 @@ void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
 }
 
 void Residency::precopy_for_demand(pool::LiveBlocks& live) {
-  const std::size_t wanted = schedule_->predicted_demand(2 * options_.learn_ahead);
+  // The demand of twice the prefetch window: a precopy must have finished
+  // when its demand comes, and a commit takes a whole block at once, so the
+  // copies run well ahead of the demand they cover.
+  const std::size_t wanted = schedule_->predicted_demand(4 * options_.learn_ahead);
   if (wanted <= precopied_pages_) return;
   live.candidates(&live_scratch_);
-  // Needed last first; a block needed within the window is not copied out,
-  // nor one the schedule cannot place (it may be about to be used).
-  const std::uint64_t horizon = schedule_->launches() + 2 * options_.learn_ahead;
+  // Needed last first. A block the next learn_ahead launches use is not
+  // copied out (it is being brought back), nor one the schedule cannot
+  // place (it may be about to be used); any other may be, since a demand
+  // that reaches it would otherwise evict it behind a gate. A copy made
+  // stale by a use before its commit costs only the copy.
+  const std::uint64_t horizon = schedule_->launches() + options_.learn_ahead;
   ranked_.clear();
   for (std::size_t i = 0; i < live_scratch_.size(); ++i) {
     const std::uint64_t next = schedule_->next_use(live_scratch_[i].buffer_id);
@@ -266,13 +285,19 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
     const pool::EvictionCandidate& c = live_scratch_[index];
     Precopy copy{c.address, c.buffer_id, c.last_use, {}, nullptr, nullptr};
     const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
+    bool cache_full = false;
     for (std::size_t p = first; p < end && precopied_pages_ + copy.moves.size() < wanted; ++p) {
       if (c.reservation->page(p).residency != space::Residency::device) continue;
       space::HostPage* host = cache_->take();
-      if (host == nullptr) break;
+      if (host == nullptr) {
+        cache_full = true;
+        break;
+      }
       copy.moves.push_back({c.reservation, p, host, false});
     }
-    if (copy.moves.empty()) break;  // the host cache is full
+    // A block already on the host has nothing to copy out: the next one may.
+    if (copy.moves.empty() && !cache_full) continue;
+    if (copy.moves.empty()) break;
     if (!transit_->precopy_to_host(copy.moves, &copy.start, &copy.done)) {
       for (const PageMove& m : copy.moves) cache_->give(m.host);
       break;

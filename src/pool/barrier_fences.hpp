@@ -1,0 +1,65 @@
+// BarrierFences: when the work before each recent device barrier finished.
+//
+// Blocks put back behind a device barrier (kAfterBarrier) may be handed out
+// at once, but their pages may be unmapped only once the work queued before
+// the barrier has run. One event recorded on the legacy stream right behind
+// each barrier (the barrier made that stream wait for every other) answers
+// that for the barrier's blocks alone. Without it the only answer is a
+// record made when the question is asked, at the tail of the queue, which
+// finishes only when the device has drained everything queued since.
+//
+// Keeping a few barriers' events lets a caller wait for the work before one
+// barrier and no more: the host waits, and the device runs on with whatever
+// was queued after that barrier (prefetch:learn's bring-backs use it to take
+// the pages of blocks freed a few launches ago).
+//
+// Not thread-safe: the owning pool's lock guards it; events come from and
+// return to the pool's EventCache, in the pool's context.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "driver/driver.hpp"
+#include "pool/event_cache.hpp"
+
+namespace tidepool::pool {
+
+class BarrierFences {
+ public:
+  static constexpr std::size_t kKept = 8;
+
+  BarrierFences(const driver::Api& api, EventCache& events) : api_(api), events_(events) {}
+  BarrierFences(const BarrierFences&) = delete;
+  BarrierFences& operator=(const BarrierFences&) = delete;
+
+  // Right after the device barrier of `epoch`: a record on the legacy stream.
+  // The oldest barrier's record is dropped when all kKept are in flight. A
+  // failed record leaves nothing: that barrier's blocks settle as before.
+  void recorded_barrier(std::uint64_t epoch);
+  // The newest epoch whose barrier's work is known finished (0: none), from
+  // queries of the records still in flight, oldest first. The host waits
+  // for the records of epochs up to `wait_through` (0: waits for none).
+  std::uint64_t finished_through(std::uint64_t wait_through = 0);
+  // Gives every event back (before the pool's events are destroyed).
+  void clear();
+
+ private:
+  struct Record {
+    std::uint64_t epoch = 0;
+    CUevent event = nullptr;
+  };
+  void pop_oldest();
+
+  const driver::Api& api_;
+  EventCache& events_;
+  std::array<Record, kKept> ring_{};
+  std::size_t first_ = 0;
+  std::size_t count_ = 0;
+  std::uint64_t finished_ = 0;
+};
+
+}  // namespace tidepool::pool
