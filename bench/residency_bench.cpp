@@ -65,7 +65,7 @@ struct Options {
   int layers = 12;
   double activation_mib = 8;
   double kernel_ms = 5;
-  int steps = 6;  // the first is a warm-up
+  int steps = 11;  // the first is a warm-up
   // The sim moves bytes through page tables at 1.5-3 GB/s on a 2-core
   // machine: a modelled link above that would time the sim, not the
   // residency layer. 2 GB/s with 8 MiB activations and 5 ms kernels keeps
@@ -130,6 +130,11 @@ struct RunResult {
   std::vector<double> step_ms;  // timed steps only
   double mean_step_ms = 0;
   double throughput_kept = 0;  // unconstrained mean / this mean
+  // The second half of the timed steps: what a long run settles to, once
+  // prefetch:learn has found the step (its first steps move blocks as
+  // prefetch:launch does).
+  double steady_step_ms = 0;
+  double steady_kept = 0;
   bool eviction_on = false;
   std::string eviction_off_reason;
   double evicted_bytes_per_step = 0;
@@ -250,6 +255,10 @@ class Workload {
     double total = 0;
     for (double ms : r->step_ms) total += ms;
     r->mean_step_ms = total / timed;
+    const std::size_t half = r->step_ms.size() / 2;
+    double steady = 0;
+    for (std::size_t i = half; i < r->step_ms.size(); ++i) steady += r->step_ms[i];
+    r->steady_step_ms = steady / static_cast<double>(r->step_ms.size() - half);
     const residency::ResidencyStats& a = before.residency;
     const residency::ResidencyStats& b = after.residency;
     r->evicted_bytes_per_step = per_step(a.evicted_bytes, b.evicted_bytes);
@@ -367,18 +376,20 @@ class Workload {
 
 double mib(double bytes) { return bytes / static_cast<double>(util::MiB); }
 
+// kept: unconstrained mean step time / this run's, over the timed steps;
+// steady: the same over their second half, once learn has found the step.
 // Columns per timed step (/st) are means over the timed steps; pinned bytes,
 // pin calls, copy rates and ooms cover the whole run, warm-up included.
 void print_table(const std::vector<RunResult>& runs) {
-  std::printf("%-6s %9s %-5s %8s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5s  %s\n", "budget", "budgetMiB", "mode",
-              "step_ms", "kept", "evictMiB/st", "prefMiB/st", "hostrd/st", "gates/st", "pinnedMiB", "pinPeakMiB",
-              "pins", "d2h_GBps", "h2d_GBps", "ooms", "status");
+  std::printf("%-6s %9s %-5s %8s %6s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5s  %s\n", "budget", "budgetMiB",
+              "mode", "step_ms", "kept", "steady", "evictMiB/st", "prefMiB/st", "hostrd/st", "gates/st", "pinnedMiB",
+              "pinPeakMiB", "pins", "d2h_GBps", "h2d_GBps", "ooms", "status");
   for (const RunResult& r : runs) {
     const std::string budget_mib = r.budget_bytes == 0 ? "-" : std::to_string(r.budget_bytes / util::MiB);
     if (!r.completed) {
-      std::printf("%-6s %9s %-5s %8s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5llu  failed: %s\n",
+      std::printf("%-6s %9s %-5s %8s %6s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5llu  failed: %s\n",
                   r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), "-", "-", "-", "-", "-", "-", "-", "-",
-                  "-", "-", "-", static_cast<unsigned long long>(r.ooms), r.failure.c_str());
+                  "-", "-", "-", "-", static_cast<unsigned long long>(r.ooms), r.failure.c_str());
       continue;
     }
     std::string status = "ok";
@@ -391,10 +402,10 @@ void print_table(const std::vector<RunResult>& runs) {
     }
     if (r.fallbacks > 0) status += ", " + std::to_string(r.fallbacks) + " ungated moves";
     if (r.failed_moves > 0) status += ", " + std::to_string(r.failed_moves) + " failed moves";
-    std::printf("%-6s %9s %-5s %8.1f %6.3f %11.1f %10.1f %9.1f %8.1f %9.1f %10.1f %5llu %8.2f %8.2f %5llu  %s\n",
+    std::printf("%-6s %9s %-5s %8.1f %6.3f %6.3f %11.1f %10.1f %9.1f %8.1f %9.1f %10.1f %5llu %8.2f %8.2f %5llu  %s\n",
                 r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), r.mean_step_ms, r.throughput_kept,
-                mib(r.evicted_bytes_per_step), mib(r.prefetched_bytes_per_step), r.host_read_launches_per_step,
-                r.gates_per_step, mib(static_cast<double>(r.host_cache_bytes)),
+                r.steady_kept, mib(r.evicted_bytes_per_step), mib(r.prefetched_bytes_per_step),
+                r.host_read_launches_per_step, r.gates_per_step, mib(static_cast<double>(r.host_cache_bytes)),
                 mib(static_cast<double>(r.host_cache_peak_bytes)), static_cast<unsigned long long>(r.pin_calls),
                 r.to_host_gbps, r.to_device_gbps, static_cast<unsigned long long>(r.ooms), status.c_str());
   }
@@ -413,6 +424,8 @@ nlohmann::json run_json(const RunResult& r) {
   j.update({{"step_ms", r.step_ms},
             {"mean_step_ms", r.mean_step_ms},
             {"throughput_kept", r.throughput_kept},
+            {"steady_step_ms", r.steady_step_ms},
+            {"steady_throughput_kept", r.steady_kept},
             {"evicted_bytes_per_step", r.evicted_bytes_per_step},
             {"prefetched_bytes_per_step", r.prefetched_bytes_per_step},
             {"evictions_per_step", r.evictions_per_step},
@@ -528,6 +541,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   baseline.throughput_kept = 1.0;
+  baseline.steady_kept = 1.0;
   runs.push_back(baseline);
   const std::size_t peak = baseline.peak_reserved_bytes;
   for (const double percent : o.budget_percents) {
@@ -538,7 +552,10 @@ int main(int argc, char** argv) {
       RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * fraction), mode);
       r.budget_label = label;
       r.budget_fraction = fraction;
-      if (r.completed) r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
+      if (r.completed) {
+        r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
+        r.steady_kept = baseline.steady_step_ms / r.steady_step_ms;
+      }
       runs.push_back(r);
     }
   }

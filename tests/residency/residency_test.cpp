@@ -47,6 +47,13 @@ void check_kernel(void** params, void* /*user*/) {
   errors->fetch_add(bad);
 }
 
+// A fill that takes a while, so that the host runs ahead of the device.
+void slow_fill_kernel(void** params, void* user) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  fill_kernel(params, user);
+  std::this_thread::sleep_until(until);
+}
+
 CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
   CUfunction f = nullptr;
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
@@ -57,6 +64,10 @@ CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
 
 CUfunction fill_function() {
   static CUfunction f = register_kernel(&fill_kernel, 3);
+  return f;
+}
+CUfunction slow_fill_function() {
+  static CUfunction f = register_kernel(&slow_fill_kernel, 3);
   return f;
 }
 CUfunction check_function() {
@@ -221,6 +232,12 @@ class Residency : public ::testing::Test {
     void* params[] = {&words, &count, &seed};
     return launch_scanned(fill_function(), params);
   }
+  CUresult scanned_slow_fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(block);
+    std::size_t count = bytes / 4;
+    void* params[] = {&words, &count, &seed};
+    return launch_scanned(slow_fill_function(), params);
+  }
   CUresult scanned_check(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
     auto* words = reinterpret_cast<std::uint32_t*>(block);
     std::size_t count = bytes / 4;
@@ -296,6 +313,61 @@ TEST_F(Residency, LearnedPrefetchKeepsTrainingStepsIntactUnderTheBudget) {
   EXPECT_EQ(stats.failed_moves, 0u);
   EXPECT_LE(stats.host_cache_peak_bytes, stats.peak_evicted_bytes + stats.peak_evicted_bytes / 10);
   ASSERT_TRUE(allocator_->deallocate(weight.value(), 0, false).ok());
+}
+
+// prefetch:learn once it has the step: a training step at half its peak,
+// with kernels slow enough that the host runs ahead of the device (as a
+// framework's host does), moves every block without a gate. The forward
+// pass copies out ahead what its allocations evict; the backward pass brings
+// activations back ahead of their kernels into the pages of blocks freed a
+// launch before, the host waiting for the work before those frees rather
+// than gating the device. Every byte is checked by the kernels.
+TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
+  constexpr std::size_t kBytes = 2 * kPage;
+  constexpr int kLayers = 8;
+  // Peak live: every activation and two gradients; the budget is half.
+  make((kLayers + 2) * kBytes / 2, 0, true, /*learn=*/true);
+  BudgetWatch watch;
+  residency::ResidencyStats settled;
+  constexpr int kSteps = 7;
+  constexpr int kSettledFrom = 4;  // the schedule is found in step 1; step 2 and 3 learn its demand
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == kSettledFrom) settled = allocator_->residency()->stats();
+    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
+    std::vector<std::uintptr_t> activation;
+    for (int i = 0; i < kLayers; ++i) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
+      activation.push_back(got.value());
+      if (i > 0)
+        ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], kBytes, seed(i - 1, 0)), CUDA_SUCCESS);
+      ASSERT_EQ(scanned_slow_fill(activation.back(), kBytes, seed(i, 0)), CUDA_SUCCESS);
+    }
+    std::uintptr_t upper = 0;
+    for (int i = kLayers - 1; i >= 0; --i) {
+      auto gradient = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
+      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
+      ASSERT_EQ(scanned_check(a, kBytes, seed(i, 0)), CUDA_SUCCESS);
+      if (upper != 0) ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
+      ASSERT_EQ(scanned_slow_fill(gradient.value(), kBytes, seed(i, 1)), CUDA_SUCCESS);
+      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
+      if (upper != 0) ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      upper = gradient.value();
+    }
+    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_LE(watch.stop(), allocator_->space().device_limit()) << "device bytes over the budget";
+  const auto stats = allocator_->residency()->stats();
+  ASSERT_NE(stats.learned_period, 0u);
+  EXPECT_GT(stats.evicted_bytes, settled.evicted_bytes) << "the budget still forces evictions";
+  EXPECT_EQ(stats.gates, settled.gates) << "moves gated after the step was learnt";
+  EXPECT_EQ(stats.fallbacks, 0u);
+  EXPECT_EQ(stats.failed_moves, 0u);
+  EXPECT_GT(stats.learned_prefetches, settled.learned_prefetches);
+  EXPECT_GT(stats.precopies_used, settled.precopies_used);
 }
 
 TEST_F(Residency, AnEvictedBlockKeepsItsAddressAndComesBackWhenHinted) {
