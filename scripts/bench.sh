@@ -5,7 +5,9 @@
 # script prints all the ratio tables together. Raw results go to
 # out/bench/<suite>.json (Google Benchmark JSON) and <suite>.txt. Then
 # bench_live_replay replays every trace in data/traces live through the
-# preload in both free modes (out/bench/live_replay.txt).
+# preload in both free modes (out/bench/live_replay.txt), and
+# bench_residency runs a training step under device budgets in every
+# prefetch mode (out/bench/residency.txt and .json).
 # Benchmarks are never part of ctest. See bench/README.md.
 #
 # Usage: scripts/bench.sh [Google Benchmark flags...]
@@ -16,16 +18,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir="${BENCH_OUT:-out/bench}"
-suites=(bench_hot_path bench_front_pairs bench_random_allocations bench_replay)
+suites=(bench_hot_path bench_front_pairs bench_launch_hook bench_random_allocations bench_replay)
 traces_dir="${BENCH_TRACES:-data/traces}"
 
 if [[ -n "${BENCH_BUILD_DIR:-}" ]]; then
   build_dir="$BENCH_BUILD_DIR"
-  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" bench_live_replay
+  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency
 else
   build_dir=build/default
   cmake --preset default >/dev/null
-  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}" bench_live_replay
+  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency
 fi
 
 mkdir -p "$out_dir"
@@ -49,6 +51,10 @@ else
   echo "== bench_live_replay: no traces in $traces_dir, skipped"
   echo
 fi
+
+echo "== bench_residency"
+"$build_dir/bench/bench_residency" --json "$out_dir/residency.json" | tee "$out_dir/residency.txt"
+echo
 
 echo "== ratios against baselines measured in the same run (throughput / baseline; > 1 is faster)"
 for suite in "${suites[@]}"; do

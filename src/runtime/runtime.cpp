@@ -161,6 +161,8 @@ Runtime::Runtime(const Config& config)
 }
 
 Runtime::~Runtime() {
+  created_.store(0, std::memory_order_release);
+  for (auto& slot : in_order_) slot.store(nullptr, std::memory_order_release);
   for (auto& slot : allocators_) delete slot.exchange(nullptr);
 }
 
@@ -188,11 +190,10 @@ void Runtime::stream_created(CUstream stream) {
 void Runtime::stream_destroying(CUstream stream) {
   if (streams_ == nullptr) return;
   const bool retired = streams_->destroying(stream);
-  for (auto& slot : allocators_) {
-    if (Allocator* a = slot.load(std::memory_order_acquire)) {
-      a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream), retired);
-    }
-  }
+  (void)find_allocator([&](Allocator* a) {
+    a->pool().stream_destroyed(reinterpret_cast<std::uintptr_t>(stream), retired);
+    return false;
+  });
 }
 
 void Runtime::stream_destroy_failed(CUstream stream) {
@@ -271,6 +272,11 @@ Allocator* Runtime::allocator(int device) {
   log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device, allocator->pool().policy_name(),
            allocator->space().device_limit(), allocator->space().page_size());
   allocators_[device].store(allocator, std::memory_order_release);
+  // Under create_lock_: one writer, so the count only grows past a slot
+  // already filled.
+  const int index = created_.load(std::memory_order_relaxed);
+  in_order_[static_cast<std::size_t>(index)].store(allocator, std::memory_order_release);
+  created_.store(index + 1, std::memory_order_release);
   return allocator;
 }
 
@@ -283,33 +289,24 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   LaunchUse use;
   LaunchUse elsewhere;
   launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
-    for (auto& slot : allocators_) {
-      Allocator* a = slot.load(std::memory_order_acquire);
-      if (a == nullptr) continue;
+    (void)find_allocator([&](Allocator* a) {
       if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
                                          : a->use_in_launch(word, stream, &elsewhere)) {
         if (owner == nullptr) owner = a;
-        return;
+        return true;
       }
-    }
+      return false;
+    });
   });
   if (owner != nullptr) owner->end_launch(function, use);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {
-  for (auto& slot : allocators_) {
-    Allocator* a = slot.load(std::memory_order_acquire);
-    if (a != nullptr && a->pool().owns(address)) return a;
-  }
-  return nullptr;
+  return find_allocator([&](Allocator* a) { return a->pool().owns(address); });
 }
 
 Allocator* Runtime::segment_owner_of(std::uintptr_t address) {
-  for (auto& slot : allocators_) {
-    Allocator* a = slot.load(std::memory_order_acquire);
-    if (a != nullptr && a->pool().in_segments(address)) return a;
-  }
-  return nullptr;
+  return find_allocator([&](Allocator* a) { return a->pool().in_segments(address); });
 }
 
 void Runtime::note_passthrough_allocation(int device) noexcept {

@@ -134,6 +134,20 @@ class Runtime {
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with prefetch:launch/learn and evict:on
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
+  // The same allocators in the order they were made, the first `created_`
+  // set: the launch scan and the owner lookups visit only those, not every
+  // device slot (a launch's words would each cost kMaxDevices loads).
+  std::array<std::atomic<Allocator*>, kMaxDevices> in_order_{};
+  std::atomic<int> created_{0};
+  template <typename F>
+  Allocator* find_allocator(F&& matches) const {
+    const int count = created_.load(std::memory_order_acquire);
+    for (int i = 0; i < count; ++i) {
+      Allocator* a = in_order_[static_cast<std::size_t>(i)].load(std::memory_order_acquire);
+      if (a != nullptr && matches(a)) return a;
+    }
+    return nullptr;
+  }
   std::array<std::atomic<bool>, kMaxDevices> failed_{};
   static constexpr unsigned kCreateAttempts = 3;
   std::array<std::atomic<unsigned>, kMaxDevices> create_attempts_{};
