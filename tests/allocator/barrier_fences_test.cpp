@@ -90,6 +90,8 @@ TEST_F(BarrierFencesTest, AFailedRecordLeavesNothingToWaitFor) {
   // and nothing is claimed finished.
   EXPECT_EQ(fences_.finished_through(1), 0u);
   gate.release();
+  // The held kernel still uses the gate: it must finish before the gate goes.
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
 }
 
 TEST_F(BarrierFencesTest, KeepsTheNewestBarriersWhenMoreAreInFlight) {
