@@ -69,6 +69,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -219,6 +220,10 @@ class Pool {
   [[nodiscard]] bool may_own(std::uintptr_t address) const noexcept {
     return address >= span_begin_.load(std::memory_order_relaxed) &&
            address < span_end_.load(std::memory_order_relaxed);
+  }
+  // [begin, end) of may_own as of now (the span only grows).
+  [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> span() const noexcept {
+    return {span_begin_.load(std::memory_order_relaxed), span_end_.load(std::memory_order_relaxed)};
   }
   // A kernel launch passes `address`: the live block holding it is marked
   // used, and its pages on the host come back before work queued later (on

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "driver/driver.hpp"
 #include "pool/pool.hpp"
@@ -110,6 +111,13 @@ class Allocator {
   // into a live block, the block is marked used (its host pages come back
   // first) and added to `use`; false when this pool has no such block.
   bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use);
+  // Where words the launch scan passes to use_in_launch must lie: empty
+  // without eviction. A launch takes it once, so that most of its words
+  // (not this pool's) cost two compares.
+  [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> launch_span() const noexcept {
+    if (residency_ == nullptr) return {0, 0};
+    return pool_->span();
+  }
   // The launch's words are all seen: counters, and the schedule of
   // prefetch:learn.
   void end_launch(CUfunction function, const LaunchUse& use);

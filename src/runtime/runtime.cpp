@@ -5,6 +5,7 @@
 #include <semaphore.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <exception>
 
@@ -285,18 +286,44 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   // The schedule (prefetch:learn) follows the device of the first pool
   // pointer; pointers into other devices' pools are still marked used and
   // brought back.
+  // Each pool's span, read once per launch: a word outside them all (most
+  // words) costs a few compares and no call.
+  struct Span {
+    Allocator* allocator = nullptr;
+    std::uintptr_t begin = 0;
+    std::uintptr_t end = 0;
+  };
+  constexpr std::size_t kSpans = 8;  // devices scanned this way; beyond, every allocator is asked
+  std::array<Span, kSpans> spans;
+  std::size_t count = 0;
+  bool more = false;
+  (void)find_allocator([&](Allocator* a) {
+    const auto [begin, end] = a->launch_span();
+    if (begin >= end) return false;
+    if (count == kSpans) {
+      more = true;
+      return true;
+    }
+    spans[count++] = Span{a, begin, end};
+    return false;
+  });
+  if (count == 0) return;
   Allocator* owner = nullptr;
   LaunchUse use;
   LaunchUse elsewhere;
+  const auto offer = [&](Allocator* a, std::uintptr_t word) {
+    if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
+                                       : a->use_in_launch(word, stream, &elsewhere)) {
+      if (owner == nullptr) owner = a;
+      return true;
+    }
+    return false;
+  };
   launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
-    (void)find_allocator([&](Allocator* a) {
-      if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
-                                         : a->use_in_launch(word, stream, &elsewhere)) {
-        if (owner == nullptr) owner = a;
-        return true;
-      }
-      return false;
-    });
+    for (std::size_t i = 0; i < count; ++i) {
+      if (word - spans[i].begin < spans[i].end - spans[i].begin && offer(spans[i].allocator, word)) return;
+    }
+    if (more) (void)find_allocator([&](Allocator* a) { return offer(a, word); });
   });
   if (owner != nullptr) owner->end_launch(function, use);
 }
