@@ -8,6 +8,7 @@
 // record made when the question is asked, at the tail of the queue, which
 // finishes only when the device has drained everything queued since.
 //
+// Pools with eviction on keep them (see promote_deferred_behind_barrier).
 // Keeping a few barriers' events lets a caller wait for the work before one
 // barrier and no more: the host waits, and the device runs on with whatever
 // was queued after that barrier (prefetch:learn's bring-backs use it to take

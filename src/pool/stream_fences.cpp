@@ -118,7 +118,10 @@ bool Pool::promote_deferred_behind_barrier() {
   const std::uint64_t epoch = ++epoch_;
   unsynchronized_async_frees_ = true;
   stats_.device_barriers++;
-  barrier_fences_.recorded_barrier(epoch);
+  // Only eviction waits for one barrier's work (a learned bring-back taking
+  // pages of blocks freed a launch ago); without it the record would cost
+  // every promotion a record and a query for answers nothing asks.
+  if (mover_ != nullptr) barrier_fences_.recorded_barrier(epoch);
   deferred_.release_all([&](Block* b) {
     b->stream = kAfterBarrier;
     b->free_epoch = epoch;
