@@ -62,6 +62,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -341,6 +342,10 @@ class Pool {
   std::size_t trim_chunks();
   // The live block whose range holds `address` (a walk of its segment's blocks).
   [[nodiscard]] Block* live_block_containing(std::uintptr_t address) const;
+  // live_block_containing's cache, under lock_: a hint is trusted only while
+  // live_ still maps its address to it, so a recycled Block is never read
+  // as the block it was.
+  mutable std::array<Block*, 256> containing_hints_{};
   // A block's start (one hash lookup, the common case) or else the walk.
   [[nodiscard]] Block* live_block_at(std::uintptr_t address) const {
     Block* block = live_.find(address);

@@ -523,6 +523,45 @@ TEST_F(StreamSafety, PointerQueriesAnswerOnlyForLiveAllocationsWithUniqueBufferI
   EXPECT_TRUE(allocator_->deallocate(b.value(), 0, true).ok());
 }
 
+// Interior pointers are answered from a cache of the last block found per
+// 2 MiB; the cache must follow frees, splits and reuse of the same range.
+TEST_F(StreamSafety, InteriorPointerQueriesFollowTheBlocksAsTheyChange) {
+  std::vector<std::uintptr_t> filler;  // many blocks in front: the walk the cache saves
+  for (int i = 0; i < 64; ++i) {
+    auto f = allocator_->allocate(4096, 0, true);
+    ASSERT_TRUE(f.ok());
+    filler.push_back(f.value());
+  }
+  auto a = allocator_->allocate(6 * MiB, 0, true);
+  ASSERT_TRUE(a.ok());
+  const std::uintptr_t inside = a.value() + 3 * MiB + 24;
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  for (int again = 0; again < 2; ++again) {  // a miss, then the cached answer
+    ASSERT_TRUE(allocator_->pool().find_containing(inside, &base, &size));
+    EXPECT_EQ(base, a.value());
+    EXPECT_EQ(size, 6 * MiB);
+  }
+  ASSERT_TRUE(allocator_->deallocate(a.value(), 0, true).ok());
+  EXPECT_FALSE(allocator_->pool().find_containing(inside, &base, &size)) << "a freed block still answers";
+  // The same range, split differently: the answer is the block there now.
+  auto low = allocator_->allocate(3 * MiB, 0, true);
+  auto high = allocator_->allocate(3 * MiB, 0, true);
+  ASSERT_TRUE(low.ok() && high.ok());
+  for (const std::uintptr_t block : {low.value(), high.value()}) {
+    ASSERT_TRUE(allocator_->pool().find_containing(block + MiB, &base, &size));
+    EXPECT_EQ(base, block);
+    EXPECT_EQ(size, 3 * MiB);
+  }
+  if (allocator_->pool().find_containing(inside, &base, &size)) {
+    EXPECT_TRUE(base == low.value() || base == high.value());
+    EXPECT_LT(inside, base + size);
+    EXPECT_GE(inside, base);
+  }
+  for (std::uintptr_t p : {low.value(), high.value()}) ASSERT_TRUE(allocator_->deallocate(p, 0, true).ok());
+  for (std::uintptr_t p : filler) ASSERT_TRUE(allocator_->deallocate(p, 0, true).ok());
+}
+
 TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
   int devices = 0;
   ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);

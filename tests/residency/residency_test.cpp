@@ -370,6 +370,26 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
   EXPECT_GT(stats.precopies_used, settled.precopies_used);
 }
 
+// A launch word inside a block (a view, a field of a struct) names the
+// block while it lives, and nothing once it is freed, however often the
+// same word was seen before.
+TEST_F(Residency, AnInteriorLaunchWordNamesItsBlockOnlyWhileItLives) {
+  make(64 * MiB);
+  auto a = allocator_->allocate(6 * MiB, 0, false);
+  ASSERT_TRUE(a.ok());
+  const std::uintptr_t inside = a.value() + 4 * MiB + 8;
+  for (int launch = 0; launch < 3; ++launch) {
+    runtime::LaunchUse use;
+    EXPECT_TRUE(allocator_->use_in_launch(inside, stream_, &use));
+    ASSERT_EQ(use.count, 1u);
+    EXPECT_EQ(use.blocks[0].address, a.value());
+  }
+  ASSERT_TRUE(allocator_->deallocate(a.value(), 0, false).ok());
+  runtime::LaunchUse after;
+  EXPECT_FALSE(allocator_->use_in_launch(inside, stream_, &after)) << "a freed block was named by a launch";
+  EXPECT_EQ(after.count, 0u);
+}
+
 TEST_F(Residency, AnEvictedBlockKeepsItsAddressAndComesBackWhenHinted) {
   make(8 * MiB);
   auto a = allocator_->allocate(6 * MiB, 0, false);
