@@ -339,8 +339,9 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
       auto got = allocator_->allocate(kBytes, 0, false);
       ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
       activation.push_back(got.value());
-      if (i > 0)
+      if (i > 0) {
         ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], kBytes, seed(i - 1, 0)), CUDA_SUCCESS);
+      }
       ASSERT_EQ(scanned_slow_fill(activation.back(), kBytes, seed(i, 0)), CUDA_SUCCESS);
     }
     std::uintptr_t upper = 0;
@@ -349,10 +350,14 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
       ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
       const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
       ASSERT_EQ(scanned_check(a, kBytes, seed(i, 0)), CUDA_SUCCESS);
-      if (upper != 0) ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
+      if (upper != 0) {
+        ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
+      }
       ASSERT_EQ(scanned_slow_fill(gradient.value(), kBytes, seed(i, 1)), CUDA_SUCCESS);
       ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
-      if (upper != 0) ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      if (upper != 0) {
+        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      }
       upper = gradient.value();
     }
     ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
