@@ -27,7 +27,10 @@ std::uint64_t BarrierFences::finished_through(std::uint64_t wait_through) {
   while (count_ > 0) {
     const Record& oldest = ring_[first_];
     CUresult r = api_.eventQuery(oldest.event);
-    if (r == CUDA_ERROR_NOT_READY && oldest.epoch <= wait_through && api_.eventSynchronize != nullptr) {
+    // Waits until `wait_through` is known finished: its own record, or, if
+    // that one was dropped, the next one kept (a record finishes only after
+    // the work before it, on one stream).
+    if (r == CUDA_ERROR_NOT_READY && finished_ < wait_through && api_.eventSynchronize != nullptr) {
       r = api_.eventSynchronize(oldest.event);
     }
     if (r == CUDA_ERROR_NOT_READY) break;

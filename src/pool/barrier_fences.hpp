@@ -43,7 +43,9 @@ class BarrierFences {
   void recorded_barrier(std::uint64_t epoch);
   // The newest epoch whose barrier's work is known finished (0: none), from
   // queries of the records still in flight, oldest first. The host waits
-  // for the records of epochs up to `wait_through` (0: waits for none).
+  // until `wait_through` is finished (0: waits for none): for the records up
+  // to its own, or up to the next one kept if its own was dropped (more
+  // than kKept barriers in flight), never for a record past that.
   std::uint64_t finished_through(std::uint64_t wait_through = 0);
   // Gives every event back (before the pool's events are destroyed).
   void clear();

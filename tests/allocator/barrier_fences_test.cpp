@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
@@ -92,6 +94,29 @@ TEST_F(BarrierFencesTest, AFailedRecordLeavesNothingToWaitFor) {
   gate.release();
   // The held kernel still uses the gate: it must finish before the gate goes.
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+}
+
+// More barriers in flight than are kept: waiting for a dropped one waits
+// for the next one kept, and for nothing after it.
+TEST_F(BarrierFencesTest, WaitingForADroppedBarrierWaitsForTheNextOneKept) {
+  testing::Gate first;
+  testing::Gate rest;
+  hold(&first);
+  constexpr std::uint64_t kKept = pool::BarrierFences::kKept;
+  for (std::uint64_t epoch = 1; epoch <= kKept + 2; ++epoch) fences_.recorded_barrier(epoch);  // 1 and 2 dropped
+  hold(&rest);
+  fences_.recorded_barrier(kKept + 3);
+  // Released while the host already waits: an answer before it would not
+  // have waited. The work after barrier kKept + 2 stays held throughout, so
+  // a wait for it would never return.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first.release();
+  });
+  EXPECT_EQ(fences_.finished_through(1), kKept + 2) << "barrier 1's record was dropped: 3's answers for it";
+  opener.join();
+  rest.release();
+  EXPECT_EQ(fences_.finished_through(kKept + 3), kKept + 3);
 }
 
 TEST_F(BarrierFencesTest, KeepsTheNewestBarriersWhenMoreAreInFlight) {
