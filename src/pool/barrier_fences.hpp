@@ -45,7 +45,8 @@ class BarrierFences {
   // queries of the records still in flight, oldest first. The host waits
   // until `wait_through` is finished (0: waits for none): for the records up
   // to its own, or up to the next one kept if its own was dropped (more
-  // than kKept barriers in flight), never for a record past that.
+  // than kKept barriers in flight), never for a record past that, and not
+  // at all when no record kept answers for it or a wait fails.
   std::uint64_t finished_through(std::uint64_t wait_through = 0);
   // Gives every event back (before the pool's events are destroyed).
   void clear();
@@ -55,7 +56,7 @@ class BarrierFences {
     std::uint64_t epoch = 0;
     CUevent event = nullptr;
   };
-  void pop_oldest();
+  void pop_oldest(bool failed);
 
   const driver::Api& api_;
   EventCache& events_;

@@ -45,8 +45,9 @@ class LiveBlocks {
   // Unmaps up to `pages` idle pages of free blocks outside [keep_begin,
   // keep_end); returns how many. The device is never waited for, except
   // with `wait_for_freed_work`: then the host may wait for the work queued
-  // before a block's free (before the device barrier it came back behind),
-  // never for work queued since.
+  // before the device barrier a freed block came back behind (which may be
+  // all work queued until its batch of frees was promoted), never for work
+  // queued after that barrier.
   virtual std::size_t reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                          bool wait_for_freed_work) = 0;
 };

@@ -233,10 +233,10 @@ void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
     }
     if (moves_.empty()) continue;
     // Room, cheapest first: idle pages of free blocks; then pages of blocks
-    // freed before the launch being scanned, the host waiting for the work
-    // queued before their frees (never for later work: the device keeps
-    // it, and a launching thread that is ahead of the device loses only its
-    // lead); then precopied blocks, whose pages are already on the host.
+    // freed before the launch being scanned, the host waiting (under the
+    // pool's lock) for the work queued before the device barrier that put
+    // them back, never for work queued after that barrier; then precopied
+    // blocks, whose pages are already on the host.
     for (const bool wait : {false, true}) {
       if (space_.available_pages() < moves_.size()) {
         (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size, wait);
@@ -334,7 +334,11 @@ std::size_t Residency::commit_precopies(std::size_t pages, pool::LiveBlocks* liv
       continue;
     }
     const std::uintptr_t begin = c.address;
-    if (begin < keep_end && begin + c.size > keep_begin) {
+    // Room for a bring-back (`live` set) is not taken from a block the
+    // prefetch window is about to bring back itself.
+    const bool soon =
+        live != nullptr && schedule_->next_use(copy.buffer_id) <= schedule_->launches() + options_.learn_ahead;
+    if (soon || (begin < keep_end && begin + c.size > keep_begin)) {
       ++i;
       continue;
     }

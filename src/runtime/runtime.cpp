@@ -272,12 +272,13 @@ Allocator* Runtime::allocator(int device) {
   }
   log_info("device {}: pool ready, policy {}, budget {} bytes, page {} bytes", device, allocator->pool().policy_name(),
            allocator->space().device_limit(), allocator->space().page_size());
-  allocators_[device].store(allocator, std::memory_order_release);
   // Under create_lock_: one writer, so the count only grows past a slot
-  // already filled.
+  // already filled. The list first: a pointer from the allocator, once
+  // allocators_ hands it out, must be found by owner_of at its free.
   const int index = created_.load(std::memory_order_relaxed);
   in_order_[static_cast<std::size_t>(index)].store(allocator, std::memory_order_release);
   created_.store(index + 1, std::memory_order_release);
+  allocators_[device].store(allocator, std::memory_order_release);
   return allocator;
 }
 

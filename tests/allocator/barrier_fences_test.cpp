@@ -103,9 +103,9 @@ TEST_F(BarrierFencesTest, WaitingForADroppedBarrierWaitsForTheNextOneKept) {
   testing::Gate rest;
   hold(&first);
   constexpr std::uint64_t kKept = pool::BarrierFences::kKept;
-  for (std::uint64_t epoch = 1; epoch <= kKept + 2; ++epoch) fences_.recorded_barrier(epoch);  // 1 and 2 dropped
+  for (std::uint64_t epoch = 1; epoch <= kKept + 2; ++epoch) fences_.recorded_barrier(epoch);
   hold(&rest);
-  fences_.recorded_barrier(kKept + 3);
+  fences_.recorded_barrier(kKept + 3);  // the ring keeps 4 .. kKept + 3: 1, 2 and 3 were dropped
   // Released while the host already waits: an answer before it would not
   // have waited. The work after barrier kKept + 2 stays held throughout, so
   // a wait for it would never return.
@@ -113,7 +113,11 @@ TEST_F(BarrierFencesTest, WaitingForADroppedBarrierWaitsForTheNextOneKept) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     first.release();
   });
-  EXPECT_EQ(fences_.finished_through(1), kKept + 2) << "barrier 1's record was dropped: 3's answers for it";
+  // Barrier 1's record was dropped: 4's answers for it. The records after 4
+  // are only queried, and may not have finished yet.
+  const std::uint64_t answered = fences_.finished_through(1);
+  EXPECT_GE(answered, 4u);
+  EXPECT_LE(answered, kKept + 2) << "the held work's barrier cannot have finished";
   opener.join();
   rest.release();
   EXPECT_EQ(fences_.finished_through(kKept + 3), kKept + 3);
