@@ -313,7 +313,7 @@ class Workload {
       runtime::LaunchUse use;
       scanner_.for_each_word(kernel_, params, nullptr,
                              [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
-      allocator_->end_launch(kernel_, use);
+      allocator_->end_launch(kernel_, use, stream_);
     }
     const CUresult launched = api().launchKernel(kernel_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
     if (launched != CUDA_SUCCESS) r->failure = where + ": launch failed: " + std::to_string(launched);

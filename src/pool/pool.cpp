@@ -465,7 +465,7 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
 }
 
 bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                          std::size_t* still_on_host, LaunchedBlock* used) {
+                          std::size_t* still_on_host, LaunchedBlock* used, bool bring_back) {
   *host_pages = 0;
   *still_on_host = 0;
   std::lock_guard<util::SpinLock> guard(lock_);
@@ -479,10 +479,37 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   space::Reservation& r = *block->segment->reservation;
   *host_pages = host_pages_in(r, block->address, block->size);
   if (*host_pages == 0) return true;
+  if (!bring_back) {
+    *still_on_host = *host_pages;
+    return true;
+  }
   driver::ScopedContext scope(api_, context_);
   (void)bring_back_locked(r, block->address, block->size, stream);
   *still_on_host = host_pages_in(r, block->address, block->size);
   return true;
+}
+
+std::size_t Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  if (mover_ == nullptr || space_.host_pages() == 0) return 0;
+  driver::ScopedContext scope(api_, context_);
+  spared_ = blocks;
+  spared_count_ = count;
+  std::size_t left = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    // Freed since the scan (another thread): its pages are no longer this
+    // launch's to bring back.
+    Block* block = live_block_at(blocks[i].address);
+    if (block == nullptr || block->buffer_id != blocks[i].buffer_id) continue;
+    space::Reservation& r = *block->segment->reservation;
+    if (host_pages_in(r, block->address, block->size) == 0) continue;
+    (void)bring_back_locked(r, block->address, block->size, stream);
+    left += host_pages_in(r, block->address, block->size);
+  }
+  spared_ = nullptr;
+  spared_count_ = 0;
+  stats_.host_pages = space_.host_pages();
+  return left;
 }
 
 void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count) {
@@ -512,7 +539,7 @@ void Pool::LiveView::candidates(std::vector<EvictionCandidate>* out) const {
   for (const auto& segment : pool_.segments_) {
     if (segment->reservation->is_chunk()) continue;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (b->is_free || b->requested == 0 || b->keep_resident) continue;
+      if (b->is_free || b->requested == 0 || b->keep_resident || pool_.spared(b->buffer_id)) continue;
       const auto [first, end] = segment->reservation->whole_pages(b->address, b->size);
       if (first == end) continue;  // shares every page it touches: never evicted
       out->push_back({b->address, b->size, segment->reservation, b->last_use, b->buffer_id});

@@ -227,13 +227,20 @@ class Pool {
     return {span_begin_.load(std::memory_order_relaxed), span_end_.load(std::memory_order_relaxed)};
   }
   // A kernel launch passes `address`: the live block holding it is marked
-  // used, and its pages on the host come back before work queued later (on
-  // any stream). `host_pages` receives how many of its pages were on the
-  // host, `still_on_host` how many stayed there (no room). False when no
-  // live block holds `address`.
-  // `used` (optional) receives the block.
+  // used. `bring_back`: its pages on the host come back now, before work
+  // queued later (on any stream); otherwise the caller brings them back with
+  // the launch's other blocks (bring_back_for_launch). `host_pages` receives
+  // how many of its pages were on the host, `still_on_host` how many stayed
+  // there (no room, or not brought back yet). False when no live block holds
+  // `address`. `used` (optional) receives the block.
   bool use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                      std::size_t* still_on_host, LaunchedBlock* used = nullptr);
+                      std::size_t* still_on_host, LaunchedBlock* used = nullptr, bool bring_back = true);
+  // The host pages of a launch's blocks (those use_for_launch found and left
+  // on the host) come back before work queued later, as far as the budget
+  // lets them; room is never made by evicting another of these blocks, so a
+  // launch whose blocks do not all fit reads the rest on the host rather
+  // than moving its own blocks back and forth. Returns the pages left there.
+  std::size_t bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream);
   // A scanned launch of `kernel` named `blocks` (those use_for_launch found):
   // the mover learns the program's order from it (prefetch:learn).
   void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count);
@@ -378,6 +385,15 @@ class Pool {
   };
   std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
+  // Blocks no eviction may take while bring_back_for_launch makes room.
+  const LaunchedBlock* spared_ = nullptr;
+  std::size_t spared_count_ = 0;
+  [[nodiscard]] bool spared(std::uint64_t buffer_id) const noexcept {
+    for (std::size_t i = 0; i < spared_count_; ++i) {
+      if (spared_[i].buffer_id == buffer_id) return true;
+    }
+    return false;
+  }
 
   mutable util::SpinLock lock_;
   Arena arenas_[2];

@@ -245,7 +245,11 @@ void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
     if (space_.available_pages() < moves_.size()) {
       (void)commit_precopies(moves_.size() - space_.available_pages(), &live, nullptr, c.address, c.address + c.size);
     }
-    if (space_.available_pages() < moves_.size()) continue;  // no room: the launch scan brings it back, gated
+    // What fits comes back now; the rest the launch scan brings back, gated,
+    // so a block larger than the room left beside the running launches still
+    // costs its launch only the copy of what did not fit.
+    if (space_.available_pages() == 0) continue;
+    if (space_.available_pages() < moves_.size()) moves_.resize(space_.available_pages());
     CUevent done = nullptr;
     const std::size_t moved = transit_->tracked_to_device(space_, moves_, &done);
     if (done != nullptr && moved > 0) inflight_.push_back({c.buffer_id, done});
@@ -265,12 +269,15 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
   const std::size_t wanted = schedule_->predicted_demand(4 * options_.learn_ahead);
   if (wanted <= precopied_pages_) return;
   live.candidates(&live_scratch_);
-  // Needed last first. A block the next learn_ahead launches use is not
-  // copied out (it is being brought back), nor one the schedule cannot
-  // place (it may be about to be used); any other may be, since a demand
-  // that reaches it would otherwise evict it behind a gate. A copy made
-  // stale by a use before its commit costs only the copy.
-  const std::uint64_t horizon = schedule_->launches() + options_.learn_ahead;
+  // Needed last first (Belady's choice, made ahead). Not copied out: a
+  // block the next launch uses, or one the schedule cannot place (it may be
+  // about to be used). A block the next learn_ahead launches use is copied
+  // out only against the demand of those launches: the eviction that meets
+  // that demand takes it anyway (a block as large as the room left has no
+  // other to take), and copied ahead it leaves without a gate; beyond that
+  // demand it is being brought back, and the copy would be wasted. A copy
+  // made stale by a use before its commit costs only the copy.
+  const std::uint64_t horizon = schedule_->launches();
   ranked_.clear();
   for (std::size_t i = 0; i < live_scratch_.size(); ++i) {
     const std::uint64_t next = schedule_->next_use(live_scratch_[i].buffer_id);
@@ -280,13 +287,19 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
     if (!copied) ranked_.emplace_back(next, i);
   }
   std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::uint64_t near = schedule_->launches() + options_.learn_ahead;
+  const std::size_t wanted_near = schedule_->predicted_demand(options_.learn_ahead);
   for (const auto& [next, index] : ranked_) {
-    if (precopied_pages_ >= wanted) break;
+    const std::size_t cover = next > near ? wanted : std::min(wanted, wanted_near);
+    if (precopied_pages_ >= cover) {
+      if (next > near) continue;
+      break;
+    }
     const pool::EvictionCandidate& c = live_scratch_[index];
     Precopy copy{c.address, c.buffer_id, c.last_use, {}, nullptr, nullptr};
     const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
     bool cache_full = false;
-    for (std::size_t p = first; p < end && precopied_pages_ + copy.moves.size() < wanted; ++p) {
+    for (std::size_t p = first; p < end && precopied_pages_ + copy.moves.size() < cover; ++p) {
       if (c.reservation->page(p).residency != space::Residency::device) continue;
       space::HostPage* host = cache_->take();
       if (host == nullptr) {
@@ -388,27 +401,31 @@ void Residency::order_by_next_use(const std::vector<pool::EvictionCandidate>& ca
 }
 
 void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
-  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
-    if (it->buffer_id != buffer_id) continue;
-    if (transit_->finished(it->done)) {
-      inflight_.erase(it);
+  // A block brought back a part at a time has a copy in flight for each part.
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    if (it->buffer_id != buffer_id) {
+      ++it;
+    } else if (transit_->finished(it->done)) {
+      it = inflight_.erase(it);
     } else {
       transit_->wait_on(it->done, stream);
+      ++it;
     }
-    return;
   }
 }
 
 void Residency::forget(std::uint64_t buffer_id) {
   if (schedule_ == nullptr) return;
   schedule_->forget(buffer_id);
-  for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
-    if (it->buffer_id != buffer_id) continue;
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    if (it->buffer_id != buffer_id) {
+      ++it;
+      continue;
+    }
     // The copy still writes the block's pages: a new owner's first writes
     // must not be overwritten.
     transit_->wait_for(it->done);
-    inflight_.erase(it);
-    break;
+    it = inflight_.erase(it);
   }
   for (std::size_t i = 0; i < precopies_.size(); ++i) {
     if (precopies_[i].buffer_id == buffer_id) {

@@ -59,6 +59,7 @@ struct LaunchUse {
   std::size_t count = 0;
   bool brought_back = false;   // some pages came back before the launch
   bool still_on_host = false;  // some stay on the host: the launch reads them there
+  std::size_t deferred_pages = 0;  // host pages of blocks[] that end_launch brings back
 };
 
 class Allocator {
@@ -108,9 +109,12 @@ class Allocator {
   }
 
   // prefetch:launch/learn. A launch on `stream` passes `word`: if it points
-  // into a live block, the block is marked used (its host pages come back
-  // first) and added to `use`; false when this pool has no such block.
-  bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use);
+  // into a live block, the block is marked used and added to `use`; false
+  // when this pool has no such block. Its host pages come back in
+  // end_launch, with the launch's other blocks spared from the eviction that
+  // makes room; `at_once`: now, for a pool whose end_launch is not called (a
+  // launch's blocks on another device) or when `use` is full.
+  bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, bool at_once = false);
   // Where words the launch scan passes to use_in_launch must lie: empty
   // without eviction. A launch takes it once, so that most of its words
   // (not this pool's) cost two compares.
@@ -118,9 +122,10 @@ class Allocator {
     if (residency_ == nullptr) return {0, 0};
     return pool_->span();
   }
-  // The launch's words are all seen: counters, and the schedule of
-  // prefetch:learn.
-  void end_launch(CUfunction function, const LaunchUse& use);
+  // The launch's words are all seen: the host pages of its blocks come back
+  // (before work queued later on `stream`), then the counters and the
+  // schedule of prefetch:learn.
+  void end_launch(CUfunction function, LaunchUse& use, CUstream stream);
 
  private:
   Allocator() = default;

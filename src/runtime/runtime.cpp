@@ -313,8 +313,10 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   LaunchUse use;
   LaunchUse elsewhere;
   const auto offer = [&](Allocator* a, std::uintptr_t word) {
+    // Another device's blocks come back at once: only the owner's
+    // end_launch runs.
     if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
-                                       : a->use_in_launch(word, stream, &elsewhere)) {
+                                       : a->use_in_launch(word, stream, &elsewhere, /*at_once=*/true)) {
       if (owner == nullptr) owner = a;
       return true;
     }
@@ -326,7 +328,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     }
     if (more) (void)find_allocator([&](Allocator* a) { return offer(a, word); });
   });
-  if (owner != nullptr) owner->end_launch(function, use);
+  if (owner != nullptr) owner->end_launch(function, use, stream);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {

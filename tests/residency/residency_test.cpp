@@ -223,7 +223,7 @@ class Residency : public ::testing::Test {
     runtime::LaunchUse use;
     scanner_.for_each_word(f, params, nullptr,
                            [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
-    allocator_->end_launch(f, use);
+    allocator_->end_launch(f, use, stream_);
     return api().launchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
   }
   CUresult scanned_fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
