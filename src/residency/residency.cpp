@@ -282,9 +282,11 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
   for (std::size_t i = 0; i < live_scratch_.size(); ++i) {
     const std::uint64_t next = schedule_->next_use(live_scratch_[i].buffer_id);
     if (next == LaunchSchedule::kUnknown || next <= horizon || in_current_launch(live_scratch_[i].buffer_id)) continue;
-    const bool copied = std::any_of(precopies_.begin(), precopies_.end(),
-                                    [&](const Precopy& p) { return p.buffer_id == live_scratch_[i].buffer_id; });
-    if (!copied) ranked_.emplace_back(next, i);
+    const std::uint64_t id = live_scratch_[i].buffer_id;
+    // Copied already, or being brought back.
+    const bool copied = std::any_of(precopies_.begin(), precopies_.end(), [&](const Precopy& p) { return p.buffer_id == id; });
+    const bool arriving = std::any_of(inflight_.begin(), inflight_.end(), [&](const Inflight& f) { return f.buffer_id == id; });
+    if (!copied && !arriving) ranked_.emplace_back(next, i);
   }
   std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const std::uint64_t near = schedule_->launches() + options_.learn_ahead;

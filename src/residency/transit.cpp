@@ -23,7 +23,8 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
   }
   transit->joined_ = transit->new_event();
   transit->copied_ = transit->new_event();
-  if (transit->joined_ == nullptr || transit->copied_ == nullptr) {
+  transit->filled_ = transit->new_event();
+  if (transit->joined_ == nullptr || transit->copied_ == nullptr || transit->filled_ == nullptr) {
     return util::Status(util::Error::driver_error, "cuEventCreate failed for the copy events");
   }
   // The gate's flag. Without it (or without cuStreamWaitValue32) every move
@@ -53,6 +54,7 @@ Transit::~Transit() {
   for (CUevent e : spare_events_) (void)api_.eventDestroy(e);
   if (joined_ != nullptr) (void)api_.eventDestroy(joined_);
   if (copied_ != nullptr) (void)api_.eventDestroy(copied_);
+  if (filled_ != nullptr) (void)api_.eventDestroy(filled_);
   if (to_host_stream_ != nullptr) (void)api_.streamDestroy(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamDestroy(to_device_stream_);
   if (flag_ != nullptr) (void)api_.memFreeHost(const_cast<std::uint32_t*>(flag_));
@@ -125,7 +127,7 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     // that as little as possible can be queued between the two.
     if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
     waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
+    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS || !after_fills()) return false;
     for (const PageMove& m : moves) {
       const CUdeviceptr from = m.reservation->page_address(m.page);
       if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
@@ -256,7 +258,7 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
   bool queued = false;  // some copy may be on the stream
   const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&] {
     if (api_.eventRecord(begun, nullptr) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS) {
+        api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS || !after_fills()) {
       return false;
     }
     for (const PageMove& m : moves) {

@@ -158,6 +158,14 @@ class Transit {
   std::uint32_t generation_ = 0;
   CUevent joined_ = nullptr;
   CUevent copied_ = nullptr;
+  // The host-to-device stream's tail: copies out wait for it, since a page a
+  // tracked bring-back is still filling (no gate orders the transit's own
+  // streams) must not be read before its bytes arrive.
+  CUevent filled_ = nullptr;
+  [[nodiscard]] bool after_fills() const {
+    return api_.eventRecord(filled_, to_device_stream_) == CUDA_SUCCESS &&
+           api_.streamWaitEvent(to_host_stream_, filled_, 0) == CUDA_SUCCESS;
+  }
   std::vector<PendingRelease> pending_;
   std::vector<CUevent> spare_events_;
   TransitStats stats_;

@@ -54,6 +54,35 @@ void slow_fill_kernel(void** params, void* user) {
   std::this_thread::sleep_until(until);
 }
 
+// A layer: checks the blocks it reads (`in_a`, `in_b`; either may be null)
+// and fills the one it writes, in one launch that names all three, slowly
+// enough that the host runs ahead.
+struct LayerArgs {
+  std::uint32_t* in_a;
+  std::uint32_t* in_b;
+  std::uint32_t* out;
+  std::size_t count;
+  std::uint32_t seed_a;
+  std::uint32_t seed_b;
+  std::uint32_t seed_out;
+  std::atomic<std::uint64_t>* errors;
+};
+void layer_kernel(void** params, void* /*user*/) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  const std::size_t count = *static_cast<std::size_t*>(params[3]);
+  std::uint64_t bad = 0;
+  for (int in = 0; in < 2; ++in) {
+    const auto* words = *static_cast<const std::uint32_t**>(params[in]);
+    const std::uint32_t seed = *static_cast<std::uint32_t*>(params[4 + in]);
+    for (std::size_t i = 0; words != nullptr && i < count; ++i) bad += words[i] != pattern(seed, i) ? 1 : 0;
+  }
+  auto* out = *static_cast<std::uint32_t**>(params[2]);
+  const std::uint32_t seed_out = *static_cast<std::uint32_t*>(params[6]);
+  for (std::size_t i = 0; i < count; ++i) out[i] = pattern(seed_out, i);
+  (*static_cast<std::atomic<std::uint64_t>**>(params[7]))->fetch_add(bad);
+  std::this_thread::sleep_until(until);
+}
+
 CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
   CUfunction f = nullptr;
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
@@ -72,6 +101,17 @@ CUfunction slow_fill_function() {
 }
 CUfunction check_function() {
   static CUfunction f = register_kernel(&check_kernel, 4);
+  return f;
+}
+CUfunction layer_function() {
+  static CUfunction f = [] {
+    CUfunction made = nullptr;
+    const std::size_t sizes[] = {sizeof(void*),         sizeof(void*),         sizeof(void*),         sizeof(std::size_t),
+                                 sizeof(std::uint32_t), sizeof(std::uint32_t), sizeof(std::uint32_t), sizeof(void*)};
+    auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
+    EXPECT_EQ(reg(&made, &layer_kernel, nullptr, 8, sizes), CUDA_SUCCESS);
+    return made;
+  }();
   return f;
 }
 
@@ -246,6 +286,12 @@ class Residency : public ::testing::Test {
     return launch_scanned(check_function(), params);
   }
 
+  CUresult scanned_layer(LayerArgs args) {
+    void* params[] = {&args.in_a,   &args.in_b,   &args.out,      &args.count,
+                      &args.seed_a, &args.seed_b, &args.seed_out, &args.errors};
+    return launch_scanned(layer_function(), params);
+  }
+
   residency::LaunchScanner scanner_{api()};
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
@@ -373,6 +419,90 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
   EXPECT_EQ(stats.failed_moves, 0u);
   EXPECT_GT(stats.learned_prefetches, settled.learned_prefetches);
   EXPECT_GT(stats.precopies_used, settled.precopies_used);
+}
+
+// prefetch:learn with blocks as large as the room a backward launch leaves:
+// each launch names its activation, the gradient above and the gradient it
+// writes, and the budget holds those three and half a block more. An
+// activation comes back ahead only in part (what fits beside the running
+// launch); its launch brings back the rest, and waits for every part.
+TEST_F(Residency, LearnedStepsBringBackBlocksLargerThanTheRoomInPartsAndLoseNothing) {
+  constexpr std::size_t kBytes = 4 * kPage;
+  constexpr int kLayers = 6;
+  make(3 * kBytes + kBytes / 2, 0, true, /*learn=*/true);
+  BudgetWatch watch;
+  for (int step = 0; step < 6; ++step) {
+    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
+    auto* errors = &errors_;
+    const auto words = [](std::uintptr_t p) { return reinterpret_cast<std::uint32_t*>(p); };
+    std::vector<std::uintptr_t> activation;
+    for (int i = 0; i < kLayers; ++i) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
+      const std::uintptr_t in = i > 0 ? activation.back() : 0;
+      activation.push_back(got.value());
+      ASSERT_EQ(scanned_layer({words(in), nullptr, words(got.value()), kBytes / 4, i > 0 ? seed(i - 1, 0) : 0u, 0,
+                               seed(i, 0), errors}),
+                CUDA_SUCCESS);
+    }
+    std::uintptr_t upper = 0;
+    for (int i = kLayers - 1; i >= 0; --i) {
+      auto gradient = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
+      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
+      ASSERT_EQ(scanned_layer({words(a), words(upper), words(gradient.value()), kBytes / 4, seed(i, 0),
+                               upper != 0 ? seed(i + 1, 1) : 0u, seed(i, 1), errors}),
+                CUDA_SUCCESS);
+      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
+      if (upper != 0) {
+        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      }
+      upper = gradient.value();
+    }
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(host_mismatches(upper, kBytes, seed(0, 1)), 0u) << "step " << step;
+    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+  }
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_LE(watch.stop(), allocator_->space().device_limit()) << "device bytes over the budget";
+  const auto stats = allocator_->residency()->stats();
+  ASSERT_NE(stats.learned_period, 0u);
+  EXPECT_GT(stats.learned_prefetches, 0u) << "nothing came back ahead: a block never fits whole";
+  EXPECT_GT(stats.precopies_used, 0u);
+  EXPECT_EQ(stats.failed_moves, 0u);
+}
+
+// prefetch:launch: a launch whose blocks do not all fit in the budget reads
+// what does not fit on the host. Making room for one of its blocks never
+// evicts another of them, which the same launch would then need back.
+TEST_F(Residency, ALaunchWhoseBlocksDoNotAllFitMovesNoneOfItsOwnBlocksOut) {
+  constexpr std::size_t kBytes = 3 * kPage;
+  make(8 * kPage);
+  auto* errors = &errors_;
+  std::uintptr_t block[3] = {};
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    auto got = allocator_->allocate(kBytes, 0, false);  // the third evicts the first's oldest pages
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    block[i] = got.value();
+    ASSERT_EQ(fill(block[i], kBytes, 10 + i), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  const auto before = allocator_->residency()->stats();
+  ASSERT_GT(before.host_resident_bytes, 0u);
+  const auto words = [](std::uintptr_t p) { return reinterpret_cast<std::uint32_t*>(p); };
+  for (int launch = 0; launch < 4; ++launch) {
+    // Reads the first two, rewrites the third with its own pattern.
+    ASSERT_EQ(scanned_layer({words(block[0]), words(block[1]), words(block[2]), kBytes / 4, 10, 11, 12, errors}),
+              CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u);
+  for (std::uint32_t i = 0; i < 3; ++i) EXPECT_EQ(host_mismatches(block[i], kBytes, 10 + i), 0u) << i;
+  const auto after = allocator_->residency()->stats();
+  EXPECT_EQ(after.evicted_bytes, before.evicted_bytes) << "the launch moved its own blocks out";
+  EXPECT_EQ(after.host_resident_launches, before.host_resident_launches + 4);
+  EXPECT_EQ(after.failed_moves, 0u);
+  for (std::uintptr_t p : block) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
 }
 
 // A launch word inside a block (a view, a field of a struct) names the
