@@ -103,9 +103,11 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   const std::size_t target = std::max(pages, std::min(options_.min_evict_pages, budget_pages / 16));
   moves_.clear();
   bool cache_full = false;
+  bool filling = false;  // a chosen block's tracked bring-back may still be writing its pages
   for (const EvictionCandidate& c : ordered_) {
     space::Reservation& r = *candidates[c.source].reservation;
     const auto [first, end] = r.whole_pages(c.address, c.size);
+    filling = filling || arriving(candidates[c.source].buffer_id);
     for (std::size_t p = first; p < end && moves_.size() < target; ++p) {
       if (r.page(p).residency != space::Residency::device || kept(r.page_address(p))) continue;
       space::HostPage* host = cache_->take();
@@ -117,7 +119,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     }
     if (cache_full || moves_.size() >= target) break;
   }
-  const std::size_t moved = transit_->to_host(space_, moves_);
+  const std::size_t moved = transit_->to_host(space_, moves_, filling);
   for (const PageMove& m : moves_) {
     // A page left mapped at the pool address (a move that failed halfway)
     // stays with the space, which hands it back when it unmaps it.
@@ -284,9 +286,9 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
     if (next == LaunchSchedule::kUnknown || next <= horizon || in_current_launch(live_scratch_[i].buffer_id)) continue;
     const std::uint64_t id = live_scratch_[i].buffer_id;
     // Copied already, or being brought back.
-    const bool copied = std::any_of(precopies_.begin(), precopies_.end(), [&](const Precopy& p) { return p.buffer_id == id; });
-    const bool arriving = std::any_of(inflight_.begin(), inflight_.end(), [&](const Inflight& f) { return f.buffer_id == id; });
-    if (!copied && !arriving) ranked_.emplace_back(next, i);
+    const bool copied =
+        std::any_of(precopies_.begin(), precopies_.end(), [&](const Precopy& p) { return p.buffer_id == id; });
+    if (!copied && !arriving(id)) ranked_.emplace_back(next, i);
   }
   std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const std::uint64_t near = schedule_->launches() + options_.learn_ahead;

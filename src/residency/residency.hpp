@@ -171,6 +171,11 @@ class Residency final : public pool::PageMover {
   std::vector<Inflight> inflight_;
   std::vector<ScheduledBlock> upcoming_;
   std::vector<ScheduledBlock> current_;  // the blocks of the launch being scanned
+  // Whether a tracked bring-back of the block may still be copying (its
+  // entry goes once the copy is seen finished).
+  [[nodiscard]] bool arriving(std::uint64_t id) const {
+    return std::any_of(inflight_.begin(), inflight_.end(), [&](const Inflight& f) { return f.buffer_id == id; });
+  }
   [[nodiscard]] bool in_current_launch(std::uint64_t id) const {
     return std::any_of(current_.begin(), current_.end(), [&](const ScheduledBlock& b) { return b.id == id; });
   }

@@ -108,14 +108,14 @@ std::size_t Transit::tally(const std::vector<PageMove>& moves, std::uint64_t* mo
   return moved;
 }
 
-std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills) {
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
-  if (!gated_to_host(space, moves)) fallback_to_host(space, moves);
+  if (!gated_to_host(space, moves, after_fills)) fallback_to_host(space, moves);
   return tally(moves, &stats_.to_host_bytes);
 }
 
-bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills) {
   if (flag_ == nullptr) return false;
   const std::uint32_t generation = next_generation();
   bool waiting = false;  // the legacy stream waits for the flag: it must be opened
@@ -127,7 +127,10 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     // that as little as possible can be queued between the two.
     if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
     waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS || !after_fills()) return false;
+    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS ||
+        (after_fills && !wait_for_fills())) {
+      return false;
+    }
     for (const PageMove& m : moves) {
       const CUdeviceptr from = m.reservation->page_address(m.page);
       if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
@@ -258,7 +261,7 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
   bool queued = false;  // some copy may be on the stream
   const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&] {
     if (api_.eventRecord(begun, nullptr) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS || !after_fills()) {
+        api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS) {
       return false;
     }
     for (const PageMove& m : moves) {

@@ -74,15 +74,18 @@ class Transit {
   // Called under the pool's lock (the space is the pool's); returns how many
   // moved. to_device: host pages released are handed to `release` once the
   // copies reading them have finished (see reap()).
-  std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // `after_fills`: some page may still be filling from a tracked bring-back
+  // (tracked_to_device): the copies wait for the host-to-device stream, which
+  // no gate orders, rather than read the page before its bytes arrive.
+  std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills = false);
   std::size_t to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   // Tracked moves (prefetch:learn): no gate, so nothing stalls; each block
   // is ordered by what the launch scan knows of its use (see residency.hpp).
   // precopy_to_host: copies the pages to their host pages after all work
   // queued so far (a device barrier, no flag), leaving them mapped where
-  // they are; false when it could not be queued (`done` is then null and
-  // the host pages are the caller's again once reap() returns nothing for
-  // them: they were handed to release_after()).
+  // they are; never pages a tracked bring-back is still filling; false when it could not be queued (`done` is then null
+  // and the host pages are the caller's again once reap() returns nothing for them: they were handed to
+  // release_after()).
   bool precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUevent* done);
   // Remaps pages whose precopy `done` finished (the host waits for it);
   // the events go back to the transit. Returns how many moved.
@@ -109,7 +112,7 @@ class Transit {
   Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size);
   // The gated move; false when no whole gate could be made (the flag is
   // open again and nothing was remapped).
-  bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills);
   bool gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
@@ -158,11 +161,9 @@ class Transit {
   std::uint32_t generation_ = 0;
   CUevent joined_ = nullptr;
   CUevent copied_ = nullptr;
-  // The host-to-device stream's tail: copies out wait for it, since a page a
-  // tracked bring-back is still filling (no gate orders the transit's own
-  // streams) must not be read before its bytes arrive.
+  // The host-to-device stream's tail (see to_host's `after_fills`).
   CUevent filled_ = nullptr;
-  [[nodiscard]] bool after_fills() const {
+  [[nodiscard]] bool wait_for_fills() const {
     return api_.eventRecord(filled_, to_device_stream_) == CUDA_SUCCESS &&
            api_.streamWaitEvent(to_host_stream_, filled_, 0) == CUDA_SUCCESS;
   }

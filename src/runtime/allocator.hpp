@@ -57,8 +57,8 @@ struct LaunchUse {
   static constexpr std::size_t kMaxBlocks = 12;
   std::array<pool::LaunchedBlock, kMaxBlocks> blocks{};
   std::size_t count = 0;
-  bool brought_back = false;   // some pages came back before the launch
-  bool still_on_host = false;  // some stay on the host: the launch reads them there
+  bool brought_back = false;       // some pages came back before the launch
+  bool still_on_host = false;      // some stay on the host: the launch reads them there
   std::size_t deferred_pages = 0;  // host pages of blocks[] that end_launch brings back
 };
 

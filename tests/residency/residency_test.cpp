@@ -106,8 +106,9 @@ CUfunction check_function() {
 CUfunction layer_function() {
   static CUfunction f = [] {
     CUfunction made = nullptr;
-    const std::size_t sizes[] = {sizeof(void*),         sizeof(void*),         sizeof(void*),         sizeof(std::size_t),
-                                 sizeof(std::uint32_t), sizeof(std::uint32_t), sizeof(std::uint32_t), sizeof(void*)};
+    const std::size_t sizes[] = {sizeof(void*),         sizeof(void*),         sizeof(void*),
+                                 sizeof(std::size_t),   sizeof(std::uint32_t), sizeof(std::uint32_t),
+                                 sizeof(std::uint32_t), sizeof(void*)};
     auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
     EXPECT_EQ(reg(&made, &layer_kernel, nullptr, 8, sizes), CUDA_SUCCESS);
     return made;
