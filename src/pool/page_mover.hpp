@@ -31,6 +31,7 @@ struct EvictionCandidate {
 struct LaunchedBlock {
   std::uintptr_t address = 0;
   std::uint64_t buffer_id = 0;
+  std::uint64_t used_at = 0;  // the pool's use clock when the launch scan marked it
 };
 
 // The pool's live blocks, as a mover asks about them from inside a call the
@@ -73,9 +74,11 @@ class PageMover {
   virtual void collect_released_host_pages() = 0;
 
   // Learned prefetch (a mover that keeps a schedule; the defaults ignore it).
-  // A scanned launch of `kernel` named `blocks`.
+  // A scanned launch of `kernel` named `blocks`; `all_blocks` false: it
+  // named more than these (the scan keeps a bounded list), so no block may
+  // be moved without a gate before the launch is queued.
   virtual void launched(std::uintptr_t /*kernel*/, const LaunchedBlock* /*blocks*/, std::size_t /*count*/,
-                        LiveBlocks& /*live*/) {}
+                        bool /*all_blocks*/, LiveBlocks& /*live*/) {}
   // A launch on `stream` is about to use the block: order it after any copy
   // still bringing the block's pages back.
   virtual void before_use(std::uint64_t /*buffer_id*/, std::uintptr_t /*stream*/) {}

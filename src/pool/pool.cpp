@@ -472,7 +472,7 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   Block* block = live_block_at(address);
   if (block == nullptr) return false;
   block->last_use = ++use_clock_;
-  if (used != nullptr) *used = LaunchedBlock{block->address, block->buffer_id};
+  if (used != nullptr) *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   mover_->before_use(block->buffer_id, stream);
   if (space_.host_pages() == 0) return true;
@@ -489,35 +489,36 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   return true;
 }
 
-std::size_t Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream) {
+Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream,
+                                              std::uint64_t spared_from) {
+  LaunchPages pages;
   std::lock_guard<util::SpinLock> guard(lock_);
-  if (mover_ == nullptr || space_.host_pages() == 0) return 0;
+  if (mover_ == nullptr || space_.host_pages() == 0) return pages;
   driver::ScopedContext scope(api_, context_);
-  spared_ = blocks;
-  spared_count_ = count;
-  std::size_t left = 0;
+  spared_from_ = spared_from;
   for (std::size_t i = 0; i < count; ++i) {
     // Freed since the scan (another thread): its pages are no longer this
     // launch's to bring back.
     Block* block = live_block_at(blocks[i].address);
     if (block == nullptr || block->buffer_id != blocks[i].buffer_id) continue;
     space::Reservation& r = *block->segment->reservation;
-    if (host_pages_in(r, block->address, block->size) == 0) continue;
+    const std::size_t on_host = host_pages_in(r, block->address, block->size);
+    if (on_host == 0) continue;
+    pages.before += on_host;
     (void)bring_back_locked(r, block->address, block->size, stream);
-    left += host_pages_in(r, block->address, block->size);
+    pages.after += host_pages_in(r, block->address, block->size);
   }
-  spared_ = nullptr;
-  spared_count_ = 0;
+  spared_from_ = 0;
   stats_.host_pages = space_.host_pages();
-  return left;
+  return pages;
 }
 
-void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count) {
+void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count, bool all_blocks) {
   std::lock_guard<util::SpinLock> guard(lock_);
   if (mover_ == nullptr) return;
   driver::ScopedContext scope(api_, context_);
   LiveView live(*this);
-  mover_->launched(kernel, blocks, count, live);
+  mover_->launched(kernel, blocks, count, all_blocks, live);
   stats_.host_pages = space_.host_pages();
 }
 
@@ -539,7 +540,8 @@ void Pool::LiveView::candidates(std::vector<EvictionCandidate>* out) const {
   for (const auto& segment : pool_.segments_) {
     if (segment->reservation->is_chunk()) continue;
     for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (b->is_free || b->requested == 0 || b->keep_resident || pool_.spared(b->buffer_id)) continue;
+      if (b->is_free || b->requested == 0 || b->keep_resident) continue;
+      if (pool_.spared_from_ != 0 && b->last_use >= pool_.spared_from_) continue;
       const auto [first, end] = segment->reservation->whole_pages(b->address, b->size);
       if (first == end) continue;  // shares every page it touches: never evicted
       out->push_back({b->address, b->size, segment->reservation, b->last_use, b->buffer_id});

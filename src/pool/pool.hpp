@@ -237,13 +237,21 @@ class Pool {
                       std::size_t* still_on_host, LaunchedBlock* used = nullptr, bool bring_back = true);
   // The host pages of a launch's blocks (those use_for_launch found and left
   // on the host) come back before work queued later, as far as the budget
-  // lets them; room is never made by evicting another of these blocks, so a
-  // launch whose blocks do not all fit reads the rest on the host rather
-  // than moving its own blocks back and forth. Returns the pages left there.
-  std::size_t bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream);
+  // lets them. Room is never made by evicting a block used at or after
+  // `spared_from` on the pool's use clock (the first LaunchedBlock::used_at
+  // of the launch): the launch's own blocks, however many, and any another
+  // thread is using now. So a launch whose blocks do not all fit reads the
+  // rest on the host rather than moving its own blocks back and forth.
+  // Returns the pages of these blocks on the host before and after.
+  struct LaunchPages {
+    std::size_t before = 0;
+    std::size_t after = 0;
+  };
+  LaunchPages bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream,
+                                    std::uint64_t spared_from);
   // A scanned launch of `kernel` named `blocks` (those use_for_launch found):
   // the mover learns the program's order from it (prefetch:learn).
-  void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count);
+  void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count, bool all_blocks);
   util::Status advise(std::uintptr_t address, std::size_t bytes, Advice advice);
 
   // Waits for deferred frees, unmaps every idle page and releases every spare
@@ -385,15 +393,9 @@ class Pool {
   };
   std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
-  // Blocks no eviction may take while bring_back_for_launch makes room.
-  const LaunchedBlock* spared_ = nullptr;
-  std::size_t spared_count_ = 0;
-  [[nodiscard]] bool spared(std::uint64_t buffer_id) const noexcept {
-    for (std::size_t i = 0; i < spared_count_; ++i) {
-      if (spared_[i].buffer_id == buffer_id) return true;
-    }
-    return false;
-  }
+  // While bring_back_for_launch makes room: blocks used at or after this
+  // point of use_clock_ are not evicted (0: none spared).
+  std::uint64_t spared_from_ = 0;
 
   mutable util::SpinLock lock_;
   Arena arenas_[2];

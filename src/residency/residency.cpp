@@ -103,11 +103,13 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   const std::size_t target = std::max(pages, std::min(options_.min_evict_pages, budget_pages / 16));
   moves_.clear();
   bool cache_full = false;
-  bool filling = false;  // a chosen block's tracked bring-back may still be writing its pages
+  fills_.clear();  // tracked bring-backs that may still be writing a chosen block's pages
   for (const EvictionCandidate& c : ordered_) {
     space::Reservation& r = *candidates[c.source].reservation;
     const auto [first, end] = r.whole_pages(c.address, c.size);
-    filling = filling || arriving(candidates[c.source].buffer_id);
+    for (const Inflight& f : inflight_) {
+      if (f.buffer_id == candidates[c.source].buffer_id) fills_.push_back(f.done);
+    }
     for (std::size_t p = first; p < end && moves_.size() < target; ++p) {
       if (r.page(p).residency != space::Residency::device || kept(r.page_address(p))) continue;
       space::HostPage* host = cache_->take();
@@ -119,7 +121,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     }
     if (cache_full || moves_.size() >= target) break;
   }
-  const std::size_t moved = transit_->to_host(space_, moves_, filling);
+  const std::size_t moved = transit_->to_host(space_, moves_, fills_);
   for (const PageMove& m : moves_) {
     // A page left mapped at the pool address (a move that failed halfway)
     // stays with the space, which hands it back when it unmaps it.
@@ -200,19 +202,22 @@ void Residency::note_transit_stats() {
 // or memset writes a block between its copy-out and its remap. Programs that
 // break it should use prefetch:launch, whose moves are gated.
 
-void Residency::launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count,
+void Residency::launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count, bool all_blocks,
                          pool::LiveBlocks& live) {
   if (schedule_ == nullptr) return;
   std::array<ScheduledBlock, LaunchSchedule::kMaxBlocksPerLaunch> scheduled;
   const std::size_t n = std::min(count, scheduled.size());
   for (std::size_t i = 0; i < n; ++i) scheduled[i] = ScheduledBlock{blocks[i].buffer_id, blocks[i].address};
   schedule_->record(kernel, scheduled.data(), n);
-  if (schedule_->period() == 0) return;
+  // A block this launch names but the list lacks could be copied out or
+  // remapped before the launch is queued: nothing moves until the next one.
+  if (schedule_->period() == 0 || !all_blocks) return;
   // The blocks of this launch are neither brought back nor copied out now:
   // the launch itself is queued only after this returns, so a copy ordered
   // before it would miss its writes, and a page remapped now would be read
   // before its bytes arrive.
-  current_.assign(scheduled.begin(), scheduled.begin() + static_cast<std::ptrdiff_t>(n));
+  current_.clear();
+  for (std::size_t i = 0; i < count; ++i) current_.push_back(ScheduledBlock{blocks[i].buffer_id, blocks[i].address});
   collect_released_host_pages();
   prefetch_upcoming(live);
   precopy_for_demand(live);

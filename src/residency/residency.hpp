@@ -98,7 +98,7 @@ class Residency final : public pool::PageMover {
   util::Status bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
                           std::uintptr_t stream) override;
   void collect_released_host_pages() override;
-  void launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count,
+  void launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count, bool all_blocks,
                 pool::LiveBlocks& live) override;
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream) override;
   void forget(std::uint64_t buffer_id) override;
@@ -151,6 +151,7 @@ class Residency final : public pool::PageMover {
   ResidencyStats counters_;
   std::vector<EvictionCandidate> ordered_;  // evict()'s scratch
   std::vector<PageMove> moves_;
+  std::vector<CUevent> fills_;  // evict()'s scratch
 
   // prefetch:learn, under the pool's lock.
   struct Precopy {

@@ -23,8 +23,7 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
   }
   transit->joined_ = transit->new_event();
   transit->copied_ = transit->new_event();
-  transit->filled_ = transit->new_event();
-  if (transit->joined_ == nullptr || transit->copied_ == nullptr || transit->filled_ == nullptr) {
+  if (transit->joined_ == nullptr || transit->copied_ == nullptr) {
     return util::Status(util::Error::driver_error, "cuEventCreate failed for the copy events");
   }
   // The gate's flag. Without it (or without cuStreamWaitValue32) every move
@@ -54,7 +53,6 @@ Transit::~Transit() {
   for (CUevent e : spare_events_) (void)api_.eventDestroy(e);
   if (joined_ != nullptr) (void)api_.eventDestroy(joined_);
   if (copied_ != nullptr) (void)api_.eventDestroy(copied_);
-  if (filled_ != nullptr) (void)api_.eventDestroy(filled_);
   if (to_host_stream_ != nullptr) (void)api_.streamDestroy(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamDestroy(to_device_stream_);
   if (flag_ != nullptr) (void)api_.memFreeHost(const_cast<std::uint32_t*>(flag_));
@@ -108,14 +106,16 @@ std::size_t Transit::tally(const std::vector<PageMove>& moves, std::uint64_t* mo
   return moved;
 }
 
-std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills) {
+std::size_t Transit::to_host(space::AddressSpace& space, std::vector<PageMove>& moves,
+                             const std::vector<CUevent>& fills) {
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
-  if (!gated_to_host(space, moves, after_fills)) fallback_to_host(space, moves);
+  if (!gated_to_host(space, moves, fills)) fallback_to_host(space, moves);
   return tally(moves, &stats_.to_host_bytes);
 }
 
-bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills) {
+bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves,
+                            const std::vector<CUevent>& fills) {
   if (flag_ == nullptr) return false;
   const std::uint32_t generation = next_generation();
   bool waiting = false;  // the legacy stream waits for the flag: it must be opened
@@ -127,9 +127,9 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     // that as little as possible can be queued between the two.
     if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
     waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS ||
-        (after_fills && !wait_for_fills())) {
-      return false;
+    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
+    for (CUevent fill : fills) {
+      if (api_.streamWaitEvent(to_host_stream_, fill, 0) != CUDA_SUCCESS) return false;
     }
     for (const PageMove& m : moves) {
       const CUdeviceptr from = m.reservation->page_address(m.page);

@@ -74,10 +74,10 @@ class Transit {
   // Called under the pool's lock (the space is the pool's); returns how many
   // moved. to_device: host pages released are handed to `release` once the
   // copies reading them have finished (see reap()).
-  // `after_fills`: some page may still be filling from a tracked bring-back
-  // (tracked_to_device): the copies wait for the host-to-device stream, which
-  // no gate orders, rather than read the page before its bytes arrive.
-  std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills = false);
+  // `fills`: the copies of tracked bring-backs (tracked_to_device's `done`)
+  // that may still be writing some of these pages; no gate orders the
+  // transit's own streams, so the copies out wait for them.
+  std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves, const std::vector<CUevent>& fills = {});
   std::size_t to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   // Tracked moves (prefetch:learn): no gate, so nothing stalls; each block
   // is ordered by what the launch scan knows of its use (see residency.hpp).
@@ -112,7 +112,7 @@ class Transit {
   Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size);
   // The gated move; false when no whole gate could be made (the flag is
   // open again and nothing was remapped).
-  bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, bool after_fills);
+  bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, const std::vector<CUevent>& fills);
   bool gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
@@ -161,12 +161,6 @@ class Transit {
   std::uint32_t generation_ = 0;
   CUevent joined_ = nullptr;
   CUevent copied_ = nullptr;
-  // The host-to-device stream's tail (see to_host's `after_fills`).
-  CUevent filled_ = nullptr;
-  [[nodiscard]] bool wait_for_fills() const {
-    return api_.eventRecord(filled_, to_device_stream_) == CUDA_SUCCESS &&
-           api_.streamWaitEvent(to_host_stream_, filled_, 0) == CUDA_SUCCESS;
-  }
   std::vector<PendingRelease> pending_;
   std::vector<CUevent> spare_events_;
   TransitStats stats_;

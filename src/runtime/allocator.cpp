@@ -134,38 +134,48 @@ Allocator::~Allocator() {
 
 bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, bool at_once) {
   if (residency_ == nullptr || !pool_->may_own(word)) return false;
+  const auto on = reinterpret_cast<std::uintptr_t>(stream);
   std::size_t host_pages = 0;
   std::size_t left = 0;
   pool::LaunchedBlock block;
-  const bool full = use->count == use->blocks.size();
-  if (!pool_->use_for_launch(word, reinterpret_cast<std::uintptr_t>(stream), &host_pages, &left, &block,
-                             at_once || full)) {
-    return false;
-  }
-  const bool repeated = std::any_of(use->blocks.begin(), use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count),
-                                    [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; });
-  if (at_once || full) {
+  if (!pool_->use_for_launch(word, on, &host_pages, &left, &block, at_once)) return false;
+  if (at_once) {
     use->brought_back = use->brought_back || host_pages > left;
     use->still_on_host = use->still_on_host || left > 0;
-  } else if (!repeated) {
-    use->deferred_pages += host_pages;
   }
-  if (!repeated && !full) use->blocks[use->count++] = block;
+  const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
+  if (std::any_of(use->blocks.begin(), listed,
+                  [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; })) {
+    return true;
+  }
+  if (use->count < use->blocks.size()) {
+    use->blocks[use->count++] = block;
+    if (!at_once) use->deferred_pages += host_pages;
+    return true;
+  }
+  use->overflow = true;
+  if (!at_once && host_pages > 0) {
+    // Beyond the list: brought back now, the launch's blocks spared all the
+    // same (they were all used since the first).
+    const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at);
+    use->brought_back = use->brought_back || pages.after < pages.before;
+    use->still_on_host = use->still_on_host || pages.after > 0;
+  }
   return true;
 }
 
 void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream) {
   if (residency_ == nullptr) return;
   if (use.deferred_pages > 0) {
-    const std::size_t left =
-        pool_->bring_back_for_launch(use.blocks.data(), use.count, reinterpret_cast<std::uintptr_t>(stream));
-    use.brought_back = use.brought_back || left < use.deferred_pages;
-    use.still_on_host = use.still_on_host || left > 0;
+    const auto pages = pool_->bring_back_for_launch(use.blocks.data(), use.count,
+                                                    reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at);
+    use.brought_back = use.brought_back || pages.after < pages.before;
+    use.still_on_host = use.still_on_host || pages.after > 0;
     use.deferred_pages = 0;
   }
   if (use.brought_back || use.still_on_host) residency_->note_launch(use.brought_back, use.still_on_host);
   if (residency_->learning()) {
-    pool_->launched(reinterpret_cast<std::uintptr_t>(function), use.blocks.data(), use.count);
+    pool_->launched(reinterpret_cast<std::uintptr_t>(function), use.blocks.data(), use.count, !use.overflow);
   }
 }
 

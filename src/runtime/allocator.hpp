@@ -60,6 +60,7 @@ struct LaunchUse {
   bool brought_back = false;       // some pages came back before the launch
   bool still_on_host = false;      // some stay on the host: the launch reads them there
   std::size_t deferred_pages = 0;  // host pages of blocks[] that end_launch brings back
+  bool overflow = false;           // the launch named more blocks than blocks[] holds
 };
 
 class Allocator {

@@ -83,6 +83,23 @@ void layer_kernel(void** params, void* /*user*/) {
   std::this_thread::sleep_until(until);
 }
 
+// A kernel given many blocks at once, as a struct by value (as fused
+// optimizer kernels take their tensors): checks each against its seed.
+constexpr std::size_t kManyBlocks = 14;  // more than a launch scan lists
+struct ManyBlocks {
+  std::uint32_t* block[kManyBlocks];
+  std::size_t count;
+  std::atomic<std::uint64_t>* errors;
+};
+void many_blocks_kernel(void** params, void* /*user*/) {
+  const auto& args = *static_cast<const ManyBlocks*>(params[0]);
+  std::uint64_t bad = 0;
+  for (std::size_t b = 0; b < kManyBlocks; ++b) {
+    for (std::size_t i = 0; i < args.count; ++i) bad += args.block[b][i] != pattern(static_cast<std::uint32_t>(b), i);
+  }
+  args.errors->fetch_add(bad);
+}
+
 CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
   CUfunction f = nullptr;
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
@@ -101,6 +118,16 @@ CUfunction slow_fill_function() {
 }
 CUfunction check_function() {
   static CUfunction f = register_kernel(&check_kernel, 4);
+  return f;
+}
+CUfunction many_blocks_function() {
+  static CUfunction f = [] {
+    CUfunction made = nullptr;
+    const std::size_t sizes[] = {sizeof(ManyBlocks)};
+    auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
+    EXPECT_EQ(reg(&made, &many_blocks_kernel, nullptr, 1, sizes), CUDA_SUCCESS);
+    return made;
+  }();
   return f;
 }
 CUfunction layer_function() {
@@ -504,6 +531,37 @@ TEST_F(Residency, ALaunchWhoseBlocksDoNotAllFitMovesNoneOfItsOwnBlocksOut) {
   EXPECT_EQ(after.host_resident_launches, before.host_resident_launches + 4);
   EXPECT_EQ(after.failed_moves, 0u);
   for (std::uintptr_t p : block) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
+}
+
+// The same with more blocks than the scan lists: those beyond the list come
+// back at once, and neither they nor the listed ones are evicted for each
+// other.
+TEST_F(Residency, ALaunchOfMoreBlocksThanTheScanListsMovesNoneOfThemOut) {
+  make(10 * kPage);
+  ManyBlocks args{};
+  for (std::size_t b = 0; b < kManyBlocks; ++b) {
+    auto got = allocator_->allocate(kPage, 0, false);  // the eleventh on evict the oldest
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    args.block[b] = reinterpret_cast<std::uint32_t*>(got.value());
+    ASSERT_EQ(fill(got.value(), kPage, static_cast<std::uint32_t>(b)), CUDA_SUCCESS);
+  }
+  args.count = kPage / 4;
+  args.errors = &errors_;
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  const auto before = allocator_->residency()->stats();
+  ASSERT_GT(before.host_resident_bytes, 0u);
+  for (int launch = 0; launch < 3; ++launch) {
+    void* params[] = {&args};
+    ASSERT_EQ(launch_scanned(many_blocks_function(), params), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u);
+  const auto after = allocator_->residency()->stats();
+  EXPECT_EQ(after.evicted_bytes, before.evicted_bytes) << "the launch moved its own blocks out";
+  EXPECT_EQ(after.host_resident_launches, before.host_resident_launches + 3);
+  EXPECT_EQ(after.failed_moves, 0u);
+  for (std::uint32_t* p : args.block)
+    ASSERT_TRUE(allocator_->deallocate(reinterpret_cast<std::uintptr_t>(p), 0, false).ok());
 }
 
 // A launch word inside a block (a view, a field of a struct) names the
