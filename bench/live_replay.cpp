@@ -35,16 +35,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "child_process.hpp"
 #include "driver_calls.hpp"
 #include "replay.hpp"
 #include "sim/sim_control.h"
 #include "steps.hpp"
 #include "tidepool/tidepool.h"
 
-extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
-
 namespace {
 
+using tidepool::bench::run_child;
+using tidepool::bench::self_path;
 using tidepool::replay::DriverCalls;
 using tidepool::replay::Step;
 using tidepool::replay::TraceAction;
@@ -132,81 +133,6 @@ bool parse(int argc, char** argv, Options* o, std::string* error) {
 // ---------------------------------------------------------------------------
 // The parent: one preloaded child per (trace, mode).
 
-std::string self_path() {
-  char buffer[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
-  if (n <= 0) return {};
-  buffer[n] = '\0';
-  return buffer;
-}
-
-// The environment a child runs in: ours, with the preload, the sim as
-// libcuda.so.1 and room for any trace. A TIDEPOOL_CONF the user set is kept.
-std::vector<std::string> child_environment() {
-  const auto prefixed = [](const char* name, const std::string& first) {
-    const char* old = std::getenv(name);
-    return std::string(name) + "=" + first + (old != nullptr && *old != '\0' ? ":" + std::string(old) : "");
-  };
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    // The preload must open the very sim this program linked, so no other driver path.
-    if (name == "LD_PRELOAD" || name == "LD_LIBRARY_PATH" || name == "TIDEPOOL_SIM_MEMORY" ||
-        name == "TIDEPOOL_CUDA_LIB" || name == kChildMarker) {
-      continue;
-    }
-    env.push_back(entry);
-  }
-  env.push_back(prefixed("LD_PRELOAD", TIDEPOOL_LIBRARY));
-  env.push_back(prefixed("LD_LIBRARY_PATH", TIDEPOOL_SIM_DIR));
-  env.emplace_back("TIDEPOOL_SIM_MEMORY=80GiB");  // the sim commits nothing until touched
-  env.push_back(std::string(kChildMarker) + "=1");
-  return env;
-}
-
-// Runs the child, collecting its stdout (stderr passes through). Returns its
-// exit status, 128 + N for a death by signal N, -1 when it could not start.
-int run_child(const std::vector<std::string>& args, std::string* out) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const std::vector<std::string> env = child_environment();
-  std::vector<char*> envp;
-  envp.reserve(env.size() + 1);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (spawned != 0) {
-    ::close(pipe_fds[0]);
-    return -1;
-  }
-  char buffer[4096];
-  ssize_t n = 0;
-  while ((n = ::read(pipe_fds[0], buffer, sizeof buffer)) != 0) {
-    if (n > 0) out->append(buffer, static_cast<std::size_t>(n));
-    if (n < 0 && errno != EINTR) break;
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 int parent_main(const Options& o) {
   const std::string self = self_path();
   if (self.empty()) {
@@ -221,7 +147,7 @@ int parent_main(const Options& o) {
       if (o.json) args.emplace_back("--json");
       args.push_back(trace);
       std::string out;
-      const int status = run_child(args, &out);
+      const int status = run_child(args, kChildMarker, &out);
       std::fputs(out.c_str(), stdout);
       std::fflush(stdout);
       if (status != 0) {

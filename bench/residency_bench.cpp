@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "layer_kernel.hpp"
 #include "residency/launch_scan.hpp"
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
@@ -58,8 +59,6 @@ namespace {
 
 using namespace tidepool;
 using Clock = std::chrono::steady_clock;
-
-constexpr std::size_t kTouchStride = 2 * util::MiB;  // the sim's VMM granularity: one word per page
 
 struct Options {
   int layers = 12;
@@ -89,35 +88,6 @@ struct SimControl {
 template <typename Fn>
 Fn sim_symbol(const driver::Driver& sim, const char* name) {
   return reinterpret_cast<Fn>(::dlsym(sim.handle(), name));
-}
-
-// The layer kernel: params are two inputs, one output (each may be 0), the
-// block size and the sleep in nanoseconds. Reads go through volatile so the
-// compiler cannot drop them; what they sum is written to the output, so the
-// output's pages are written too.
-void layer_kernel(void** params, void* /*user*/) {
-  const auto start = Clock::now();
-  const auto in_a = *static_cast<std::uintptr_t*>(params[0]);
-  const auto in_b = *static_cast<std::uintptr_t*>(params[1]);
-  const auto out = *static_cast<std::uintptr_t*>(params[2]);
-  const auto bytes = *static_cast<std::size_t*>(params[3]);
-  const auto sleep_ns = *static_cast<std::uint64_t*>(params[4]);
-  const std::size_t last = bytes >= sizeof(std::uint64_t) ? bytes - sizeof(std::uint64_t) : 0;
-  std::uint64_t sum = 0;
-  for (const std::uintptr_t in : {in_a, in_b}) {
-    if (in == 0) continue;
-    for (std::size_t offset = 0; offset < last; offset += kTouchStride) {
-      sum += *reinterpret_cast<const volatile std::uint64_t*>(in + offset);
-    }
-    sum += *reinterpret_cast<const volatile std::uint64_t*>(in + last);
-  }
-  if (out != 0) {
-    for (std::size_t offset = 0; offset < last; offset += kTouchStride) {
-      *reinterpret_cast<volatile std::uint64_t*>(out + offset) = sum + offset;
-    }
-    *reinterpret_cast<volatile std::uint64_t*>(out + last) = sum;
-  }
-  std::this_thread::sleep_until(start + std::chrono::nanoseconds(sleep_ns));
 }
 
 struct RunResult {
@@ -513,7 +483,7 @@ int main(int argc, char** argv) {
   CUfunction kernel = nullptr;
   const std::size_t param_sizes[] = {sizeof(std::uintptr_t), sizeof(std::uintptr_t), sizeof(std::uintptr_t),
                                      sizeof(std::size_t), sizeof(std::uint64_t)};
-  if (control.register_kernel(&kernel, &layer_kernel, nullptr, 5, param_sizes) != CUDA_SUCCESS) {
+  if (control.register_kernel(&kernel, &bench::layer_kernel, nullptr, 5, param_sizes) != CUDA_SUCCESS) {
     std::fprintf(stderr, "bench_residency: cannot register the layer kernel\n");
     return 1;
   }

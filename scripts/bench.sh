@@ -7,7 +7,9 @@
 # bench_live_replay replays every trace in data/traces live through the
 # preload in both free modes (out/bench/live_replay.txt), and
 # bench_residency runs a training step under device budgets in every
-# prefetch mode (out/bench/residency.txt and .json).
+# prefetch mode (out/bench/residency.txt and .json), and bench_residency_live
+# the same step through the preload with both free styles
+# (out/bench/residency_live.txt and .json).
 # Benchmarks are never part of ctest. See bench/README.md.
 #
 # Usage: scripts/bench.sh [Google Benchmark flags...]
@@ -23,11 +25,11 @@ traces_dir="${BENCH_TRACES:-data/traces}"
 
 if [[ -n "${BENCH_BUILD_DIR:-}" ]]; then
   build_dir="$BENCH_BUILD_DIR"
-  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency
+  cmake --build "$build_dir" -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency bench_residency_live
 else
   build_dir=build/default
   cmake --preset default >/dev/null
-  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency
+  cmake --build --preset default -j "$(nproc)" --target "${suites[@]}" bench_live_replay bench_residency bench_residency_live
 fi
 
 mkdir -p "$out_dir"
@@ -54,6 +56,8 @@ fi
 
 echo "== bench_residency"
 "$build_dir/bench/bench_residency" --json "$out_dir/residency.json" | tee "$out_dir/residency.txt"
+echo "== bench_residency_live"
+"$build_dir/bench/bench_residency_live" --json "$out_dir/residency_live.json" | tee "$out_dir/residency_live.txt"
 echo
 
 echo "== ratios against baselines measured in the same run (throughput / baseline; > 1 is faster)"
