@@ -54,6 +54,7 @@
 #include "residency/launch_scan.hpp"
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
+#include "step_options.hpp"
 
 namespace {
 
@@ -429,14 +430,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Eviction under a device budget on the simulated driver: a layer-by-layer training step run unconstrained, "
       "then at 100%, 50% and 33% of its peak reserved bytes, in each prefetch mode (off, hints, launch, learn)."};
-  app.add_option("--layers", o.layers, "Layers per step")->check(CLI::Range(1, 1000));
-  app.add_option("--activation-mib", o.activation_mib, "Bytes of each activation and gradient, in MiB")
-      ->check(CLI::Range(0.001, 65536.0));
-  app.add_option("--kernel-ms", o.kernel_ms, "Wall time each layer kernel takes, in ms")->check(CLI::Range(0.0, 1e4));
-  app.add_option("--steps", o.steps, "Steps per run, the first a warm-up that is not timed")
-      ->check(CLI::Range(2, 100000));
-  app.add_option("--copy-gbps", o.copy_gbps, "The sim's host<->device copy bandwidth in GB/s (0: unlimited)")
-      ->check(CLI::Range(0.0, 1e6));
+  tidepool::bench::add_step_options(app, o);
   app.add_option("--prefetch-ahead", o.prefetch_ahead, "hints mode: activations hinted ahead of the layer reading them")
       ->check(CLI::Range(0, 1000));
   app.add_option("--learn-ahead", o.learn_ahead, "learn mode: launches a block is brought back ahead of its use")

@@ -36,6 +36,7 @@
 #include "child_process.hpp"
 #include "layer_kernel.hpp"
 #include "sim/sim_control.h"
+#include "step_options.hpp"
 #include "tidepool/tidepool.h"
 
 namespace {
@@ -281,13 +282,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "A layer-by-layer training step under device budgets, through LD_PRELOAD=libtidepool.so on the "
       "simulated driver, with cudaFree-style and stream-ordered frees, in each prefetch mode."};
-  app.add_option("--layers", o.layers, "Layers per step")->check(CLI::Range(1, 1000));
-  app.add_option("--activation-mib", o.activation_mib, "Bytes of each activation and gradient, in MiB")
-      ->check(CLI::Range(0.001, 65536.0));
-  app.add_option("--kernel-ms", o.kernel_ms, "Wall time each layer kernel takes, in ms")->check(CLI::Range(0.0, 1e4));
-  app.add_option("--steps", o.steps, "Steps per run, the first a warm-up")->check(CLI::Range(2, 100000));
-  app.add_option("--copy-gbps", o.copy_gbps, "The sim's host<->device copy bandwidth in GB/s (0: unlimited)")
-      ->check(CLI::Range(0.0, 1e6));
+  tidepool::bench::add_step_options(app, o);
   app.add_option("--frees", o.frees, "Free styles: device (cuMemFree_v2), stream (cuMemFreeAsync)")
       ->delimiter(',')
       ->check(CLI::IsMember({"device", "stream"}));
