@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <random>
 #include <thread>
 #include <vector>
@@ -100,12 +102,17 @@ void many_blocks_kernel(void** params, void* /*user*/) {
   args.errors->fetch_add(bad);
 }
 
-CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
+CUfunction register_kernel_with(tidepool_sim_kernel_fn fn, std::initializer_list<std::size_t> sizes) {
   CUfunction f = nullptr;
-  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
   auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
-  EXPECT_EQ(reg(&f, fn, nullptr, params, sizes), CUDA_SUCCESS);
+  EXPECT_EQ(reg(&f, fn, nullptr, sizes.size(), std::data(sizes)), CUDA_SUCCESS);
   return f;
+}
+// The fill and check kernels: their first `params` of (words, count, seed, errors).
+CUfunction register_kernel(tidepool_sim_kernel_fn fn, std::size_t params) {
+  return params == 3
+             ? register_kernel_with(fn, {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t)})
+             : register_kernel_with(fn, {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)});
 }
 
 CUfunction fill_function() {
@@ -121,25 +128,13 @@ CUfunction check_function() {
   return f;
 }
 CUfunction many_blocks_function() {
-  static CUfunction f = [] {
-    CUfunction made = nullptr;
-    const std::size_t sizes[] = {sizeof(ManyBlocks)};
-    auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
-    EXPECT_EQ(reg(&made, &many_blocks_kernel, nullptr, 1, sizes), CUDA_SUCCESS);
-    return made;
-  }();
+  static CUfunction f = register_kernel_with(&many_blocks_kernel, {sizeof(ManyBlocks)});
   return f;
 }
 CUfunction layer_function() {
-  static CUfunction f = [] {
-    CUfunction made = nullptr;
-    const std::size_t sizes[] = {sizeof(void*),         sizeof(void*),         sizeof(void*),
-                                 sizeof(std::size_t),   sizeof(std::uint32_t), sizeof(std::uint32_t),
-                                 sizeof(std::uint32_t), sizeof(void*)};
-    auto reg = testing::sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel");
-    EXPECT_EQ(reg(&made, &layer_kernel, nullptr, 8, sizes), CUDA_SUCCESS);
-    return made;
-  }();
+  static CUfunction f = register_kernel_with(
+      &layer_kernel, {sizeof(void*), sizeof(void*), sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t),
+                      sizeof(std::uint32_t), sizeof(std::uint32_t), sizeof(void*)});
   return f;
 }
 
