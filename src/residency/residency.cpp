@@ -299,11 +299,10 @@ void Residency::precopy_for_demand(pool::LiveBlocks& live) {
   const std::uint64_t near = schedule_->launches() + options_.learn_ahead;
   const std::size_t wanted_near = schedule_->predicted_demand(options_.learn_ahead);
   for (const auto& [next, index] : ranked_) {
+    // Ranked furthest first, so once a block's cover is met, every later
+    // block's (the same, or the near demand's) is too.
     const std::size_t cover = next > near ? wanted : std::min(wanted, wanted_near);
-    if (precopied_pages_ >= cover) {
-      if (next > near) continue;
-      break;
-    }
+    if (precopied_pages_ >= cover) break;
     const pool::EvictionCandidate& c = live_scratch_[index];
     Precopy copy{c.address, c.buffer_id, c.last_use, {}, nullptr, nullptr};
     const auto [first, end] = c.reservation->whole_pages(c.address, c.size);

@@ -83,9 +83,10 @@ class Transit {
   // is ordered by what the launch scan knows of its use (see residency.hpp).
   // precopy_to_host: copies the pages to their host pages after all work
   // queued so far (a device barrier, no flag), leaving them mapped where
-  // they are; never pages a tracked bring-back is still filling; false when it could not be queued (`done` is then null
-  // and the host pages are the caller's again once reap() returns nothing for them: they were handed to
-  // release_after()).
+  // they are (never pages a tracked bring-back is still filling: the caller
+  // skips those); false when it could not be queued (`done` is then null and
+  // the host pages are the caller's again once reap() returns nothing for
+  // them: they were handed to release_after()).
   bool precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUevent* done);
   // Remaps pages whose precopy `done` finished (the host waits for it);
   // the events go back to the transit. Returns how many moved.

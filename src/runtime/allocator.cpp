@@ -139,10 +139,7 @@ bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* u
   std::size_t left = 0;
   pool::LaunchedBlock block;
   if (!pool_->use_for_launch(word, on, &host_pages, &left, &block, at_once)) return false;
-  if (at_once) {
-    use->brought_back = use->brought_back || host_pages > left;
-    use->still_on_host = use->still_on_host || left > 0;
-  }
+  if (at_once) use->note_pages(host_pages, left);
   const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
   if (std::any_of(use->blocks.begin(), listed,
                   [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; })) {
@@ -158,8 +155,7 @@ bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* u
     // Beyond the list: brought back now, the launch's blocks spared all the
     // same (they were all used since the first).
     const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at);
-    use->brought_back = use->brought_back || pages.after < pages.before;
-    use->still_on_host = use->still_on_host || pages.after > 0;
+    use->note_pages(pages.before, pages.after);
   }
   return true;
 }
@@ -169,8 +165,7 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
   if (use.deferred_pages > 0) {
     const auto pages = pool_->bring_back_for_launch(use.blocks.data(), use.count,
                                                     reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at);
-    use.brought_back = use.brought_back || pages.after < pages.before;
-    use.still_on_host = use.still_on_host || pages.after > 0;
+    use.note_pages(pages.before, pages.after);
     use.deferred_pages = 0;
   }
   if (use.brought_back || use.still_on_host) residency_->note_launch(use.brought_back, use.still_on_host);

@@ -61,6 +61,11 @@ struct LaunchUse {
   bool still_on_host = false;      // some stay on the host: the launch reads them there
   std::size_t deferred_pages = 0;  // host pages of blocks[] that end_launch brings back
   bool overflow = false;           // the launch named more blocks than blocks[] holds
+  // A bring-back found `before` host pages and left `after` of them.
+  void note_pages(std::size_t before, std::size_t after) noexcept {
+    brought_back = brought_back || after < before;
+    still_on_host = still_on_host || after > 0;
+  }
 };
 
 class Allocator {
@@ -114,7 +119,8 @@ class Allocator {
   // when this pool has no such block. Its host pages come back in
   // end_launch, with the launch's other blocks spared from the eviction that
   // makes room; `at_once`: now, for a pool whose end_launch is not called (a
-  // launch's blocks on another device) or when `use` is full.
+  // launch's blocks on another device). A block beyond `use`'s list comes
+  // back now too, the launch's blocks spared all the same.
   bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, bool at_once = false);
   // Where words the launch scan passes to use_in_launch must lie: empty
   // without eviction. A launch takes it once, so that most of its words
