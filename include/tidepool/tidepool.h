@@ -43,14 +43,14 @@ typedef struct tidepool_stats {
   uint64_t peak_live_bytes;
   uint64_t reserved_bytes;
   uint64_t peak_reserved_bytes;
-  uint64_t internal_waste_bytes;   /* bytes handed out minus bytes requested, now */
+  uint64_t internal_waste_bytes; /* bytes handed out minus bytes requested, now */
   uint64_t ooms;
   uint64_t maps;
   uint64_t unmaps;
   uint64_t trims;
   uint64_t passthrough_allocations;
-  double utilization;              /* peak_live_bytes / peak_reserved_bytes */
-  double external_fragmentation;   /* 1 - largest free block / free bytes, now */
+  double utilization;            /* peak_live_bytes / peak_reserved_bytes */
+  double external_fragmentation; /* 1 - largest free block / free bytes, now */
 } tidepool_stats;
 
 /* "0.1.0" */
@@ -84,7 +84,16 @@ TIDEPOOL_API tidepool_status tidepool_report(const char* path);
 TIDEPOOL_API void* tidepool_torch_malloc(ptrdiff_t size, int device, void* stream);
 TIDEPOOL_API void tidepool_torch_free(void* ptr, ptrdiff_t size, int device, void* stream);
 
-/* Sets the device budget in bytes (0 restores the default: what the device reports). */
+/* Sets the device budget in bytes (0 restores the default: what the device
+ * reports). The rule of TIDEPOOL_CONF's device_limit holds: a budget below
+ * 2 MiB or above the device's memory is TIDEPOOL_ERROR_INVALID_VALUE.
+ * A budget below what the pool holds takes effect at once or not at all: the
+ * pool first gives back what it can (spare and free pages, waiting for the
+ * work before cudaFree-style frees; with evict:on, pages of live blocks move
+ * to the host). If live memory that cannot leave the device still exceeds
+ * it, the call returns TIDEPOOL_ERROR_OUT_OF_MEMORY and the old budget stays.
+ * So the pool never holds more than the budget in force, which is what
+ * cuMemGetInfo and the report show. */
 TIDEPOOL_API tidepool_status tidepool_set_device_limit(int device, size_t bytes);
 
 /* Releases cached physical memory the pool holds but does not use.
@@ -95,9 +104,9 @@ TIDEPOOL_API tidepool_status tidepool_trim(int device, size_t* released);
  * pointer and do nothing else). Pages of a block that were evicted to the
  * host cache come back to the device. */
 typedef enum tidepool_advice {
-  TIDEPOOL_ADVICE_WILL_NEED = 1,     /* used soon: bring back now, evict last */
-  TIDEPOOL_ADVICE_WONT_NEED = 2,     /* idle for a while: evict first */
-  TIDEPOOL_ADVICE_KEEP_RESIDENT = 3  /* bring back and never evict until freed */
+  TIDEPOOL_ADVICE_WILL_NEED = 1,    /* used soon: bring back now, evict last */
+  TIDEPOOL_ADVICE_WONT_NEED = 2,    /* idle for a while: evict first */
+  TIDEPOOL_ADVICE_KEEP_RESIDENT = 3 /* bring back and never evict until freed */
 } tidepool_advice;
 
 /* Brings the evicted pages of the allocation(s) in [ptr, ptr + bytes) back

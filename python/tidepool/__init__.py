@@ -33,6 +33,7 @@ KEEP_RESIDENT = 3
 _ADVICE_NAMES = {"will_need": WILL_NEED, "wont_need": WONT_NEED, "keep_resident": KEEP_RESIDENT}
 
 # tidepool_status values the messages below single out (tidepool.h).
+_OUT_OF_MEMORY = 1
 _INVALID_VALUE = 2
 _NOT_INITIALIZED = 4
 _BAD_CONFIG = 6
@@ -308,13 +309,23 @@ def trim(device: int = 0) -> int:
 
 
 def set_device_limit(nbytes: int, device: int = 0) -> None:
-    """Sets the device budget in bytes; 0 restores the default (what the device reports)."""
+    """Sets the device budget in bytes; 0 restores the default (what the device reports).
+
+    A budget below what the pool holds takes effect at once or not at all:
+    the pool first gives back what it can (cached pages, and with evict:on
+    pages of live blocks moved to the host). If live memory that cannot leave
+    the device still exceeds it, TidepoolError (out of memory) is raised and
+    the old budget stays. Like TIDEPOOL_CONF's device_limit, a budget below
+    2 MiB or above the device's size is refused (invalid value)."""
     index = _device_index(device)
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
         raise ValueError(f"nbytes must be a byte count >= 0, not {nbytes!r}")
     status = load().tidepool_set_device_limit(index, nbytes)
-    _check(status, f"set_device_limit(device={index})",
-           f"no CUDA device {index}" if status == _INVALID_VALUE else "")
+    hints = {
+        _INVALID_VALUE: f"no CUDA device {index}, or a budget below 2 MiB or above the device's size",
+        _OUT_OF_MEMORY: "live memory that cannot leave the device exceeds it; the old budget stays",
+    }
+    _check(status, f"set_device_limit(device={index})", hints.get(status, ""))
 
 
 def _pointer_and_size(tensor_or_pointer, nbytes):

@@ -133,8 +133,7 @@ tidepool_status tidepool_set_device_limit(int device, size_t bytes) {
     tidepool_status status = TIDEPOOL_OK;
     Allocator* allocator = allocator_or_status(device, &status);
     if (allocator == nullptr) return status;
-    allocator->pool().set_device_limit(bytes != 0 ? bytes : allocator->device_total_bytes());
-    return TIDEPOOL_OK;
+    return to_c(allocator->set_device_limit(bytes != 0 ? bytes : allocator->device_total_bytes()));
   });
 }
 

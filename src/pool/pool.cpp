@@ -260,9 +260,10 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     }
     const std::size_t available = space_.available_pages();
     if (missing > available) {
-      // Under a lowered budget the pool may hold more than it: the first
-      // pages stitching frees then go back to the driver (space's unback)
-      // rather than become spare, so stitching must free that many more.
+      // When the pool holds more than the budget (pages whose release the
+      // driver refused still count), the first pages stitching frees go back
+      // to the driver (space's unback) rather than become spare, so
+      // stitching must free that many more.
       const std::size_t limit_pages = space_.device_limit() / space_.page_size();
       const std::size_t over_budget = space_.device_pages() > limit_pages ? space_.device_pages() - limit_pages : 0;
       pages_short_ = missing - available + over_budget;
@@ -585,13 +586,46 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
   return result;
 }
 
-void Pool::set_device_limit(std::size_t bytes) {
+util::Status Pool::set_device_limit(std::size_t bytes) {
   std::lock_guard<util::SpinLock> guard(lock_);
-  space_.set_device_limit(bytes);
-  if (space_.device_bytes() > space_.device_limit()) {
+  const std::size_t page = space_.page_size();
+  const auto pages_over = [&] {
+    const std::size_t held = space_.device_bytes();
+    return held > bytes ? util::round_up(held - bytes, page) / page : 0;
+  };
+  if (pages_over() > 0) {
+    // What is held and in use nowhere goes first, then free blocks' pages
+    // (cudaFree frees rejoin first, waiting for their fences: this is an
+    // explicit call, not the hot path), then, with eviction, pages of live
+    // blocks move to the host. Nothing lost on any path: a page that cannot
+    // go stays where it is with its bytes.
     driver::ScopedContext scope(api_, context_);
-    space_.release_spares(space_.device_bytes() - space_.device_limit());
+    space_.release_spares(pages_over() * page);
+    if (pages_over() > 0) {
+      promote_deferred(DeferredFrees::Wait::everything);
+      if (space_.uses_vmm()) {
+        reclaim_idle_pages(pages_over(), 0, 0, true, kNoPendingWork, /*learn=*/false);
+      } else if (synchronize_if_needed()) {
+        trim_chunks();
+      }
+      space_.release_spares(pages_over() * page);
+    }
+    if (pages_over() > 0 && mover_ != nullptr) {
+      evict_locked(pages_over(), 0, 0);
+      space_.release_spares(pages_over() * page);
+      mover_->collect_released_host_pages();
+    }
+    stats_.host_pages = space_.host_pages();
   }
+  if (pages_over() > 0) {
+    return {util::Error::out_of_memory,
+            mover_ == nullptr
+                ? "live blocks hold more than that on the device and eviction is off; the old budget stays"
+                : "live blocks hold more than that on the device, more than eviction could move; the "
+                  "old budget stays"};
+  }
+  space_.set_device_limit(bytes);
+  return util::Status::success();
 }
 
 }  // namespace tidepool::pool

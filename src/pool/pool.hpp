@@ -64,6 +64,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -257,10 +258,22 @@ class Pool {
   // Waits for deferred frees, unmaps every idle page and releases every spare
   // page to the driver. Returns the bytes released.
   std::size_t trim();
-  void set_device_limit(std::size_t bytes);
+  // A new device budget. Raised, it holds at once. Lowered below what the
+  // pool holds, the pool first gives back what it can at once: spare pages,
+  // free blocks' pages (cudaFree frees waited for), and with eviction live
+  // blocks' pages moved to the host. If it still holds more than `bytes`,
+  // the budget is refused (out_of_memory, the old budget stays), so the pool
+  // never holds more than the budget in force. The caller checks `bytes`
+  // against the device (runtime::budget_problem).
+  util::Status set_device_limit(std::size_t bytes);
   // `with_fragmentation`: also compute free_bytes and largest_free_block,
   // which walks every free block (O(n)); the counters alone are O(1).
   [[nodiscard]] PoolStats stats(bool with_fragmentation = true) const;
+  // stats() and size_classes() at once, for a caller that must never wait
+  // forever (the exit report): false, nothing read, when the pool's lock is
+  // still held at `deadline`. A signal handler that calls exit() while the
+  // thread it interrupted is inside a pool call finds the lock held for good.
+  bool try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes) const;
   // Allocations, frees and failures by requested size (the report's size_classes).
   [[nodiscard]] SizeHistogram size_classes() const;
   [[nodiscard]] std::string_view policy_name() const;
@@ -313,6 +326,7 @@ class Pool {
   bool settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier = false);
   // After a successful context synchronisation: every free so far is safe.
   bool synchronize_context();
+  [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;
 
   bool promote_deferred(DeferredFrees::Wait wait);
   // Every deferred block back to the index behind a device barrier, no host

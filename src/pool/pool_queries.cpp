@@ -91,6 +91,18 @@ std::size_t Pool::servable_bytes(std::size_t driver_free) const {
 
 PoolStats Pool::stats(bool with_fragmentation) const {
   std::lock_guard<util::SpinLock> guard(lock_);
+  return stats_locked(with_fragmentation);
+}
+
+bool Pool::try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes) const {
+  if (!util::try_lock_until(lock_, deadline)) return false;
+  std::lock_guard<util::SpinLock> guard(lock_, std::adopt_lock);
+  *stats = stats_locked(true);
+  *classes = size_classes_;
+  return true;
+}
+
+PoolStats Pool::stats_locked(bool with_fragmentation) const {
   PoolStats s = stats_;
   s.reserved_bytes = space_.device_bytes();
   s.peak_reserved_bytes = space_.peak_device_bytes();

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "util/util.hpp"
+
 namespace tidepool::residency {
 
 std::size_t default_host_cache_bytes() {
@@ -49,7 +51,7 @@ util::Result<std::unique_ptr<HostCache>> HostCache::create(const driver::Driver&
   }
   cache->unpin(trial);
   cache->pin_calls_ = 0;
-  cache->thread_ = std::thread([c = cache.get()] { c->pin_ahead(); });
+  cache->thread_ = util::start_background_thread([c = cache.get()] { c->pin_ahead(); });
   return cache;
 }
 

@@ -1,6 +1,7 @@
 // See launch_scan.hpp.
 #include "residency/launch_scan.hpp"
 
+#include <algorithm>
 #include <mutex>
 
 namespace tidepool::residency {
@@ -19,6 +20,7 @@ const LaunchScanner::Layout* LaunchScanner::layout_of(CUfunction function) {
       std::size_t size = 0;
       if (api_.funcGetParamInfo(function, i, &offset, &size) != CUDA_SUCCESS) break;
       layout.sizes.push_back(size);
+      layout.bytes = std::max(layout.bytes, offset + size);
     }
   }
   std::unique_lock<std::shared_mutex> guard(lock_);

@@ -7,9 +7,15 @@
 // struct passed by value still gives up the pointers it holds. Words are
 // only candidates: the caller checks them against the pool's ranges, and a
 // word that merely looks like a pool address marks a block used, which
-// costs eviction order, never correctness. A kernel whose layout the driver
-// will not give (no cuFuncGetParamInfo, a launch through `extra` without a
-// buffer) is not scanned.
+// costs eviction order, never correctness.
+//
+// The scan never reads a byte the driver would not. A kernel whose layout
+// the driver will not give (no cuFuncGetParamInfo) is not scanned. A launch
+// through `extra` is scanned only when its CU_LAUNCH_PARAM_BUFFER_SIZE is
+// exactly the layout's parameter bytes (the end of the last parameter): a
+// buffer claiming more, or less, is the driver's to refuse, and a hook that
+// read the claimed size could read past what the program gave. Both forms at
+// once, a size without a buffer, or an unknown marker: not scanned either.
 #pragma once
 
 #include <cuda.h>
@@ -35,6 +41,7 @@ class LaunchScanner {
   // of `extra`).
   template <typename F>
   void for_each_word(CUfunction function, void** params, void** extra, F&& on_word) {
+    if (params != nullptr && extra != nullptr) return;  // the driver refuses both forms at once
     if (params != nullptr) {
       const Layout* layout = layout_of(function);
       if (layout == nullptr) return;
@@ -44,20 +51,39 @@ class LaunchScanner {
       return;
     }
     if (extra == nullptr) return;
-    const void* buffer = nullptr;
     std::size_t size = 0;
-    for (std::size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = extra[i + 1];
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1] != nullptr) {
-        std::memcpy(&size, extra[i + 1], sizeof(size));
-      }
-    }
+    const void* buffer = packed_buffer(extra, &size);
+    if (buffer == nullptr) return;
+    const Layout* layout = layout_of(function);
+    if (layout == nullptr || size != layout->bytes) return;
     scan(buffer, size, on_word);
   }
 
  private:
+  static constexpr std::size_t kMaxExtraEntries = 16;  // the driver knows three markers; more is not a real launch
+  // The buffer and claimed size of an `extra` array, or null when the array
+  // is not one the scan trusts (see the top of this file).
+  static const void* packed_buffer(void** extra, std::size_t* size) {
+    const void* buffer = nullptr;
+    const void* size_at = nullptr;
+    std::size_t i = 0;
+    for (; i < kMaxExtraEntries && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        size_at = extra[i + 1];
+      } else {
+        return nullptr;
+      }
+    }
+    if (i >= kMaxExtraEntries || buffer == nullptr || size_at == nullptr) return nullptr;
+    std::memcpy(size, size_at, sizeof(*size));
+    return buffer;
+  }
+
   struct Layout {
     std::vector<std::size_t> sizes;
+    std::size_t bytes = 0;  // the packed buffer's size: the end of the last parameter
   };
   template <typename F>
   static void scan(const void* bytes, std::size_t size, F& on_word) {

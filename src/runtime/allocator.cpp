@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "runtime/config.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/oom_message.hpp"
 #include "runtime/trace_recorder.hpp"
@@ -172,6 +173,20 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
   if (residency_->learning()) {
     pool_->launched(reinterpret_cast<std::uintptr_t>(function), use.blocks.data(), use.count, !use.overflow);
   }
+}
+
+util::Status Allocator::set_device_limit(std::size_t bytes) {
+  util::Status status;
+  if (const char* problem = budget_problem(bytes, device_total_bytes())) {
+    status = util::Status(util::Error::invalid_value, problem);
+  } else {
+    status = pool_->set_device_limit(bytes);
+  }
+  if (!status) {
+    log_warn("device {}: a budget of {} ({} bytes) refused: {}", device_, util::format_size(bytes), bytes,
+             status.message());
+  }
+  return status;
 }
 
 }  // namespace tidepool::runtime

@@ -103,6 +103,11 @@ class Allocator {
   [[nodiscard]] const pool::Pool& pool() const noexcept { return *pool_; }
   [[nodiscard]] const space::AddressSpace& space() const noexcept { return *space_; }
   [[nodiscard]] std::size_t device_total_bytes() const noexcept { return space_->capabilities().total_bytes; }
+  // A new budget: checked against the device by the rule TIDEPOOL_CONF's
+  // device_limit follows (invalid_value), then set as Pool::set_device_limit
+  // says (lowered below what cannot leave the device: out_of_memory, the old
+  // budget kept). A refusal is logged with its reason.
+  util::Status set_device_limit(std::size_t bytes);
   [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_; }
   // Null without eviction.
   [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }

@@ -279,15 +279,21 @@ Config config_from_environment() {
   return config;
 }
 
+const char* budget_problem(std::uint64_t bytes, std::uint64_t device_total) {
+  if (bytes < kMinimumBudget) return "it leaves less than 2MiB";
+  if (bytes > device_total) return "it is more than the device has";
+  return nullptr;
+}
+
 std::string check_device_limit(const Config& config, int device, std::uint64_t device_total) {
   if (!config.device_limit) return {};
   const std::uint64_t limit = config.device_limit->resolve(device_total);
-  if (limit >= kMinimumBudget && limit <= device_total) return {};
+  const char* problem = budget_problem(limit, device_total);
+  if (problem == nullptr) return {};
   std::string given =
       config.device_limit->is_percent ? std::to_string(config.device_limit->percent) + "%" : util::format_size(limit);
   std::string line = "tidepool: TIDEPOOL_CONF: device_limit " + given + " cannot work on device " +
-                     std::to_string(device) + " (" + util::format_size(device_total) +
-                     "): " + (limit < kMinimumBudget ? "it leaves less than 2MiB" : "it is more than the device has") +
+                     std::to_string(device) + " (" + util::format_size(device_total) + "): " + problem +
                      "; passing that device's allocations through to the driver";
   if (line.size() > kMaxErrorLine) line.replace(kMaxErrorLine - 3, std::string::npos, "...");
   return line;

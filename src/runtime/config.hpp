@@ -51,6 +51,11 @@ Config parse_config(std::string_view text);
 // Parses $TIDEPOOL_CONF (unset means defaults) and, on error, writes the one
 // line to stderr.
 Config config_from_environment();
+// The one rule for a device budget, however it is set (TIDEPOOL_CONF's
+// device_limit, tidepool_set_device_limit): null when `bytes` can work on a
+// device of `device_total` bytes, else why not ("it leaves less than 2MiB",
+// "it is more than the device has").
+const char* budget_problem(std::uint64_t bytes, std::uint64_t device_total);
 // device_limit checked against a device of `device_total` bytes: empty when
 // it can work, else the one error line (the whole configuration's kind of
 // refusal, for that device: its allocations pass through to the driver).

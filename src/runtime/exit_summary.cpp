@@ -31,6 +31,12 @@ std::string device_summary(const DeviceReport& d) {
     return out + "no pool; " + count(d.passthrough_allocations, "allocation", "allocations") +
            " passed through to the driver.";
   }
+  if (!d.complete) {
+    return out +
+           "its pool was still busy (a thread interrupted inside a tidepool call?), so its figures are left "
+           "out; budget " +
+           format_size(d.device_limit_bytes) + " of the device's " + format_size(d.device_total_bytes) + ".";
+  }
   out += count(s.allocations, "allocation", "allocations") + ", " + count(s.frees, "free", "frees") + ", " +
          count(s.live_blocks, "block", "blocks") + " still live (" + format_size(s.live_bytes) + ")";
   out += s.ooms == 0 ? "; no allocation failed for lack of memory"

@@ -161,6 +161,8 @@ Json device_json(const DeviceReport& d) {
   out["precopies_used"] = r.precopies_used;
   out["to_host_gbps"] = r.to_host_gbps;
   out["to_device_gbps"] = r.to_device_gbps;
+  // Whether the figures above could be read (see DeviceReport::complete).
+  out["complete"] = d.complete;
   out["size_classes"] = size_classes_json(d.size_classes);
   return out;
 }

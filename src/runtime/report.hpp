@@ -7,7 +7,7 @@
 //    "policy": "...", "passthrough": false,
 //    "devices": [{"device": 0, <headline>, <budget>, <counts>, <bytes>,
 //                 <fragmentation>, <driver work>, <stream safety>,
-//                 <residency>, "size_classes": [...]}]}
+//                 <residency>, "complete": true, "size_classes": [...]}]}
 // Objects keep the order the code gives them (nlohmann::ordered_json), so
 // a reader sees the device first and the headline figures next.
 #pragma once
@@ -25,6 +25,9 @@ namespace tidepool::runtime {
 
 struct DeviceReport {
   int device = 0;
+  // false: the pool could not be read (at exit, still busy after the wait
+  // the exit path allows); its figures below are zero.
+  bool complete = true;
   pool::PoolStats pool;
   pool::SizeHistogram size_classes;
   std::uint64_t passthrough_allocations = 0;  // allocations tidepool handed to the driver untouched

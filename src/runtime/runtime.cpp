@@ -262,7 +262,8 @@ Allocator* Runtime::allocator(int device) {
   }
   Allocator* allocator = created.value().release();
   if (config_.device_limit && config_.device_limit->is_percent) {
-    allocator->pool().set_device_limit(
+    // Checked against the device above, and nothing is live yet: it holds.
+    (void)allocator->set_device_limit(
         static_cast<std::size_t>(config_.device_limit->resolve(allocator->device_total_bytes())));
   }
   if (!allocator->space().uses_vmm()) {
@@ -345,7 +346,7 @@ void Runtime::note_passthrough_allocation(int device) noexcept {
   }
 }
 
-Report Runtime::report() const {
+Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give_up_at) const {
   Report report;
   report.run = run_;
   run_ended(report.run);
@@ -359,9 +360,15 @@ Report Runtime::report() const {
     d.device = device;
     d.passthrough_allocations = passed;
     if (a != nullptr) {
-      d.pool = a->pool().stats();
-      d.size_classes = a->pool().size_classes();
-      if (const residency::Residency* r = a->residency()) {
+      if (give_up_at) {
+        d.complete = a->pool().try_stats(*give_up_at, &d.pool, &d.size_classes);
+      } else {
+        d.pool = a->pool().stats();
+        d.size_classes = a->pool().size_classes();
+      }
+      // The residency's locks are taken only inside the pool's: a pool free
+      // now means no interrupted frame holds them.
+      if (const residency::Residency* r = a->residency(); r != nullptr && d.complete) {
         d.residency = r->stats();
         d.eviction = true;
       }
@@ -396,8 +403,19 @@ void Runtime::finish() noexcept {
   // std::terminate: it is logged and the exit goes on.
   try {
     if (!config_.report.empty() || logger().should_log(spdlog::level::info)) {
-      Report final_report = report();
+      // A pool still busy after kExitWait is left out, never waited for: a
+      // signal handler that calls exit() may have interrupted the thread
+      // that holds its lock, which then never lets go.
+      Report final_report = report(std::chrono::steady_clock::now() + kExitWait);
       final_report.run.at_exit = true;
+      for (const DeviceReport& d : final_report.devices) {
+        if (!d.complete) {
+          log_warn(
+              "device {}: the pool was still busy at exit (a thread interrupted inside a tidepool call?); "
+              "its figures are left out of the report",
+              d.device);
+        }
+      }
       SummaryOutputs outputs;
       outputs.report_path = config_.report;
       if (!config_.report.empty()) {

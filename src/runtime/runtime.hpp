@@ -30,15 +30,20 @@
 //
 // Exit: finish() writes the report (report:PATH, with the run's metadata
 // from run_info.hpp) and, at log:info, the exit summary (exit_summary.hpp).
+// It never waits forever: a pool still locked after kExitWait (a signal
+// handler called exit() while the thread it interrupted held the lock) is
+// left out of both, and the log says so.
 #pragma once
 
 #include <sys/types.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "driver/driver.hpp"
@@ -52,6 +57,8 @@
 namespace tidepool::runtime {
 
 inline constexpr int kMaxDevices = 64;
+// How long the exit report waits for a pool another frame holds.
+inline constexpr std::chrono::milliseconds kExitWait{1000};
 
 // A front that can tell whether every stream creation of the process reaches
 // Runtime::stream_created() registers this probe (from a constructor, before
@@ -115,8 +122,10 @@ class Runtime {
   [[nodiscard]] bool launch_prefetch() const noexcept { return launch_scanner_ != nullptr; }
   void before_launch(CUfunction function, void** params, void** extra, CUstream stream);
 
-  // The report as of now; its run's end time is now.
-  [[nodiscard]] Report report() const;
+  // The report as of now; its run's end time is now. With `give_up_at`, a
+  // device whose pool is still busy then is left out of the figures
+  // (DeviceReport::complete false) rather than waited for: the exit path.
+  [[nodiscard]] Report report(std::optional<std::chrono::steady_clock::time_point> give_up_at = std::nullopt) const;
   // Writes the report to `path`, or to the configured path when empty.
   util::Status write_report(const std::string& path = {}) const;
   // Flushes what must survive exit: the trace and the report (when configured).

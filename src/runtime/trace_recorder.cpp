@@ -14,6 +14,7 @@
 
 #include "runtime/logging.hpp"
 #include "util/output_file.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 
@@ -93,7 +94,7 @@ TraceRecorder::TraceRecorder(int fd, std::string path, std::chrono::steady_clock
       slots_(map_slots()),
       buffer_(new char[kBufferBytes]) {
   for (std::size_t i = 0; i < kCapacity; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
-  writer_ = std::thread([this] { run(); });
+  writer_ = util::start_background_thread([this] { run(); });
 }
 
 TraceRecorder::~TraceRecorder() {

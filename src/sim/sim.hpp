@@ -215,6 +215,7 @@ struct State {
   std::vector<std::shared_ptr<Capture>> captures;             // capture sequences in progress
   std::uint64_t next_capture_id = 0;
   std::unordered_map<std::string, Fault> faults;
+  std::unordered_map<std::string, Fault> signals;  // Fault::result holds the signal number
   std::unordered_map<std::string, std::uint64_t> calls;
   // tidepool_sim_set_records_wait: cuEventRecord returns once its event is
   // complete, so tools that launch no work see the same answers every run.

@@ -21,6 +21,11 @@ typedef void (*tidepool_sim_kernel_fn)(void** params, void* user_data);
  * (its exported name, e.g. "cuMemCreate") fail with `result`. */
 void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result);
 void tidepool_sim_clear_faults(void);
+/* Makes the `nth` call from now of the driver function `name` raise `signal`
+ * in the calling thread (raise(3)) as it enters, outside the sim's own locks,
+ * as a signal can land while a caller is inside any driver call. Cleared by
+ * tidepool_sim_clear_faults. */
+void tidepool_sim_raise_in(const char* name, unsigned nth, int signal);
 
 /* Device capacity in bytes (what cuMemGetInfo reports as total). */
 void tidepool_sim_set_capacity(size_t bytes);

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -132,16 +133,23 @@ CUresult enter(const char* name) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   State& s = state();
-  std::lock_guard<std::mutex> guard(s.lock);
-  s.calls[name]++;
-  auto it = s.faults.find(name);
-  if (it == s.faults.end()) return CUDA_SUCCESS;
-  if (--it->second.countdown == 0) {
-    const CUresult result = it->second.result;
-    s.faults.erase(it);
-    return result;
+  int signal_now = 0;
+  CUresult result = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    s.calls[name]++;
+    if (auto it = s.faults.find(name); it != s.faults.end() && --it->second.countdown == 0) {
+      result = it->second.result;
+      s.faults.erase(it);
+    }
+    if (auto it = s.signals.find(name); it != s.signals.end() && --it->second.countdown == 0) {
+      signal_now = static_cast<int>(it->second.result);
+      s.signals.erase(it);
+    }
   }
-  return CUDA_SUCCESS;
+  // Outside the sim's lock: the handler may call anything, exit() included.
+  if (signal_now != 0) ::raise(signal_now);
+  return result;
 }
 
 CUresult enter_initialized(const char* name) {
@@ -434,6 +442,14 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   s.faults.clear();
+  s.signals.clear();
+}
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_raise_in(const char* name, unsigned nth, int signal) {
+  if (name == nullptr || nth == 0 || signal <= 0) return;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.signals[name] = Fault{nth, static_cast<CUresult>(signal)};
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_capacity(std::size_t bytes) {

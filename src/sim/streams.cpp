@@ -934,22 +934,59 @@ bool reaches_host_memory(const std::vector<std::vector<unsigned char>>& argument
   return any_host_mapped(words.data(), words.size());
 }
 
+// The byte size of the kernel's packed parameter buffer: the end of its last
+// parameter, each at its natural alignment.
+std::size_t parameter_bytes(const Kernel& k) { return k.sizes.empty() ? 0 : k.offsets.back() + k.sizes.back(); }
+
+// The `extra` form of a launch: a packed buffer (CU_LAUNCH_PARAM_BUFFER_POINTER)
+// and a pointer to its size (CU_LAUNCH_PARAM_BUFFER_SIZE), up to
+// CU_LAUNCH_PARAM_END. A size other than the kernel's parameter bytes is
+// refused before a byte of the buffer is read, as is a size without a buffer.
+CUresult copy_packed_arguments(const Kernel& k, void** extra, std::vector<std::vector<unsigned char>>* copies) {
+  const void* buffer = nullptr;
+  const std::size_t* size = nullptr;
+  bool size_given = false;
+  for (std::size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      size = static_cast<const std::size_t*>(extra[i + 1]);
+      size_given = true;
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  const std::size_t expected = parameter_bytes(k);
+  if (!size_given || size == nullptr) return expected == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (*size != expected || (expected > 0 && buffer == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  const auto* bytes = static_cast<const unsigned char*>(buffer);
+  for (std::size_t i = 0; i < k.sizes.size(); ++i) {
+    copies->emplace_back(bytes + k.offsets[i], bytes + k.offsets[i] + k.sizes[i]);
+  }
+  return CUDA_SUCCESS;
+}
+
 // cuLaunchKernel and its variants, once the fault check is passed.
 CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        CUstream handle, void** params, void** extra) {
   if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Kernel* k = find_kernel(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (gx * gy * gz == 0 || bx * by * bz == 0 || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!k->sizes.empty() && params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> stream;
-  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (gx * gy * gz == 0 || bx * by * bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;  // one form or the other
+  if (!k->sizes.empty() && params == nullptr && extra == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Arguments are copied at launch, as the driver does.
   std::vector<std::vector<unsigned char>> copies;
-  for (std::size_t i = 0; i < k->sizes.size(); ++i) {
-    const auto* bytes = static_cast<const unsigned char*>(params[i]);
-    copies.emplace_back(bytes, bytes + k->sizes[i]);
+  if (extra != nullptr) {
+    if (CUresult r = copy_packed_arguments(*k, extra, &copies); r != CUDA_SUCCESS) return r;
+  } else {
+    for (std::size_t i = 0; i < k->sizes.size(); ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(params[i]);
+      copies.emplace_back(bytes, bytes + k->sizes[i]);
+    }
   }
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   return submit(stream,
                 [k, copies = std::move(copies)]() mutable {
                   // Judged when the kernel runs: what is mapped then is what it would read.

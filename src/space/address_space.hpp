@@ -109,7 +109,7 @@ class AddressSpace {
   [[nodiscard]] bool parks_pages() const noexcept { return parking_; }
   [[nodiscard]] std::size_t spare_pages() const noexcept { return spares_.size(); }
   [[nodiscard]] std::size_t device_limit() const noexcept { return limit_; }
-  // A limit below what is held now takes effect as pages are released.
+  // The pool lowers it only once it holds no more (Pool::set_device_limit).
   void set_device_limit(std::size_t bytes) noexcept { limit_ = bytes; }
   [[nodiscard]] const SpaceCounters& counters() const noexcept { return counters_; }
   [[nodiscard]] const std::vector<std::unique_ptr<Reservation>>& reservations() const noexcept { return reservations_; }

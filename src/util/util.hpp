@@ -3,6 +3,7 @@
 #pragma once
 
 #include "util/address_map.hpp"
+#include "util/background_thread.hpp"
 #include "util/intrusive_treap.hpp"
 #include "util/spin_lock.hpp"
 #include "util/status.hpp"

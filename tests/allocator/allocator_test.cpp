@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "pool/policy.hpp"
+#include "runtime/config.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
 
@@ -256,12 +257,69 @@ TEST(Allocator, CudaFreeSemanticsDeferReuseUntilTheFenceCompletes) {
   EXPECT_EQ(allocator->pool().stats().deferred_bytes, 4 * MiB);
   // Under a budget that leaves no room, the allocation must wait for the
   // fence and then reuse the block rather than fail.
-  allocator->pool().set_device_limit(4 * MiB);
+  ASSERT_TRUE(allocator->pool().set_device_limit(4 * MiB).ok());
   auto b = allocator->allocate(4 * MiB, 0, false);
   ASSERT_TRUE(b.ok()) << b.status().message();
   EXPECT_EQ(b.value(), a.value());
   EXPECT_EQ(allocator->pool().stats().deferred_bytes, 0u);
   EXPECT_TRUE(allocator->deallocate(b.value(), 0, false).ok());
+}
+
+// Without eviction, live blocks cannot leave the device: a budget below them
+// is refused and the old one stays, so the pool never holds more than the
+// budget in force. Once enough is freed, the same budget holds at once, the
+// freed pages given back to the driver.
+TEST(Allocator, ABudgetBelowWhatIsLiveIsRefusedUntilFreesMakeRoom) {
+  auto allocator = make_allocator("best_fit", 128 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  std::vector<std::uintptr_t> blocks;
+  for (std::uint32_t i = 0; i < 6; ++i) {
+    auto r = allocator->allocate(8 * MiB, 0, false);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    stamp(r.value(), 8 * MiB, i);
+    blocks.push_back(r.value());
+  }
+  const std::uint64_t held = allocator->pool().stats().reserved_bytes;
+  ASSERT_GE(held, 48 * MiB);
+  const util::Status refused = allocator->set_device_limit(16 * MiB);
+  EXPECT_EQ(refused.error(), util::Error::out_of_memory) << refused.message();
+  EXPECT_NE(std::string(refused.message()).find("eviction is off"), std::string::npos) << refused.message();
+  EXPECT_EQ(allocator->space().device_limit(), 128 * MiB) << "a refused budget leaves the old one in force";
+  EXPECT_EQ(allocator->pool().stats().reserved_bytes, held);
+  for (std::uint32_t i = 0; i < 6; ++i) EXPECT_TRUE(stamp_intact(blocks[i], 8 * MiB, i)) << i;
+
+  // Free four (cudaFree-style: they wait for their fences), then lower again.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(allocator->deallocate(blocks[static_cast<std::size_t>(i)], 0, false).ok());
+  const util::Status lowered = allocator->set_device_limit(16 * MiB);
+  ASSERT_TRUE(lowered.ok()) << lowered.message();
+  EXPECT_EQ(allocator->space().device_limit(), 16 * MiB);
+  EXPECT_LE(allocator->pool().stats().reserved_bytes, 16 * MiB);
+  for (std::uint32_t i = 4; i < 6; ++i) EXPECT_TRUE(stamp_intact(blocks[i], 8 * MiB, i)) << i;
+  // Later allocations stay within it: one more 8 MiB block does not fit.
+  auto over = allocator->allocate(8 * MiB, 0, false);
+  EXPECT_FALSE(over.ok());
+  EXPECT_LE(allocator->pool().stats().reserved_bytes, 16 * MiB);
+  for (std::size_t i = 4; i < 6; ++i) ASSERT_TRUE(allocator->deallocate(blocks[i], 0, false).ok());
+}
+
+// One rule for a budget however it is set: what TIDEPOOL_CONF's
+// device_limit refuses (less than one page, more than the device has), the
+// allocator refuses too, and nothing changes.
+TEST(Allocator, ABudgetTheConfigurationWouldRefuseIsRefusedAndChangesNothing) {
+  auto allocator = make_allocator("best_fit", 64 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  const std::size_t total = allocator->device_total_bytes();
+  for (std::size_t bad : {std::size_t{0}, std::size_t{1}, 2 * MiB - 1, total + 1}) {
+    const util::Status s = allocator->set_device_limit(bad);
+    EXPECT_EQ(s.error(), util::Error::invalid_value) << bad << " bytes";
+    EXPECT_NE(runtime::budget_problem(bad, total), nullptr) << bad << " bytes";
+    EXPECT_EQ(allocator->space().device_limit(), 64 * MiB);
+  }
+  for (std::size_t good : {2 * MiB, total}) {
+    EXPECT_TRUE(allocator->set_device_limit(good).ok()) << good << " bytes";
+    EXPECT_EQ(runtime::budget_problem(good, total), nullptr);
+    EXPECT_EQ(allocator->space().device_limit(), good);
+  }
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ class StreamSafety : public ::testing::Test {
   // gate opens and the device is idle, the new block must be intact.
   void expect_reuse_waits_for(CUstream writer, bool destroy_writer_first) {
     constexpr std::size_t kSize = 2 * MiB;
-    allocator_->pool().set_device_limit(kSize);
+    ASSERT_TRUE(allocator_->pool().set_device_limit(kSize).ok());
     auto first = allocator_->allocate(kSize, 0, false);
     ASSERT_TRUE(first.ok()) << first.status().message();
     testing::Gate gate;
@@ -134,7 +134,7 @@ class StreamSafety : public ::testing::Test {
   void expect_barrier_orders(CUstream writer, MakeUser make_user, bool user_after, bool destroy_writer = false) {
     ASSERT_TRUE(allocator_->pool().options().free_barrier);
     constexpr std::size_t kSize = 2 * MiB;
-    allocator_->pool().set_device_limit(kSize);
+    ASSERT_TRUE(allocator_->pool().set_device_limit(kSize).ok());
     CUstream user = user_after ? nullptr : make_user();
     auto first = allocator_->allocate(kSize, 0, false);
     ASSERT_TRUE(first.ok()) << first.status().message();
@@ -316,7 +316,7 @@ TEST_F(StreamSafety, AFailedCrossStreamFenceFallsBackToASafeWait) {
 }
 
 TEST_F(StreamSafety, StitchingNeverUnmapsPagesUnderQueuedWork) {
-  allocator_->pool().set_device_limit(8 * MiB);
+  ASSERT_TRUE(allocator_->pool().set_device_limit(8 * MiB).ok());
   CUstream side = make_stream(CU_STREAM_NON_BLOCKING);
   auto first = allocator_->allocate(4 * MiB, 0, false);
   ASSERT_TRUE(first.ok());
@@ -601,7 +601,7 @@ TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
 }
 
 TEST_F(StreamSafety, ACudaFreeLoopReusesFreedMemoryBeforeCreatingMore) {
-  allocator_->pool().set_device_limit(1024 * MiB);
+  ASSERT_TRUE(allocator_->pool().set_device_limit(1024 * MiB).ok());
   for (int i = 0; i < 200; ++i) {
     auto r = allocator_->allocate(8 * MiB, 0, false);
     ASSERT_TRUE(r.ok()) << r.status().message();

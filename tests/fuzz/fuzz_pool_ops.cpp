@@ -323,10 +323,18 @@ class Run {
     FUZZ_CHECK(s.deferred_bytes == 0, "trim left %zu deferred bytes", static_cast<std::size_t>(s.deferred_bytes));
   }
 
+  // A lowered budget holds at once or is refused with the old one kept:
+  // never a pool above the budget in force.
   void set_limit(Bytes& in) {
-    limit_ = (1 + in.u8() % 40) * page_;
-    allocator_->pool().set_device_limit(limit_);
-    over_limit_ok_ = true;
+    const std::size_t wanted = (1 + in.u8() % 40) * page_;
+    const tidepool::util::Status s = allocator_->pool().set_device_limit(wanted);
+    if (s.ok()) {
+      limit_ = wanted;
+      return;
+    }
+    FUZZ_CHECK(s.error() == Error::out_of_memory && stats().reserved_bytes > wanted,
+               "a budget of %zu B refused with %zu B reserved: %s", wanted,
+               static_cast<std::size_t>(stats().reserved_bytes), s.message());
   }
 
   void stamp(std::uintptr_t address, const Live& block) {
@@ -368,11 +376,8 @@ class Run {
     FUZZ_CHECK(s.ooms == ooms_, "ooms %zu, model %zu", static_cast<std::size_t>(s.ooms), ooms_);
     FUZZ_CHECK(s.reserved_bytes >= live_pages() * page_, "reserved %zu B under %zu live pages",
                static_cast<std::size_t>(s.reserved_bytes), live_pages());
-    if (s.reserved_bytes > limit_) {
-      // Only a lowered limit may leave the pool above it, and then it must not grow.
-      FUZZ_CHECK(over_limit_ok_ && s.reserved_bytes <= before_.reserved_bytes, "reserved %zu B over a %zu B limit",
-                 static_cast<std::size_t>(s.reserved_bytes), limit_);
-    }
+    FUZZ_CHECK(s.reserved_bytes <= limit_, "reserved %zu B over a %zu B limit",
+               static_cast<std::size_t>(s.reserved_bytes), limit_);
     FUZZ_CHECK(s.peak_reserved_bytes >= s.reserved_bytes, "peak below current");
 
     const std::vector<pool::BlockView> layout = allocator_->pool().snapshot();
@@ -416,7 +421,6 @@ class Run {
   std::size_t page_ = 0;
   std::size_t limit_ = 0;
   std::size_t small_size_ = 0;
-  bool over_limit_ok_ = false;  // a limit was lowered under the pool at some point
   CUstream streams_[kStreams] = {};
   std::map<std::uintptr_t, Live> live_;
   std::set<std::uintptr_t> freed_;  // addresses freed and not handed out since

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,7 +44,8 @@ class Preload : public ::testing::Test {
     const std::string report = (dir_ / "report.json").string();
     const std::string err = (dir_ / "stderr.txt").string();
     std::filesystem::remove(report);
-    std::string command = "env LD_LIBRARY_PATH=" SIM_DIR " TIDEPOOL_SIM_MEMORY=4GiB ";
+    std::string command = time_limit_s_ > 0 ? "timeout -s KILL " + std::to_string(time_limit_s_) + " " : "";
+    command += "env LD_LIBRARY_PATH=" SIM_DIR " TIDEPOOL_SIM_MEMORY=4GiB ";
     if (conf != nullptr) {
       std::string full = conf;
       full += std::string(full.empty() ? "" : ",") + "report:" + report;
@@ -94,6 +96,7 @@ class Preload : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  int time_limit_s_ = 0;  // > 0: the program is killed after this long (exit status 137)
 };
 
 TEST_F(Preload, SharedCudartCallsAreServedByTheRuntimeHooks) {
@@ -244,6 +247,47 @@ TEST_F(Preload, ABadConfigurationIsOneLineAndEverythingPassesThrough) {
   EXPECT_EQ(r.out, plain.out);
   EXPECT_NE(r.err.find("no_such_key"), std::string::npos) << r.err;
   EXPECT_EQ(count(r, "sim_cuMemAlloc"), 4) << "pass-through: the driver serves every call";
+}
+
+// cuLaunchKernel with the parameters packed in `extra`: scanned like any
+// launch (its evicted blocks come back first), and a buffer that claims more
+// than it holds is left to the driver, which refuses it, with no byte past
+// the buffer read (the probe puts an inaccessible page right after it).
+TEST_F(Preload, APackedLaunchIsScannedAndOneClaimingMoreThanItsBufferIsLeftToTheDriver) {
+  for (const char* conf :
+       {"device_limit:16MiB,evict:on,prefetch:launch", "device_limit:16MiB,evict:on,prefetch:learn"}) {
+    const ProgramRun r = both(PROBE_HOSTILE, "extra_launch", nullptr, conf);
+    expect_all_returned(r, 8);
+    EXPECT_GT(r.report.value("evictions", 0), 0) << conf;
+    EXPECT_GT(r.report.value("launch_prefetches", 0), 0) << conf << ": packed launches were not scanned";
+    EXPECT_EQ(r.report.value("host_resident_launches", -1), 0) << conf;
+  }
+}
+
+// A SIGINT handler that calls exit() while the thread it interrupted is
+// inside the pool (holding its lock): the process ends as it does natively,
+// the report is written with that device marked incomplete, and the log says
+// why. It used to spin forever at 100% CPU.
+TEST_F(Preload, ExitFromASignalHandlerInsideAPoolCallEndsTheProcessAndSaysWhatItLeftOut) {
+  time_limit_s_ = 120;
+  const ProgramRun plain = run(PROBE_HOSTILE, "sigint_native", nullptr);
+  ASSERT_EQ(plain.status, 42) << plain.err;
+  ASSERT_EQ(plain.out, "interrupted\n");
+  const std::string traced = "log:info,trace:" + (dir_ / "trace.csv").string();
+  for (const std::string& conf : {std::string(), std::string("log:info"), traced}) {
+    const auto start = std::chrono::steady_clock::now();
+    const ProgramRun r = run(PROBE_HOSTILE, "sigint_pool", conf.c_str());
+    const auto seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.status, 42) << conf << " (137: killed at the time limit, the process hung)\n" << r.err;
+    EXPECT_EQ(r.out, plain.out) << conf;
+    EXPECT_LT(seconds, 60) << conf;
+    ASSERT_TRUE(r.report.is_object()) << conf << ": no report written\n" << r.err;
+    EXPECT_EQ(r.report.value("complete", true), false) << conf;
+    EXPECT_EQ(r.report.value("device_limit_bytes", std::uint64_t{0}), std::uint64_t{4} << 30) << conf;
+    EXPECT_EQ(r.report.value("allocations", -1), 0) << conf << ": a busy pool's figures are left out";
+    EXPECT_NE(r.err.find("still busy at exit"), std::string::npos) << conf << "\n" << r.err;
+  }
 }
 
 }  // namespace

@@ -275,12 +275,36 @@ class Statistics(unittest.TestCase):
         self.free_all(self.allocate([128 * MiB]))
         tidepool.trim()
 
+    def test_a_budget_below_live_memory_is_refused_and_the_old_one_stays(self):
+        blocks = self.allocate([16 * MiB] * 3)
+        try:
+            held = tidepool.stats()["reserved_bytes"]
+            with self.assertRaises(tidepool.TidepoolError) as caught:
+                tidepool.set_device_limit(16 * MiB)
+            self.assertEqual(caught.exception.status, OUT_OF_MEMORY)
+            self.assertIn("the old budget stays", str(caught.exception))
+            self.assertEqual(tidepool.stats()["reserved_bytes"], held)
+        finally:
+            self.free_all(blocks)
+        tidepool.set_device_limit(16 * MiB)  # nothing live now: it holds at once
+        try:
+            self.assertLessEqual(tidepool.stats()["reserved_bytes"], 16 * MiB)
+        finally:
+            tidepool.set_device_limit(0)
+
     def test_bad_arguments_are_value_errors_and_failures_carry_the_status_string(self):
         for bad in (-1, True, "0", 1.0, None):
             with self.assertRaises(ValueError):
                 tidepool.stats(bad)
         with self.assertRaises(ValueError):
             tidepool.set_device_limit(-1)
+        # The rule TIDEPOOL_CONF's device_limit follows: at least 2 MiB, at
+        # most the device.
+        for refused in (1, 2 * MiB - 1, 1 << 50):
+            with self.assertRaises(tidepool.TidepoolError) as caught:
+                tidepool.set_device_limit(refused)
+            self.assertEqual(caught.exception.status, INVALID_VALUE)
+            self.assertIn("below 2 MiB or above the device's size", str(caught.exception))
         # The sim has one device: device 7 is refused by the library.
         for call in (tidepool.stats, tidepool.trim, tidepool.summary):
             with self.assertRaises(tidepool.TidepoolError) as caught:

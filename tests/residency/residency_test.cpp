@@ -6,6 +6,8 @@
 // exceeded, not even while moves are in flight; a full host cache is a clean
 // out-of-memory; a failed driver call on any move loses nothing.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <iterator>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "residency/launch_scan.hpp"
@@ -753,6 +756,144 @@ TEST_F(Residency, AFailedDriverCallOnAMoveLosesNothing) {
       allocator_.reset();
     }
   }
+}
+
+// The `extra` form of a launch: the parameters packed in one buffer at the
+// kernel's offsets. check_kernel's layout is (words@0, count@8, seed@16,
+// errors@24): 32 bytes.
+struct PackedCheck {
+  std::uint32_t* words;
+  std::size_t count;
+  std::uint32_t seed;
+  std::atomic<std::uint64_t>* errors;
+};
+static_assert(sizeof(PackedCheck) == 32);
+
+// Two pages, the second inaccessible: a buffer placed at the end of the
+// first faults on any read past it.
+class GuardedBuffer {
+ public:
+  GuardedBuffer() {
+    page_ = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    base_ = ::mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(base_, MAP_FAILED);
+    EXPECT_EQ(::mprotect(static_cast<char*>(base_) + page_, page_, PROT_NONE), 0);
+  }
+  ~GuardedBuffer() { ::munmap(base_, 2 * page_); }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  // `bytes` bytes that end where the inaccessible page begins.
+  void* last(std::size_t bytes) { return static_cast<char*>(base_) + page_ - bytes; }
+
+ private:
+  std::size_t page_ = 0;
+  void* base_ = nullptr;
+};
+
+TEST_F(Residency, APackedLaunchIsScannedAndItsEvictedBlockComesBackFirst) {
+  make(8 * MiB);
+  auto a = allocator_->allocate(6 * MiB, 0, false);
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(fill(a.value(), 6 * MiB, 5), CUDA_SUCCESS);
+  auto b = allocator_->allocate(6 * MiB, 0, false);  // evicts a
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_EQ(fill(b.value(), 6 * MiB, 6), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  ASSERT_GT(allocator_->pool().stats().host_pages, 0u);
+
+  PackedCheck packed{reinterpret_cast<std::uint32_t*>(a.value()), 6 * MiB / 4, 5, &errors_};
+  std::size_t size = sizeof packed;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  runtime::LaunchUse use;
+  scanner_.for_each_word(check_function(), nullptr, extra,
+                         [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+  ASSERT_EQ(use.count, 1u) << "the packed buffer's pointer names the block";
+  EXPECT_EQ(use.blocks[0].address, a.value());
+  allocator_->end_launch(check_function(), use, stream_);
+  EXPECT_TRUE(use.brought_back);
+  EXPECT_FALSE(use.still_on_host);
+  ASSERT_EQ(api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, extra), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u);
+  EXPECT_EQ(host_mismatches(a.value(), 6 * MiB, 5), 0u);
+  EXPECT_EQ(host_mismatches(b.value(), 6 * MiB, 6), 0u);
+}
+
+// A packed buffer smaller than the size it claims: the scan reads none of
+// it (a read past it would fault here), and the driver refuses the launch.
+TEST_F(Residency, APackedLaunchThatClaimsMoreOrLessThanItsKernelTakesIsNeitherScannedNorRun) {
+  make(8 * MiB);
+  auto a = allocator_->allocate(6 * MiB, 0, false);
+  ASSERT_TRUE(a.ok());
+  GuardedBuffer guard;
+  void* buffer = guard.last(16);
+  std::uintptr_t pointer = a.value();
+  std::memcpy(buffer, &pointer, sizeof pointer);
+  for (std::size_t claimed : {std::size_t{1} << 20, std::size_t{1} << 40, std::size_t{16}, std::size_t{33}}) {
+    std::size_t size = claimed;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    std::size_t words = 0;
+    scanner_.for_each_word(check_function(), nullptr, extra, [&](std::uintptr_t) { ++words; });
+    EXPECT_EQ(words, 0u) << claimed << " bytes claimed";
+    EXPECT_EQ(api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, extra),
+              CUDA_ERROR_INVALID_VALUE)
+        << claimed << " bytes claimed";
+  }
+  // Both forms at once, a size without a buffer, an unknown marker, and an
+  // array with no end: none is scanned.
+  std::size_t exact = sizeof(PackedCheck);
+  void* params[] = {&pointer};
+  void* both[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &exact, CU_LAUNCH_PARAM_END};
+  void* no_buffer[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &exact, CU_LAUNCH_PARAM_END};
+  void* unknown[] = {reinterpret_cast<void*>(std::uintptr_t{7}), buffer, CU_LAUNCH_PARAM_END};
+  std::vector<void*> endless(64, CU_LAUNCH_PARAM_BUFFER_SIZE);
+  for (std::size_t i = 1; i < endless.size(); i += 2) endless[i] = &exact;
+  const std::pair<void**, void**> launches[] = {
+      {params, both}, {nullptr, no_buffer}, {nullptr, unknown}, {nullptr, endless.data()}};
+  for (const auto& [p, e] : launches) {
+    std::size_t words = 0;
+    scanner_.for_each_word(check_function(), p, e, [&](std::uintptr_t) { ++words; });
+    EXPECT_EQ(words, 0u);
+  }
+  EXPECT_EQ(api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream_, params, both), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_TRUE(allocator_->deallocate(a.value(), 0, false).ok());
+}
+
+// A budget lowered below what is live, with eviction: live blocks' pages go
+// to the host at once, so the pool never holds more than the budget in
+// force, and every byte survives.
+TEST_F(Residency, ALoweredBudgetMovesLiveBlocksToTheHostAtOnceAndLosesNothing) {
+  make(64 * MiB);
+  constexpr std::size_t kBlocks = 6;
+  constexpr std::size_t kBytes = 8 * MiB;
+  std::vector<std::uintptr_t> live;
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    auto got = allocator_->allocate(kBytes, 0, false);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    live.push_back(got.value());
+    ASSERT_EQ(fill(live.back(), kBytes, static_cast<std::uint32_t>(b)), CUDA_SUCCESS);
+  }
+  ASSERT_GE(allocator_->pool().stats().reserved_bytes, kBlocks * kBytes);
+  const util::Status lowered = allocator_->set_device_limit(16 * MiB);
+  ASSERT_TRUE(lowered.ok()) << lowered.message();
+  EXPECT_EQ(allocator_->space().device_limit(), 16 * MiB);
+  EXPECT_LE(allocator_->pool().stats().reserved_bytes, 16 * MiB);
+  EXPECT_GT(allocator_->pool().stats().host_pages, 0u);
+  EXPECT_LE(sim_device_bytes(), 16 * MiB) << "the driver still holds more than the budget";
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    ASSERT_EQ(check(live[b], kBytes, static_cast<std::uint32_t>(b)), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u);
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    EXPECT_EQ(host_mismatches(live[b], kBytes, static_cast<std::uint32_t>(b)), 0u) << "block " << b;
+  }
+  // Later allocations stay within it.
+  auto more = allocator_->allocate(kBytes, 0, false);
+  ASSERT_TRUE(more.ok()) << more.status().message();
+  EXPECT_LE(allocator_->pool().stats().reserved_bytes, 16 * MiB);
+  ASSERT_TRUE(allocator_->deallocate(more.value(), 0, false).ok());
+  for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
 }
 
 }  // namespace
