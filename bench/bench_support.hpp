@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
-#include "runtime/allocator.hpp"
+#include "runtime/runtime.hpp"
 
 namespace tidepool::bench {
 

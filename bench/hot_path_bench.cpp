@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "runtime/trace_recorder.hpp"
+#include "runtime/runtime.hpp"
 
 namespace tidepool::bench {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "pool/policy.hpp"
+#include "pool/pool.hpp"
 
 namespace tidepool::bench {
 namespace {

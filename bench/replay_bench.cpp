@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench_support.hpp"
-#include "pool/policy.hpp"
+#include "pool/pool.hpp"
 #include "replay.hpp"
 
 namespace tidepool::bench {

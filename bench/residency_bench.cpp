@@ -51,8 +51,8 @@
 
 #include "driver/driver.hpp"
 #include "layer_kernel.hpp"
-#include "residency/launch_scan.hpp"
-#include "runtime/allocator.hpp"
+#include "residency/residency.hpp"
+#include "runtime/runtime.hpp"
 #include "sim/sim_control.h"
 #include "step_options.hpp"
 

@@ -1,7 +1,7 @@
 // See route.hpp.
 #include "route.hpp"
 
-#include "util/units.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::interpose {
 

@@ -16,7 +16,7 @@
 #include "hooks.hpp"
 #include "real_symbols.hpp"
 #include "route.hpp"
-#include "runtime/memory_info.hpp"
+#include "runtime/runtime.hpp"
 #include "translate.hpp"
 
 namespace tidepool::interpose {

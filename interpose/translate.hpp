@@ -5,7 +5,7 @@
 #include <cuda.h>
 #include <driver_types.h>
 
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::interpose {
 

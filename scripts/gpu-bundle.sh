@@ -15,6 +15,7 @@ BUILD=$ROOT/build/gpu-bundle
 OUT=$ROOT/out/gpu-bundle
 NVCC=$CUDA_HOME/bin/nvcc
 cd "$ROOT"
+mkdir -p "$(dirname "$BUILD")"  # a fresh clone has no build/ for the configure log
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDEPOOL_BUILD_BENCH=OFF \
   -DCMAKE_INSTALL_LIBDIR=lib > "$BUILD.configure.log" 2>&1 ||

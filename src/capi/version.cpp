@@ -1,7 +1,7 @@
 // tidepool_version and tidepool_status_string: the parts of the C API that
 // need no allocator.
 #include "tidepool/tidepool.h"
-#include "util/version.hpp"
+#include "util/util.hpp"
 
 extern "C" {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "driver/entry_points.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::driver {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "pool/block.hpp"
-#include "util/intrusive_treap.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::pool {
 

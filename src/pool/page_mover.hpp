@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "space/space.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::pool {
 

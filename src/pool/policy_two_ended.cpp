@@ -6,7 +6,7 @@
 // else is first fit, cut from the low end. The very first requests of a run
 // (the parameters, usually) therefore settle at the base.
 #include "pool/policy.hpp"
-#include "util/units.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::pool {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "driver/context.hpp"
+#include "driver/driver.hpp"
 
 namespace tidepool::pool {
 

@@ -30,7 +30,7 @@
 
 #include "driver/driver.hpp"
 #include "space/space.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::residency {
 

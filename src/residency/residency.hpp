@@ -29,14 +29,14 @@
 #include <vector>
 
 #include "driver/driver.hpp"
-#include "pool/page_mover.hpp"
-#include "pool/stream_registry.hpp"
+#include "pool/pool.hpp"
 #include "residency/eviction_policy.hpp"
 #include "residency/host_cache.hpp"
+#include "residency/launch_scan.hpp"
 #include "residency/launch_schedule.hpp"
 #include "residency/transit.hpp"
 #include "space/space.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::residency {
 

@@ -36,9 +36,9 @@
 #include <vector>
 
 #include "driver/driver.hpp"
-#include "pool/stream_registry.hpp"
+#include "pool/pool.hpp"
 #include "space/space.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::residency {
 

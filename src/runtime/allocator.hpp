@@ -27,7 +27,7 @@
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
 #include "space/space.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "pool/policy.hpp"
-#include "residency/eviction_policy.hpp"
+#include "pool/pool.hpp"
+#include "residency/residency.hpp"
 
 namespace tidepool::runtime {
 

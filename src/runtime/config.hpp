@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "runtime/options.hpp"
-#include "util/units.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

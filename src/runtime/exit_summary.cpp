@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "runtime/logging.hpp"
-#include "util/units.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

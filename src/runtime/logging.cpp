@@ -9,7 +9,7 @@
 #include <mutex>
 #include <new>
 
-#include "util/output_file.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

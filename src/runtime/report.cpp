@@ -7,8 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "util/output_file.hpp"
-#include "util/version.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

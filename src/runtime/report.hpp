@@ -19,7 +19,7 @@
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
 #include "runtime/run_info.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

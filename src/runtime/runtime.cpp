@@ -14,7 +14,7 @@
 #endif
 #include <cstdlib>
 
-#include "driver/context.hpp"
+#include "driver/driver.hpp"
 #include "runtime/exit_summary.hpp"
 #include "runtime/reload_marker.hpp"
 

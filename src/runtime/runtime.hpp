@@ -47,11 +47,13 @@
 #include <string>
 
 #include "driver/driver.hpp"
-#include "residency/launch_scan.hpp"
+#include "residency/residency.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/memory_info.hpp"
 #include "runtime/report.hpp"
+#include "runtime/trace_format.hpp"
 #include "runtime/trace_recorder.hpp"
 
 namespace tidepool::runtime {

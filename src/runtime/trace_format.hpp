@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 

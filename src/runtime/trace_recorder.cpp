@@ -13,7 +13,6 @@
 #include <new>
 
 #include "runtime/logging.hpp"
-#include "util/output_file.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::runtime {
@@ -161,7 +160,15 @@ void TraceRecorder::finish() noexcept {
   wake_.notify_all();
   if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
   write_through_.store(true, std::memory_order_relaxed);
-  flush();
+  // Never waits forever: at exit, a signal handler may have interrupted the
+  // thread that holds the drain lock (a producer helping a full ring).
+  std::unique_lock<std::mutex> lock(drain_lock_, std::defer_lock);
+  if (!util::try_lock_until(lock, std::chrono::steady_clock::now() + kFinishWait)) {
+    log_warn("the trace '{}' could not be flushed at exit: its writer was interrupted; it ends early", path_);
+    return;
+  }
+  drain_locked(head_.load(std::memory_order_acquire));
+  write_out();
 }
 
 void TraceRecorder::run() {

@@ -38,7 +38,7 @@
 #include <thread>
 
 #include "runtime/trace_format.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 
@@ -82,6 +82,7 @@ class TraceRecorder {
     TraceEvent event;
   };
   static constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
+  static constexpr std::chrono::milliseconds kFinishWait{1000};  // finish() waits no longer for the drain lock
 
   TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start);
   static Slot* map_slots();

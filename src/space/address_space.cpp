@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "util/units.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::space {
 

@@ -23,7 +23,7 @@
 
 #include "driver/driver.hpp"
 #include "space/reservation.hpp"
-#include "util/status.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::space {
 

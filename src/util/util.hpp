@@ -5,6 +5,8 @@
 #include "util/address_map.hpp"
 #include "util/background_thread.hpp"
 #include "util/intrusive_treap.hpp"
+#include "util/output_file.hpp"
 #include "util/spin_lock.hpp"
 #include "util/status.hpp"
 #include "util/units.hpp"
+#include "util/version.hpp"

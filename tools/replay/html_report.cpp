@@ -11,7 +11,7 @@
 
 #include "report_assets.hpp"
 #include "reports.hpp"
-#include "util/version.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::replay {
 

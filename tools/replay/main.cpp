@@ -12,9 +12,8 @@
 
 #include "replay.hpp"
 #include "reports.hpp"
-#include "runtime/config.hpp"
-#include "util/units.hpp"
-#include "util/version.hpp"
+#include "runtime/runtime.hpp"
+#include "util/util.hpp"
 
 using namespace tidepool::replay;  // NOLINT(google-build-using-namespace): a tool's main
 

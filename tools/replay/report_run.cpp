@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "util/version.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::replay {
 

@@ -22,10 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "pool/policy.hpp"
-#include "runtime/allocator.hpp"
-#include "runtime/config.hpp"
-#include "runtime/logging.hpp"
+#include "pool/pool.hpp"
+#include "runtime/runtime.hpp"
 #include "target.hpp"
 
 namespace tidepool::replay {

@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/trace_format.hpp"
-#include "util/status.hpp"
+#include "runtime/runtime.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::replay {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
-#include "util/version.hpp"
+#include "runtime/runtime.hpp"
+#include "util/util.hpp"
 
 namespace {
 
