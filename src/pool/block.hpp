@@ -10,7 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "order/order.hpp"
+
 namespace tidepool::pool {
+
+// What a free block's `stream` may say besides a stream key (order/stream_keys.hpp).
+using order::kAfterBarrier;
+using order::kNoPendingWork;
 
 struct Segment;
 

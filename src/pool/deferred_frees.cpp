@@ -5,7 +5,8 @@
 
 namespace tidepool::pool {
 
-DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events)
+DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, order::StreamRegistry& registry,
+                             order::EventCache& events)
     : api_(api), context_(context), registry_(registry), events_(events) {
   blocks_.reserve(1024);
 }
@@ -26,7 +27,7 @@ void DeferredFrees::add(Block* block) {
 bool DeferredFrees::capture_in_progress() const {
   if (driver::capturing(api_, nullptr)) return true;  // a blocking stream captures
   std::vector<CUstream> streams;
-  std::vector<std::shared_ptr<RetiredStream>> retired;
+  std::vector<std::shared_ptr<order::RetiredStream>> retired;
   registry_.fence_targets(context_, &streams, &retired);
   return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return driver::capturing(api_, s); });
 }

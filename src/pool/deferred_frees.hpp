@@ -13,7 +13,7 @@
 //       waits for all earlier work of every blocking stream, so ONE event
 //       recorded on the legacy stream after T covers (a) and (b);
 //   (c) live non-blocking streams, which the legacy stream does not wait for:
-//       one event recorded on each, listed by the StreamRegistry;
+//       one event recorded on each, listed by the order::StreamRegistry;
 //   (d) destroyed non-blocking streams: the event the registry recorded on
 //       each just before it was destroyed, behind all of its work.
 // A batch's fence is those events, recorded after the batch's last free. It
@@ -40,15 +40,14 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "order/order.hpp"
 #include "pool/block.hpp"
-#include "pool/event_cache.hpp"
-#include "pool/stream_registry.hpp"
 
 namespace tidepool::pool {
 
 class DeferredFrees {
  public:
-  DeferredFrees(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events);
+  DeferredFrees(const driver::Api& api, CUcontext context, order::StreamRegistry& registry, order::EventCache& events);
   ~DeferredFrees();
   DeferredFrees(const DeferredFrees&) = delete;
   DeferredFrees& operator=(const DeferredFrees&) = delete;
@@ -102,7 +101,7 @@ class DeferredFrees {
  private:
   struct Fence {
     std::vector<CUevent> events;
-    std::vector<std::shared_ptr<RetiredStream>> retired;
+    std::vector<std::shared_ptr<order::RetiredStream>> retired;
     bool needs_sync = false;
     std::size_t end = 0;  // blocks_[..end) are covered
   };
@@ -118,8 +117,8 @@ class DeferredFrees {
 
   const driver::Api& api_;
   CUcontext context_;
-  StreamRegistry& registry_;
-  EventCache& events_;
+  order::StreamRegistry& registry_;
+  order::EventCache& events_;
   std::vector<Block*> blocks_;
   std::vector<Fence> fences_;
   std::size_t fenced_ = 0;  // blocks_[..fenced_) have a fence

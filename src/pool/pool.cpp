@@ -18,11 +18,11 @@
 #include <limits>
 #include <mutex>
 
-#include "pool/stream_keys.hpp"
+#include "order/order.hpp"
 
 namespace tidepool::pool {
 
-using stream_keys::stream_key;
+using order::stream_keys::stream_key;
 
 namespace {
 
@@ -33,14 +33,14 @@ std::atomic<std::uint64_t> next_pool_serial{0};
 }  // namespace
 
 util::Result<std::unique_ptr<Pool>> Pool::create(const driver::Driver& driver, space::AddressSpace& space,
-                                                 CUcontext context, StreamRegistry& streams,
+                                                 CUcontext context, order::StreamRegistry& streams,
                                                  const PoolOptions& options) {
   auto policy = make_policy(options.policy);
   if (!policy) return util::Status(util::Error::bad_config, "unknown placement policy");
   return std::unique_ptr<Pool>(new Pool(driver, space, context, streams, options, std::move(policy)));
 }
 
-Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,
+Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, order::StreamRegistry& streams,
            const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy)
     : driver_(driver),
       api_(driver.api()),

@@ -12,7 +12,7 @@
 //  - cudaFree semantics (deallocate with ordered=false): DeferredFrees holds
 //    the block until it can go back safely. Under a complete stream registry
 //    (the preload) the pool puts a batch back behind a device barrier
-//    (StreamRegistry::device_barrier): every stream's later work is ordered
+//    (order::StreamRegistry::device_barrier): every stream's later work is ordered
 //    after all work queued before, on the device, and the host never waits;
 //    the blocks carry kAfterBarrier, so only unmapping their pages waits for
 //    the barrier to finish. Otherwise (no registry, a capture in progress, a
@@ -36,7 +36,7 @@
 // them (cuStreamGetCtx), never on a cached allocation; a destroyed or bogus
 // handle is invalid_handle and changes nothing. Destroyed streams are told to
 // the pool (stream_destroyed): blocks still pending on them move to the
-// deferred frees, behind the event the StreamRegistry recorded on them.
+// deferred frees, behind the event the order::StreamRegistry recorded on them.
 //
 // Freed memory is reused before new memory is created. An allocation whose
 // range lies over unmapped pages first waits for cudaFree frees still fenced
@@ -57,7 +57,7 @@
 //
 // Thread-safety: one lock (`lock_`) protects all state below. It is held for
 // the whole of allocate/deallocate, including slow-path driver calls. Only the
-// StreamRegistry's lock is ever taken inside it.
+// order::StreamRegistry's lock is ever taken inside it.
 #pragma once
 
 #include <cuda.h>
@@ -75,17 +75,14 @@
 #include <vector>
 
 #include "driver/driver.hpp"
-#include "pool/barrier_fences.hpp"
+#include "order/order.hpp"
 #include "pool/block.hpp"
 #include "pool/block_store.hpp"
 #include "pool/deferred_frees.hpp"
-#include "pool/event_cache.hpp"
 #include "pool/free_index.hpp"
 #include "pool/page_mover.hpp"
 #include "pool/policy.hpp"
 #include "pool/size_classes.hpp"
-#include "pool/stream_keys.hpp"
-#include "pool/stream_registry.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
@@ -162,7 +159,7 @@ class Pool {
  public:
   // `streams`: the process's stream registry (not owned, outlives the pool).
   static util::Result<std::unique_ptr<Pool>> create(const driver::Driver& driver, space::AddressSpace& space,
-                                                    CUcontext context, StreamRegistry& streams,
+                                                    CUcontext context, order::StreamRegistry& streams,
                                                     const PoolOptions& options);
   ~Pool();
   Pool(const Pool&) = delete;
@@ -294,7 +291,7 @@ class Pool {
     bool other_context = false;        // a stream of another device: not ours to fence
   };
 
-  Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, StreamRegistry& streams,
+  Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, order::StreamRegistry& streams,
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
@@ -389,7 +386,7 @@ class Pool {
   CUcontext context_;
   PoolOptions options_;
   std::unique_ptr<PlacementPolicy> policy_;
-  StreamRegistry& registry_;
+  order::StreamRegistry& registry_;
   PageMover* mover_ = nullptr;
   std::atomic<std::uintptr_t> span_begin_{UINTPTR_MAX};  // the segments' lowest and highest address
   std::atomic<std::uintptr_t> span_end_{0};
@@ -416,8 +413,8 @@ class Pool {
   std::vector<std::unique_ptr<Segment>> segments_;
   BlockStore blocks_;
   util::AddressMap<Block> live_;
-  EventCache events_;
-  BarrierFences barrier_fences_{api_, events_};              // when the work before recent device barriers finished
+  order::EventCache events_;
+  order::BarrierFences barrier_fences_{api_, events_};       // when the work before recent device barriers finished
   DeferredFrees deferred_;                                   // cudaFree-semantics frees awaiting a fence
   std::unordered_map<std::uintptr_t, StreamState> streams_;  // by stream key
   std::uintptr_t last_key_ = kNoPendingWork;                 // a one-entry cache in front of streams_

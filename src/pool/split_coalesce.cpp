@@ -8,8 +8,8 @@
 // decides whether the request may use it.
 #include <algorithm>
 
+#include "order/order.hpp"
 #include "pool/pool.hpp"
-#include "pool/stream_keys.hpp"
 
 namespace tidepool::pool {
 

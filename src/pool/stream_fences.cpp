@@ -13,14 +13,14 @@
 #include <algorithm>
 #include <mutex>
 
+#include "order/order.hpp"
 #include "pool/pool.hpp"
-#include "pool/stream_keys.hpp"
 
 namespace tidepool::pool {
 
-using stream_keys::fence_handle;
-using stream_keys::is_per_thread_key;
-using stream_keys::stream_key;
+using order::stream_keys::fence_handle;
+using order::stream_keys::is_per_thread_key;
+using order::stream_keys::stream_key;
 
 util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
   StreamState* state = last_state_;

@@ -8,7 +8,7 @@
 namespace tidepool::residency {
 
 util::Result<std::unique_ptr<Residency>> Residency::create(const driver::Driver& driver, CUcontext context,
-                                                           space::AddressSpace& space, pool::StreamRegistry& streams,
+                                                           space::AddressSpace& space, order::StreamRegistry& streams,
                                                            const ResidencyOptions& options) {
   auto policy = make_eviction_policy(options.evict_policy);
   if (!policy) return util::Status(util::Error::bad_config, "unknown eviction policy");

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "order/order.hpp"
 #include "pool/pool.hpp"
 #include "residency/eviction_policy.hpp"
 #include "residency/host_cache.hpp"
@@ -86,7 +87,7 @@ class Residency final : public pool::PageMover {
   // not_supported (with the reason) when the device cannot hold pool pages
   // on the host: no VMM, no host-located VMM, a failed trial page.
   static util::Result<std::unique_ptr<Residency>> create(const driver::Driver& driver, CUcontext context,
-                                                         space::AddressSpace& space, pool::StreamRegistry& streams,
+                                                         space::AddressSpace& space, order::StreamRegistry& streams,
                                                          const ResidencyOptions& options);
   ~Residency() override;
   Residency(const Residency&) = delete;

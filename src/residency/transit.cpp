@@ -6,7 +6,7 @@
 namespace tidepool::residency {
 
 util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& driver, CUcontext context,
-                                                       pool::StreamRegistry& streams, std::size_t page_size) {
+                                                       order::StreamRegistry& streams, std::size_t page_size) {
   const driver::Api& api = driver.api();
   if (api.streamCreate == nullptr || api.memcpyDtoDAsync == nullptr || api.eventSynchronize == nullptr) {
     return util::Status(util::Error::not_supported, "the driver lacks the stream and copy entry points eviction needs");
@@ -21,8 +21,8 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
       !s) {
     return s;
   }
-  transit->joined_ = transit->new_event();
-  transit->copied_ = transit->new_event();
+  transit->joined_ = transit->events_.take();
+  transit->copied_ = transit->events_.take();
   if (transit->joined_ == nullptr || transit->copied_ == nullptr) {
     return util::Status(util::Error::driver_error, "cuEventCreate failed for the copy events");
   }
@@ -42,7 +42,7 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
   return transit;
 }
 
-Transit::Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size)
+Transit::Transit(const driver::Driver& driver, CUcontext context, order::StreamRegistry& streams, std::size_t page_size)
     : api_(driver.api()), context_(context), registry_(streams), page_size_(page_size) {}
 
 Transit::~Transit() {
@@ -50,23 +50,12 @@ Transit::~Transit() {
   (void)reap(true);
   if (to_host_stream_ != nullptr) (void)api_.streamSynchronize(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamSynchronize(to_device_stream_);
-  for (CUevent e : spare_events_) (void)api_.eventDestroy(e);
+  events_.clear();
   if (joined_ != nullptr) (void)api_.eventDestroy(joined_);
   if (copied_ != nullptr) (void)api_.eventDestroy(copied_);
   if (to_host_stream_ != nullptr) (void)api_.streamDestroy(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamDestroy(to_device_stream_);
   if (flag_ != nullptr) (void)api_.memFreeHost(const_cast<std::uint32_t*>(flag_));
-}
-
-CUevent Transit::new_event() {
-  if (!spare_events_.empty()) {
-    CUevent e = spare_events_.back();
-    spare_events_.pop_back();
-    return e;
-  }
-  CUevent e = nullptr;
-  if (api_.eventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return nullptr;
-  return e;
 }
 
 std::uint32_t Transit::next_generation() noexcept {
@@ -168,11 +157,11 @@ std::size_t Transit::to_device(space::AddressSpace& space, std::vector<PageMove>
 bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
   if (flag_ == nullptr) return false;
   PendingRelease pending;
-  pending.start = new_event();
-  pending.done = new_event();
+  pending.start = events_.take();
+  pending.done = events_.take();
   if (pending.start == nullptr || pending.done == nullptr) {
-    if (pending.start != nullptr) spare_events_.push_back(pending.start);
-    if (pending.done != nullptr) spare_events_.push_back(pending.done);
+    if (pending.start != nullptr) events_.give_back(pending.start);
+    if (pending.done != nullptr) events_.give_back(pending.done);
     return false;
   }
   pending.pages.reserve(moves.size());
@@ -203,8 +192,8 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
       open(generation);
       (void)api_.streamSynchronize(to_device_stream_);
     }
-    spare_events_.push_back(pending.start);
-    spare_events_.push_back(pending.done);
+    events_.give_back(pending.start);
+    events_.give_back(pending.done);
     return false;
   }
   for (PageMove& m : moves) {
@@ -256,8 +245,8 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
   *done = nullptr;
   if (moves.empty()) return false;
   driver::ScopedContext scope(api_, context_);
-  CUevent begun = new_event();
-  CUevent copied = new_event();
+  CUevent begun = events_.take();
+  CUevent copied = events_.take();
   bool queued = false;  // some copy may be on the stream
   const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&] {
     if (api_.eventRecord(begun, nullptr) != CUDA_SUCCESS ||
@@ -275,8 +264,8 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
     // Copies may still be writing the host pages: the caller gets them back
     // only after the stream has passed them.
     if (queued) (void)api_.streamSynchronize(to_host_stream_);
-    if (begun != nullptr) spare_events_.push_back(begun);
-    if (copied != nullptr) spare_events_.push_back(copied);
+    if (begun != nullptr) events_.give_back(begun);
+    if (copied != nullptr) events_.give_back(copied);
     return false;
   }
   *start = begun;
@@ -291,8 +280,8 @@ std::size_t Transit::commit_to_host(space::AddressSpace& space, std::vector<Page
     time_copies(start, done, moves.size() * page_size_, true);
     for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
   }
-  spare_events_.push_back(start);
-  spare_events_.push_back(done);
+  events_.give_back(start);
+  events_.give_back(done);
   stats_.tracked++;
   return tally(moves, &stats_.to_host_bytes);
 }
@@ -302,19 +291,19 @@ std::size_t Transit::tracked_to_device(space::AddressSpace& space, std::vector<P
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
   PendingRelease pending;
-  pending.start = new_event();
-  pending.done = new_event();
+  pending.start = events_.take();
+  pending.done = events_.take();
   if (pending.start == nullptr || pending.done == nullptr ||
       api_.eventRecord(pending.start, to_device_stream_) != CUDA_SUCCESS) {
-    if (pending.start != nullptr) spare_events_.push_back(pending.start);
-    if (pending.done != nullptr) spare_events_.push_back(pending.done);
+    if (pending.start != nullptr) events_.give_back(pending.start);
+    if (pending.done != nullptr) events_.give_back(pending.done);
     return 0;
   }
   pending.pages = remap_and_fill(space, moves);
   if (api_.eventRecord(pending.done, to_device_stream_) != CUDA_SUCCESS) {
     // Nothing can order a launch after the copies: the host waits for them.
     (void)api_.streamSynchronize(to_device_stream_);
-    spare_events_.push_back(pending.done);
+    events_.give_back(pending.done);
     pending.done = nullptr;
   }
   *done = pending.done;
@@ -330,7 +319,7 @@ void Transit::release_after(CUevent start, CUevent done, std::vector<space::Host
   pending.done = done;
   pending.pages = std::move(pages);
   pending_.push_back(std::move(pending));
-  if (start != nullptr) spare_events_.push_back(start);
+  if (start != nullptr) events_.give_back(start);
 }
 
 std::vector<space::HostPage*> Transit::reap(bool wait) {
@@ -351,8 +340,8 @@ std::vector<space::HostPage*> Transit::reap(bool wait) {
       continue;
     }
     ready.insert(ready.end(), it->pages.begin(), it->pages.end());
-    if (it->start != nullptr) spare_events_.push_back(it->start);
-    if (it->done != nullptr) spare_events_.push_back(it->done);
+    if (it->start != nullptr) events_.give_back(it->start);
+    if (it->done != nullptr) events_.give_back(it->done);
     it = pending_.erase(it);
   }
   return ready;

@@ -4,7 +4,7 @@
 // A page cannot change its physical memory while the device touches it: a
 // kernel would read an unmapped address between the unmap and the map, and a
 // write landing after the copy would be lost. So each move is a gate
-// (pool::StreamRegistry::device_gate) on the device:
+// (order::StreamRegistry::device_gate) on the device:
 //   to_host:   all work queued so far  ->  copy device -> host cache on the
 //              device-to-host stream  ->  the legacy stream waits for a flag
 //              the host writes  ->  every stream's later work.
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
-#include "pool/pool.hpp"
+#include "order/order.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
@@ -65,7 +65,7 @@ struct TransitStats {
 class Transit {
  public:
   static util::Result<std::unique_ptr<Transit>> create(const driver::Driver& driver, CUcontext context,
-                                                       pool::StreamRegistry& streams, std::size_t page_size);
+                                                       order::StreamRegistry& streams, std::size_t page_size);
   ~Transit();
   Transit(const Transit&) = delete;
   Transit& operator=(const Transit&) = delete;
@@ -110,7 +110,7 @@ class Transit {
   [[nodiscard]] const TransitStats& stats() const noexcept { return stats_; }
 
  private:
-  Transit(const driver::Driver& driver, CUcontext context, pool::StreamRegistry& streams, std::size_t page_size);
+  Transit(const driver::Driver& driver, CUcontext context, order::StreamRegistry& streams, std::size_t page_size);
   // The gated move; false when no whole gate could be made (the flag is
   // open again and nothing was remapped).
   bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, const std::vector<CUevent>& fills);
@@ -141,7 +141,6 @@ class Transit {
     OpenOnExit(const OpenOnExit&) = delete;
     OpenOnExit& operator=(const OpenOnExit&) = delete;
   };
-  CUevent new_event();
   void time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host);
 
   struct PendingRelease {
@@ -153,7 +152,7 @@ class Transit {
 
   const driver::Api& api_;
   CUcontext context_;
-  pool::StreamRegistry& registry_;
+  order::StreamRegistry& registry_;
   std::size_t page_size_;
   CUstream to_host_stream_ = nullptr;
   CUstream to_device_stream_ = nullptr;
@@ -163,7 +162,7 @@ class Transit {
   CUevent joined_ = nullptr;
   CUevent copied_ = nullptr;
   std::vector<PendingRelease> pending_;
-  std::vector<CUevent> spare_events_;
+  order::EventCache events_{api_, CU_EVENT_DEFAULT};  // with timing: copies are timed
   TransitStats stats_;
 };
 

@@ -36,7 +36,7 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   if (options.streams != nullptr) {
     allocator->streams_ = options.streams;
   } else {
-    allocator->own_streams_ = std::make_unique<pool::StreamRegistry>(api);
+    allocator->own_streams_ = std::make_unique<order::StreamRegistry>(api);
     allocator->streams_ = allocator->own_streams_.get();
   }
   auto pool = pool::Pool::create(driver, *allocator->space_, allocator->context_, *allocator->streams_, options.pool);

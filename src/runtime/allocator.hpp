@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "driver/driver.hpp"
+#include "order/order.hpp"
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
 #include "space/space.hpp"
@@ -42,7 +43,7 @@ struct AllocatorOptions {
   // The process's streams (not owned; outlives the allocator). Null: the
   // allocator keeps a registry of its own, fed by stream_created() and
   // stream_destroying(), which is not known complete until set so.
-  pool::StreamRegistry* streams = nullptr;
+  order::StreamRegistry* streams = nullptr;
   // Eviction under the budget (residency/). When the device cannot do it,
   // the allocator runs without and eviction_off_reason() says why.
   bool evict = false;
@@ -95,7 +96,7 @@ class Allocator {
     const bool retired = streams_->destroying(stream);
     pool_->stream_destroyed(reinterpret_cast<std::uintptr_t>(stream), retired);
   }
-  [[nodiscard]] pool::StreamRegistry& streams() noexcept { return *streams_; }
+  [[nodiscard]] order::StreamRegistry& streams() noexcept { return *streams_; }
 
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] CUcontext context() const noexcept { return context_; }
@@ -150,8 +151,8 @@ class Allocator {
   int device_ = 0;
   CUdevice cu_device_ = 0;
   CUcontext context_ = nullptr;
-  std::unique_ptr<pool::StreamRegistry> own_streams_;
-  pool::StreamRegistry* streams_ = nullptr;
+  std::unique_ptr<order::StreamRegistry> own_streams_;
+  order::StreamRegistry* streams_ = nullptr;
   std::unique_ptr<space::AddressSpace> space_;
   std::unique_ptr<residency::Residency> residency_;  // outlives the pool, which calls it
   std::string eviction_off_reason_;

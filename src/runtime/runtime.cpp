@@ -134,7 +134,7 @@ Runtime::Runtime(const Config& config)
     return;
   }
   driver_ = std::move(opened.value());
-  streams_ = std::make_unique<pool::StreamRegistry>(driver_->api());
+  streams_ = std::make_unique<order::StreamRegistry>(driver_->api());
   if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
     streams_->set_complete(true);
   } else {

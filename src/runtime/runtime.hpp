@@ -47,6 +47,7 @@
 #include <string>
 
 #include "driver/driver.hpp"
+#include "order/order.hpp"
 #include "residency/residency.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
@@ -112,10 +113,10 @@ class Runtime {
   void stream_destroying(CUstream stream);
   void stream_destroy_failed(CUstream stream);
   // Every stream creation of the process reaches stream_created() (the
-  // preload's hooks are what the process calls); see StreamRegistry.
+  // preload's hooks are what the process calls); see order::StreamRegistry.
   void set_streams_complete(bool complete) noexcept;
   // Null in pass-through mode.
-  [[nodiscard]] pool::StreamRegistry* streams() const noexcept { return streams_.get(); }
+  [[nodiscard]] order::StreamRegistry* streams() const noexcept { return streams_.get(); }
 
   // Launch prefetch (TIDEPOOL_CONF prefetch:launch or learn, with eviction):
   // the preload's launch hooks call before_launch() with each launch's
@@ -141,7 +142,7 @@ class Runtime {
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
-  std::unique_ptr<pool::StreamRegistry> streams_;             // likewise
+  std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with prefetch:launch/learn and evict:on
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};

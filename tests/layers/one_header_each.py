@@ -12,6 +12,7 @@ HEADERS = {
     "driver": "driver/driver.hpp",
     "sim": "sim/sim_control.h",
     "space": "space/space.hpp",
+    "order": "order/order.hpp",
     "pool": "pool/pool.hpp",
     "residency": "residency/residency.hpp",
     "runtime": "runtime/runtime.hpp",

@@ -31,7 +31,7 @@
 
 #include "driver/driver.hpp"
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 // An event recorded on a stream just before it was destroyed. Shared by the
 // fences that include it; the event is destroyed with the last of them.
@@ -137,4 +137,4 @@ class StreamRegistry {
   std::vector<std::shared_ptr<RetiredStream>> retired_;
 };
 
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

@@ -1,7 +1,7 @@
-// EventCache: CUDA events (timing disabled) kept for reuse, so fences on the
-// slow path create events only until the cache has enough. Every event is
-// created in, and destroyed with, the owning pool's context; the caller makes
-// that context current. Not thread-safe: the owning pool's lock guards it.
+// EventCache: CUDA events kept for reuse, so fences on the slow path create
+// events only until the cache has enough. Every event is created in, and
+// destroyed with, its owner's context (a pool's, a transit's); the caller
+// makes that context current. Not thread-safe: the owner's lock guards it.
 #pragma once
 
 #include <cuda.h>
@@ -10,11 +10,12 @@
 
 #include "driver/driver.hpp"
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 class EventCache {
  public:
-  explicit EventCache(const driver::Api& api) : api_(api) {}
+  // `flags`: what cuEventCreate is given (timing is off unless asked for).
+  explicit EventCache(const driver::Api& api, unsigned flags = CU_EVENT_DISABLE_TIMING) : api_(api), flags_(flags) {}
   ~EventCache() { clear(); }
   EventCache(const EventCache&) = delete;
   EventCache& operator=(const EventCache&) = delete;
@@ -27,7 +28,7 @@ class EventCache {
       return e;
     }
     CUevent e = nullptr;
-    if (api_.eventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+    if (api_.eventCreate(&e, flags_) != CUDA_SUCCESS) return nullptr;
     return e;
   }
   void give_back(CUevent event) {
@@ -41,7 +42,8 @@ class EventCache {
 
  private:
   const driver::Api& api_;
+  unsigned flags_;
   std::vector<CUevent> spare_;
 };
 
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

@@ -1,9 +1,9 @@
 // See barrier_fences.hpp.
-#include "pool/barrier_fences.hpp"
+#include "order/barrier_fences.hpp"
 
 #include <algorithm>
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 void BarrierFences::recorded_barrier(std::uint64_t epoch) {
   if (api_.eventRecord == nullptr || api_.eventQuery == nullptr) return;
@@ -66,4 +66,4 @@ void BarrierFences::clear() {
   while (count_ > 0) pop_oldest(false);
 }
 
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

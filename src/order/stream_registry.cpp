@@ -1,11 +1,11 @@
 // See stream_registry.hpp.
-#include "pool/stream_registry.hpp"
+#include "order/stream_registry.hpp"
 
 #include <algorithm>
 
 #include "driver/driver.hpp"
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 namespace {
 
@@ -152,4 +152,4 @@ bool StreamRegistry::alive(CUstream stream) const {
   return streams_.contains(stream);
 }
 
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

@@ -1,16 +1,15 @@
-// Specification: BarrierFences answers, for each recent device barrier, when
+// Specification: order::BarrierFences answers, for each recent device barrier, when
 // the work queued before it has finished: never before (a failed record or
 // query is never read as finished), and without waiting for work queued
 // after it. Work is held back with gated sim kernels on the legacy stream,
 // where the pool records behind its barriers.
-#include "pool/barrier_fences.hpp"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
 #include <thread>
 
+#include "order/order.hpp"
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
@@ -46,8 +45,8 @@ class BarrierFencesTest : public ::testing::Test {
 
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
-  pool::EventCache events_{api()};
-  pool::BarrierFences fences_{api(), events_};
+  order::EventCache events_{api()};
+  order::BarrierFences fences_{api(), events_};
   int sink_ = 0;
 };
 
@@ -102,7 +101,7 @@ TEST_F(BarrierFencesTest, WaitingForADroppedBarrierWaitsForTheNextOneKept) {
   testing::Gate first;
   testing::Gate rest;
   hold(&first);
-  constexpr std::uint64_t kKept = pool::BarrierFences::kKept;
+  constexpr std::uint64_t kKept = order::BarrierFences::kKept;
   for (std::uint64_t epoch = 1; epoch <= kKept + 2; ++epoch) fences_.recorded_barrier(epoch);
   hold(&rest);
   fences_.recorded_barrier(kKept + 3);  // the ring keeps 4 .. kKept + 3: 1, 2 and 3 were dropped
@@ -126,7 +125,7 @@ TEST_F(BarrierFencesTest, WaitingForADroppedBarrierWaitsForTheNextOneKept) {
 TEST_F(BarrierFencesTest, KeepsTheNewestBarriersWhenMoreAreInFlight) {
   testing::Gate gate;
   hold(&gate);
-  constexpr std::uint64_t kBarriers = 3 * pool::BarrierFences::kKept;
+  constexpr std::uint64_t kBarriers = 3 * order::BarrierFences::kKept;
   for (std::uint64_t epoch = 1; epoch <= kBarriers; ++epoch) fences_.recorded_barrier(epoch);
   EXPECT_EQ(fences_.finished_through(), 0u);
   gate.release();

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 // The Block::stream value of a block no queued work can touch.
 inline constexpr std::uintptr_t kNoPendingWork = ~std::uintptr_t{0};
@@ -52,4 +52,4 @@ inline CUstream fence_handle(std::uintptr_t key) {
 }
 
 }  // namespace stream_keys
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

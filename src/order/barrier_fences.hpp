@@ -25,9 +25,9 @@
 #include <cstdint>
 
 #include "driver/driver.hpp"
-#include "pool/event_cache.hpp"
+#include "order/event_cache.hpp"
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
 class BarrierFences {
  public:
@@ -66,4 +66,4 @@ class BarrierFences {
   std::uint64_t finished_ = 0;
 };
 
-}  // namespace tidepool::pool
+}  // namespace tidepool::order

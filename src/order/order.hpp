@@ -1,0 +1,15 @@
+// The order layer's one header: stream ordering for the whole process, used
+// by the pool (when a freed block may be reused) and by residency (when a
+// page may move). It knows streams and events, never blocks or pages.
+//   stream_keys.hpp      how a stream is named (the legacy stream, per-thread
+//                        streams, "no pending work", "after a barrier")
+//   event_cache.hpp      events kept for reuse
+//   stream_registry.hpp  every stream of the process, the device barrier and
+//                        gate, retired streams' last events
+//   barrier_fences.hpp   when the work before recent device barriers finished
+#pragma once
+
+#include "order/barrier_fences.hpp"
+#include "order/event_cache.hpp"
+#include "order/stream_keys.hpp"
+#include "order/stream_registry.hpp"

@@ -1,0 +1,173 @@
+// Specification of the order layer's small parts on the sim: stream keys
+// (the legacy stream, a per-thread stream per thread), the event cache
+// (reuse before creation), and the StreamRegistry (what a cudaFree fence
+// must cover, retired streams' last events, and the device barrier ordering
+// a non-blocking stream's later work after earlier work on another).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "order/order.hpp"
+#include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
+
+namespace tidepool::order {
+namespace {
+
+const driver::Api& api() { return testing::sim_driver().api(); }
+
+class OrderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(api().init(0), CUDA_SUCCESS);
+    CUdevice device = 0;
+    ASSERT_EQ(api().deviceGet(&device, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api().devicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
+    scope_ = std::make_unique<driver::ScopedContext>(api(), context_);
+  }
+  void TearDown() override {
+    (void)api().ctxSynchronize();
+    scope_.reset();
+  }
+  CUstream make_stream(unsigned flags) {
+    CUstream s = nullptr;
+    EXPECT_EQ(api().streamCreate(&s, flags), CUDA_SUCCESS);
+    return s;
+  }
+  CUcontext context_ = nullptr;
+  std::unique_ptr<driver::ScopedContext> scope_;
+};
+
+TEST(StreamKeys, TheLegacyStreamIsZeroAndEachThreadHasItsOwnPerThreadKey) {
+  using namespace stream_keys;
+  EXPECT_EQ(stream_key(reinterpret_cast<std::uintptr_t>(CU_STREAM_LEGACY)), 0u);
+  const std::uintptr_t mine = stream_key(reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD));
+  EXPECT_EQ(mine, stream_key(reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD))) << "stable within a thread";
+  EXPECT_TRUE(is_per_thread_key(mine));
+  std::uintptr_t theirs = 0;
+  std::thread([&] { theirs = stream_key(reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD)); }).join();
+  EXPECT_NE(theirs, mine);
+  EXPECT_TRUE(is_per_thread_key(theirs));
+  // This thread can fence its own per-thread stream, not another thread's.
+  EXPECT_EQ(fence_handle(mine), CU_STREAM_PER_THREAD);
+  EXPECT_EQ(fence_handle(theirs), nullptr);
+  EXPECT_EQ(fence_handle(kAfterBarrier), nullptr);
+  // An ordinary handle is its own key, never mistaken for a special one.
+  const auto handle = std::uintptr_t{0x7f0000001000};
+  EXPECT_EQ(stream_key(handle), handle);
+  EXPECT_FALSE(is_per_thread_key(handle));
+  EXPECT_NE(handle, kNoPendingWork);
+  EXPECT_NE(handle, kAfterBarrier);
+}
+
+TEST_F(OrderTest, TheEventCacheReusesWhatWasGivenBackBeforeCreatingMore) {
+  auto creates = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  EventCache cache(api());
+  const auto before = creates("cuEventCreate");
+  CUevent a = cache.take();
+  CUevent b = cache.take();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(creates("cuEventCreate"), before + 2);
+  cache.give_back(a);
+  cache.give_back(nullptr);  // ignored
+  EXPECT_EQ(cache.take(), a);
+  EXPECT_EQ(creates("cuEventCreate"), before + 2) << "a spare event is reused, not created";
+  cache.give_back(a);
+  cache.give_back(b);
+  const auto destroys = creates("cuEventDestroy_v2");
+  cache.clear();
+  EXPECT_EQ(creates("cuEventDestroy_v2"), destroys + 2);
+}
+
+TEST_F(OrderTest, AFenceCoversLiveNonBlockingStreamsAndDestroyedOnesUntilTheirWorkEnds) {
+  StreamRegistry registry(api());
+  CUstream blocking = make_stream(CU_STREAM_DEFAULT);
+  CUstream non_blocking = make_stream(CU_STREAM_NON_BLOCKING);
+  CUstream doomed = make_stream(CU_STREAM_NON_BLOCKING);
+  for (CUstream s : {blocking, non_blocking, doomed}) registry.created(s);
+  registry.created(nullptr);  // ignored, as are the special handles
+  registry.created(CU_STREAM_PER_THREAD);
+  EXPECT_TRUE(registry.alive(non_blocking));
+  EXPECT_FALSE(registry.alive(CU_STREAM_PER_THREAD));
+
+  // `doomed` still has work queued when it is destroyed: its last event is
+  // a fence target until that work is done.
+  testing::Gate gate;
+  int target = 0;
+  ASSERT_EQ(testing::launch_gated_write(doomed, &gate, &target, 1), CUDA_SUCCESS);
+  EXPECT_TRUE(registry.destroying(doomed));
+  ASSERT_EQ(api().streamDestroy(doomed), CUDA_SUCCESS);
+  EXPECT_FALSE(registry.alive(doomed));
+  EXPECT_FALSE(registry.destroying(doomed)) << "destroying an unknown stream fences nothing";
+
+  std::vector<CUstream> streams;
+  std::vector<std::shared_ptr<RetiredStream>> retired;
+  registry.fence_targets(context_, &streams, &retired);
+  EXPECT_EQ(streams, std::vector<CUstream>{non_blocking}) << "blocking streams are covered by the legacy stream";
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_TRUE(retired[0]->recorded());
+  EXPECT_FALSE(retired[0]->finished()) << "its work is still held by the gate";
+
+  gate.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(target, 1);
+  EXPECT_TRUE(retired[0]->finished());
+  streams.clear();
+  retired.clear();
+  registry.fence_targets(context_, &streams, &retired);
+  EXPECT_TRUE(retired.empty()) << "a finished retirement is dropped";
+  for (CUstream s : {blocking, non_blocking}) {
+    EXPECT_TRUE(registry.destroying(s));
+    ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+  }
+}
+
+// Work a non-blocking stream queues after a device barrier runs after work
+// another non-blocking stream queued before it: the barrier, not the host,
+// orders them.
+TEST_F(OrderTest, ADeviceBarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
+  StreamRegistry registry(api());
+  CUstream first = make_stream(CU_STREAM_NON_BLOCKING);
+  CUstream second = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(first);
+  registry.created(second);
+  EXPECT_FALSE(registry.device_barrier(context_)) << "an incomplete registry makes no barrier";
+  registry.set_complete(true);
+
+  testing::Gate early;
+  testing::Gate late;
+  late.release();
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first, &early, &cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(registry.device_barrier(context_));
+  ASSERT_EQ(testing::launch_gated_write(second, &late, &cell, 2), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0) << "the later write ran before the earlier one";
+  early.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2) << "the later write must land last";
+
+  // A stream created after the barrier waits for it too.
+  testing::Gate held;
+  ASSERT_EQ(testing::launch_gated_write(first, &held, &cell, 3), CUDA_SUCCESS);
+  ASSERT_TRUE(registry.device_barrier(context_));
+  CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(newcomer);
+  ASSERT_EQ(testing::launch_gated_write(newcomer, &late, &cell, 4), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 2);
+  held.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 4);
+  for (CUstream s : {first, second, newcomer}) {
+    EXPECT_TRUE(registry.destroying(s));
+    ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+  }
+}
+
+}  // namespace
+}  // namespace tidepool::order
