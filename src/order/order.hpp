@@ -7,9 +7,12 @@
 //   stream_registry.hpp  every stream of the process, the device barrier and
 //                        gate, retired streams' last events
 //   barrier_fences.hpp   when the work before recent device barriers finished
+//   free_fences.hpp      when frees made with cudaFree semantics are known
+//                        finished (the rule, and why it covers every stream)
 #pragma once
 
 #include "order/barrier_fences.hpp"
 #include "order/event_cache.hpp"
+#include "order/free_fences.hpp"
 #include "order/stream_keys.hpp"
 #include "order/stream_registry.hpp"

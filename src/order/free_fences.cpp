@@ -1,41 +1,33 @@
-// See deferred_frees.hpp for the rule and its argument.
-#include "pool/deferred_frees.hpp"
+// See free_fences.hpp for the rule and its argument.
+#include "order/free_fences.hpp"
 
 #include <algorithm>
 
-namespace tidepool::pool {
+namespace tidepool::order {
 
-DeferredFrees::DeferredFrees(const driver::Api& api, CUcontext context, order::StreamRegistry& registry,
-                             order::EventCache& events)
-    : api_(api), context_(context), registry_(registry), events_(events) {
-  blocks_.reserve(1024);
-}
+FreeFences::FreeFences(const driver::Api& api, CUcontext context, StreamRegistry& registry, EventCache& events)
+    : api_(api), context_(context), registry_(registry), events_(events) {}
 
-DeferredFrees::~DeferredFrees() {
-  // The owner waits (promote with wait) before tearing down; whatever is
+FreeFences::~FreeFences() {
+  // The owner waits (take_finished with a wait) before tearing down; what is
   // left here is only the events.
   for (Fence& fence : fences_) {
     for (CUevent e : fence.events) (void)api_.eventDestroy(e);
   }
 }
 
-void DeferredFrees::add(Block* block) {
-  blocks_.push_back(block);
-  bytes_ += block->size;
-}
-
-bool DeferredFrees::capture_in_progress() const {
+bool FreeFences::capture_in_progress() const {
   if (driver::capturing(api_, nullptr)) return true;  // a blocking stream captures
   std::vector<CUstream> streams;
-  std::vector<std::shared_ptr<order::RetiredStream>> retired;
+  std::vector<std::shared_ptr<RetiredStream>> retired;
   registry_.fence_targets(context_, &streams, &retired);
   return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return driver::capturing(api_, s); });
 }
 
-void DeferredFrees::close_batch(bool needs_sync) {
-  if (blocks_.size() == fenced_) return;
+void FreeFences::close_batch(bool needs_sync) {
+  if (held_ == fenced_) return;
   Fence fence;
-  fence.end = blocks_.size();
+  fence.end = held_;
   fence.needs_sync = needs_sync || !registry_.complete();
   if (fence.needs_sync) {
     // Only a synchronisation proves this fence: events would be wasted calls.
@@ -43,7 +35,7 @@ void DeferredFrees::close_batch(bool needs_sync) {
     scratch_streams_.clear();
     registry_.fence_targets(context_, &scratch_streams_, &fence.retired);
     fences_.push_back(std::move(fence));
-    fenced_ = blocks_.size();
+    fenced_ = held_;
     return;
   }
   auto record = [&](CUstream stream) {
@@ -68,14 +60,14 @@ void DeferredFrees::close_batch(bool needs_sync) {
   record(nullptr);  // the legacy stream: covers every blocking stream
   for (CUstream s : scratch_streams_) record(s);
   fences_.push_back(std::move(fence));
-  fenced_ = blocks_.size();
+  fenced_ = held_;
 }
 
-void DeferredFrees::fence_when_idle() {
-  if (blocks_.size() == fenced_) return;
+void FreeFences::fence_when_idle() {
+  if (held_ == fenced_) return;
   if (!fences_.empty()) {
     const Fence& newest = fences_.back();
-    if (newest.needs_sync) return;  // only a synchronisation settles it; the next promotion fences these
+    if (newest.needs_sync) return;  // only a synchronisation settles it; the next hand-back fences these
     for (CUevent e : newest.events) {
       if (api_.eventQuery(e) != CUDA_SUCCESS) return;  // still in flight (or not known)
     }
@@ -83,7 +75,7 @@ void DeferredFrees::fence_when_idle() {
   close_batch();
 }
 
-bool DeferredFrees::fence_finished(Fence& fence, bool wait) {
+bool FreeFences::fence_finished(Fence& fence, bool wait) {
   if (fence.needs_sync) return false;
   for (CUevent e : fence.events) {
     const CUresult r = wait ? api_.eventSynchronize(e) : api_.eventQuery(e);
@@ -103,13 +95,13 @@ bool DeferredFrees::fence_finished(Fence& fence, bool wait) {
   return true;
 }
 
-bool DeferredFrees::synchronize_context() {
+bool FreeFences::synchronize_context() {
   if (api_.ctxSynchronize == nullptr || capture_in_progress()) return false;
   return api_.ctxSynchronize() == CUDA_SUCCESS;
 }
 
-std::size_t DeferredFrees::finished_prefix(Wait wait) {
-  if (blocks_.empty()) return 0;
+std::size_t FreeFences::take_finished(Wait wait) {
+  if (held_ == 0) return 0;
   // A waiting caller needs every free fenced; one that only looks keeps the
   // one-record-per-round-trip throttle.
   if (wait == Wait::none) {
@@ -130,39 +122,30 @@ std::size_t DeferredFrees::finished_prefix(Wait wait) {
   }
   if (done == 0) return 0;
   const std::size_t ready = fences_[done - 1].end;
-  for (std::size_t i = 0; i < done; ++i) {
-    // An event of a fence that erred may have been recorded into a capture
-    // that began meanwhile: it is not reused.
-    for (CUevent e : fences_[i].events) {
-      if (fences_[i].needs_sync) {
-        (void)api_.eventDestroy(e);
-      } else {
-        events_.give_back(e);
-      }
-    }
-  }
+  for (std::size_t i = 0; i < done; ++i) drop(fences_[i]);
   fences_.erase(fences_.begin(), fences_.begin() + static_cast<std::ptrdiff_t>(done));
   for (Fence& fence : fences_) fence.end -= ready;
+  held_ -= ready;
+  fenced_ -= ready;
   return ready;
 }
 
-void DeferredFrees::drop_fences() {
-  for (Fence& fence : fences_) {
-    for (CUevent e : fence.events) {
-      if (fence.needs_sync) {
-        (void)api_.eventDestroy(e);
-      } else {
-        events_.give_back(e);
-      }
+void FreeFences::take_all() {
+  for (Fence& fence : fences_) drop(fence);
+  fences_.clear();
+  held_ = 0;
+  fenced_ = 0;
+}
+
+void FreeFences::drop(Fence& fence) {
+  for (CUevent e : fence.events) {
+    if (fence.needs_sync) {
+      (void)api_.eventDestroy(e);
+    } else {
+      events_.give_back(e);
     }
   }
-  fences_.clear();
-  fenced_ = blocks_.size();
+  fence.events.clear();
 }
 
-void DeferredFrees::drop_prefix(std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i]->size;
-  fenced_ -= count;
-}
-
-}  // namespace tidepool::pool
+}  // namespace tidepool::order
