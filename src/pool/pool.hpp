@@ -17,7 +17,7 @@
 //    the blocks carry kAfterBarrier, so only unmapping their pages waits for
 //    the barrier to finish. Otherwise (no registry, a capture in progress, a
 //    failed call) the block waits until a fence over every stream of the
-//    context has finished (deferred_frees.hpp states the rule and why it
+//    context has finished (order/free_fences.hpp states the rule and why it
 //    covers every stream).
 //  - Stream order (ordered=true on stream s): the block is reusable on s at
 //    once. Another stream t first waits on an event recorded on s after the
