@@ -28,44 +28,16 @@
 #include <string>
 #include <vector>
 
-#include "probe_common.hpp"
+#include "probe_linked_common.hpp"
 #include "sim/sim_control.h"
 
 namespace {
 
+using probe::check_words;
+using probe::fill_words;
+using probe::make_context_current;
+
 constexpr std::size_t MiB = std::size_t{1} << 20;
-
-void make_context_current() {
-  CUdevice device = 0;
-  CUcontext context = nullptr;
-  PROBE_CHECK(cuInit(0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDeviceGet(&device, 0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
-  PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
-}
-
-std::uint32_t word_pattern(std::uint32_t seed, std::size_t i) {
-  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
-}
-
-// params: words, count, seed
-void fill_words(void** params, void* /*user*/) {
-  auto* words = *static_cast<std::uint32_t**>(params[0]);
-  const auto count = *static_cast<std::size_t*>(params[1]);
-  const auto seed = *static_cast<std::uint32_t*>(params[2]);
-  for (std::size_t i = 0; i < count; ++i) words[i] = word_pattern(seed, i);
-}
-
-// params: words, count, seed, errors
-void check_words(void** params, void* /*user*/) {
-  const auto* words = *static_cast<const std::uint32_t**>(params[0]);
-  const auto count = *static_cast<std::size_t*>(params[1]);
-  const auto seed = *static_cast<std::uint32_t*>(params[2]);
-  auto* errors = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
-  std::uint64_t bad = 0;
-  for (std::size_t i = 0; i < count; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
-  errors->fetch_add(bad);
-}
 
 // The packed forms: each parameter at its natural alignment. The buffer's
 // size is the end of the last parameter (20 and 32 bytes), not sizeof.

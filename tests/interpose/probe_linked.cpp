@@ -33,15 +33,19 @@
 #include <thread>
 #include <vector>
 
-#include "probe_common.hpp"
+#include "probe_linked_common.hpp"
 #include "sim/sim_control.h"
 
 extern "C" std::uint64_t mini_cudart_calls(const char* name);
 
 namespace {
 
+using probe::check_words;
 using probe::fill;
+using probe::fill_words;
 using probe::holds;
+using probe::make_context_current;
+using probe::word_pattern;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
@@ -94,15 +98,6 @@ int runtime_route() {
                static_cast<unsigned long long>(mini_cudart_calls("cudaMalloc")),
                static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
   return probe::finish("runtime");
-}
-
-void make_context_current() {
-  CUdevice device = 0;
-  CUcontext context = nullptr;
-  PROBE_CHECK(cuInit(0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDeviceGet(&device, 0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
-  PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
 }
 
 // A range the program maps itself, as NCCL does: tidepool must leave it alone.
@@ -416,29 +411,6 @@ int sidestream_route(bool through_stream) {
   }
   PROBE_CHECK(cuStreamDestroy(live_side) == CUDA_SUCCESS);
   return probe::finish(through_stream ? "sidestream_ordered" : "sidestream");
-}
-
-std::uint32_t word_pattern(std::uint32_t seed, std::size_t i) {
-  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
-}
-
-// params: words, count, seed
-void fill_words(void** params, void* /*user*/) {
-  auto* words = *static_cast<std::uint32_t**>(params[0]);
-  const auto count = *static_cast<std::size_t*>(params[1]);
-  const auto seed = *static_cast<std::uint32_t*>(params[2]);
-  for (std::size_t i = 0; i < count; ++i) words[i] = word_pattern(seed, i);
-}
-
-// params: words, count, seed, errors
-void check_words(void** params, void* /*user*/) {
-  const auto* words = *static_cast<const std::uint32_t**>(params[0]);
-  const auto count = *static_cast<std::size_t*>(params[1]);
-  const auto seed = *static_cast<std::uint32_t*>(params[2]);
-  auto* errors = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
-  std::uint64_t bad = 0;
-  for (std::size_t i = 0; i < count; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
-  errors->fetch_add(bad);
 }
 
 int evict_route() {

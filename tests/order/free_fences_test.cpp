@@ -16,14 +16,10 @@ namespace {
 
 const driver::Api& api() { return testing::sim_driver().api(); }
 
-class FreeFencesTest : public ::testing::Test {
+class FreeFencesTest : public testing::WithPrimaryContext {
  protected:
   void SetUp() override {
-    ASSERT_EQ(api().init(0), CUDA_SUCCESS);
-    CUdevice device = 0;
-    ASSERT_EQ(api().deviceGet(&device, 0), CUDA_SUCCESS);
-    ASSERT_EQ(api().devicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
-    scope_ = std::make_unique<driver::ScopedContext>(api(), context_);
+    WithPrimaryContext::SetUp();
     ASSERT_EQ(api().streamCreate(&side_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     registry_.created(side_);
   }
@@ -32,10 +28,8 @@ class FreeFencesTest : public ::testing::Test {
     (void)registry_.destroying(side_);
     (void)api().streamDestroy(side_);
     events_.clear();
-    scope_.reset();
+    WithPrimaryContext::TearDown();
   }
-  CUcontext context_ = nullptr;
-  std::unique_ptr<driver::ScopedContext> scope_;
   StreamRegistry registry_{api()};
   EventCache events_{api()};
   CUstream side_ = nullptr;

@@ -18,26 +18,13 @@ namespace {
 
 const driver::Api& api() { return testing::sim_driver().api(); }
 
-class OrderTest : public ::testing::Test {
+class OrderTest : public testing::WithPrimaryContext {
  protected:
-  void SetUp() override {
-    ASSERT_EQ(api().init(0), CUDA_SUCCESS);
-    CUdevice device = 0;
-    ASSERT_EQ(api().deviceGet(&device, 0), CUDA_SUCCESS);
-    ASSERT_EQ(api().devicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
-    scope_ = std::make_unique<driver::ScopedContext>(api(), context_);
-  }
-  void TearDown() override {
-    (void)api().ctxSynchronize();
-    scope_.reset();
-  }
   CUstream make_stream(unsigned flags) {
     CUstream s = nullptr;
     EXPECT_EQ(api().streamCreate(&s, flags), CUDA_SUCCESS);
     return s;
   }
-  CUcontext context_ = nullptr;
-  std::unique_ptr<driver::ScopedContext> scope_;
 };
 
 TEST(StreamKeys, TheLegacyStreamIsZeroAndEachThreadHasItsOwnPerThreadKey) {

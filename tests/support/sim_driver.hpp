@@ -16,8 +16,7 @@ inline const driver::Driver& sim_driver() {
   static std::unique_ptr<driver::Driver> driver = [] {
     auto opened = driver::Driver::open(TIDEPOOL_SIM_LIBRARY);
     if (!opened) {
-      ADD_FAILURE() << "cannot open the sim driver at " << TIDEPOOL_SIM_LIBRARY << ": "
-                    << opened.status().message();
+      ADD_FAILURE() << "cannot open the sim driver at " << TIDEPOOL_SIM_LIBRARY << ": " << opened.status().message();
       return std::unique_ptr<driver::Driver>();
     }
     return std::move(opened.value());
@@ -32,5 +31,25 @@ Fn sim_control(const char* name) {
   if (symbol == nullptr) ADD_FAILURE() << "the sim does not export " << name;
   return reinterpret_cast<Fn>(symbol);
 }
+
+// A test run with device 0's primary context current (on the sim), made
+// current before each test and left after it, once the device is idle.
+class WithPrimaryContext : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const driver::Api& api = sim_driver().api();
+    ASSERT_EQ(api.init(0), CUDA_SUCCESS);
+    CUdevice device = 0;
+    ASSERT_EQ(api.deviceGet(&device, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api.devicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
+    scope_ = std::make_unique<driver::ScopedContext>(api, context_);
+  }
+  void TearDown() override {
+    (void)sim_driver().api().ctxSynchronize();
+    scope_.reset();
+  }
+  CUcontext context_ = nullptr;
+  std::unique_ptr<driver::ScopedContext> scope_;
+};
 
 }  // namespace tidepool::testing

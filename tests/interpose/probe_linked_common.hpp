@@ -1,0 +1,50 @@
+// Shared by the probes linked against libcuda.so.1 (probe_linked,
+// probe_hostile): the primary context made current, and the sim kernels
+// that fill a block with a pattern of 32-bit words and count the words that
+// do not match it. (probe_dlopen never links the driver, so these are not in
+// probe_common.hpp.)
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "probe_common.hpp"
+
+namespace probe {
+
+inline void make_context_current() {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  PROBE_CHECK(cuInit(0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&device, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
+}
+
+inline std::uint32_t word_pattern(std::uint32_t seed, std::size_t i) {
+  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+}
+
+// A sim kernel. params: words, count, seed
+inline void fill_words(void** params, void* /*user*/) {
+  auto* words = *static_cast<std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  const auto seed = *static_cast<std::uint32_t*>(params[2]);
+  for (std::size_t i = 0; i < count; ++i) words[i] = word_pattern(seed, i);
+}
+
+// A sim kernel. params: words, count, seed, errors (words not matching are added)
+inline void check_words(void** params, void* /*user*/) {
+  const auto* words = *static_cast<const std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  const auto seed = *static_cast<std::uint32_t*>(params[2]);
+  auto* errors = *static_cast<std::atomic<std::uint64_t>**>(params[3]);
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
+  errors->fetch_add(bad);
+}
+
+}  // namespace probe
