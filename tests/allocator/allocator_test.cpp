@@ -15,6 +15,7 @@
 
 #include "pool/policy.hpp"
 #include "runtime/config.hpp"
+#include "runtime/memory_info.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
 
@@ -286,6 +287,8 @@ TEST(Allocator, ABudgetBelowWhatIsLiveIsRefusedUntilFreesMakeRoom) {
   EXPECT_NE(std::string(refused.message()).find("eviction is off"), std::string::npos) << refused.message();
   EXPECT_EQ(allocator->space().device_limit(), 128 * MiB) << "a refused budget leaves the old one in force";
   EXPECT_EQ(allocator->pool().stats().reserved_bytes, held);
+  const runtime::MemoryInfo board{4096 * MiB, 4096 * MiB};  // what the driver would say
+  EXPECT_EQ(runtime::visible_memory(*allocator, board).total_bytes, 128 * MiB) << "cuMemGetInfo names the old budget";
   for (std::uint32_t i = 0; i < 6; ++i) EXPECT_TRUE(stamp_intact(blocks[i], 8 * MiB, i)) << i;
 
   // Free four (cudaFree-style: they wait for their fences), then lower again.
@@ -294,6 +297,10 @@ TEST(Allocator, ABudgetBelowWhatIsLiveIsRefusedUntilFreesMakeRoom) {
   ASSERT_TRUE(lowered.ok()) << lowered.message();
   EXPECT_EQ(allocator->space().device_limit(), 16 * MiB);
   EXPECT_LE(allocator->pool().stats().reserved_bytes, 16 * MiB);
+  // cuMemGetInfo: the new budget, and nothing free in it (16 MiB live).
+  const runtime::MemoryInfo seen = runtime::visible_memory(*allocator, board);
+  EXPECT_EQ(seen.total_bytes, 16 * MiB);
+  EXPECT_EQ(seen.free_bytes, 0u);
   for (std::uint32_t i = 4; i < 6; ++i) EXPECT_TRUE(stamp_intact(blocks[i], 8 * MiB, i)) << i;
   // Later allocations stay within it: one more 8 MiB block does not fit.
   auto over = allocator->allocate(8 * MiB, 0, false);
