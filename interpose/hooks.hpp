@@ -3,7 +3,8 @@
 //
 // Every driver hook is one row of the list below; the lookup by name (dlsym)
 // and by real address (cuGetProcAddress) follow from these rows. The runtime
-// API hooks (runtime_hooks.cpp) are reached only as exported symbols.
+// API hooks (cudart_hooks.cpp: cudaMalloc and the rest of the CUDA runtime
+// API, not tidepool's runtime/) are reached only as exported symbols.
 #pragma once
 
 #include <cuda.h>

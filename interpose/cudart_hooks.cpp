@@ -1,4 +1,4 @@
-// Runtime-API hooks, for programs with a shared cudart: cudaMalloc, cudaFree,
+// CUDA runtime API (cudart) hooks, for programs with a shared cudart: cudaMalloc, cudaFree,
 // their async and pitched forms, and cudaMemGetInfo. Each translates, calls
 // the runtime and translates back; anything tidepool does not serve goes to
 // the program's own cudart. (A static cudart never calls these: it reaches
