@@ -11,8 +11,8 @@ namespace {
 class LeastRecentlyUsed final : public EvictionPolicy {
  public:
   [[nodiscard]] std::string_view name() const override { return "lru"; }
-  void order(std::vector<EvictionCandidate>& candidates) const override {
-    std::sort(candidates.begin(), candidates.end(), [](const EvictionCandidate& a, const EvictionCandidate& b) {
+  void order(std::vector<RankedBlock>& candidates) const override {
+    std::sort(candidates.begin(), candidates.end(), [](const RankedBlock& a, const RankedBlock& b) {
       return a.last_use != b.last_use ? a.last_use < b.last_use : a.address < b.address;
     });
   }
@@ -21,8 +21,8 @@ class LeastRecentlyUsed final : public EvictionPolicy {
 class LargestFirst final : public EvictionPolicy {
  public:
   [[nodiscard]] std::string_view name() const override { return "largest"; }
-  void order(std::vector<EvictionCandidate>& candidates) const override {
-    std::sort(candidates.begin(), candidates.end(), [](const EvictionCandidate& a, const EvictionCandidate& b) {
+  void order(std::vector<RankedBlock>& candidates) const override {
+    std::sort(candidates.begin(), candidates.end(), [](const RankedBlock& a, const RankedBlock& b) {
       if (a.device_pages != b.device_pages) return a.device_pages > b.device_pages;
       return a.last_use != b.last_use ? a.last_use < b.last_use : a.address < b.address;
     });

@@ -19,7 +19,9 @@
 
 namespace tidepool::residency {
 
-struct EvictionCandidate {
+// A block as an EvictionPolicy ranks it (Residency builds it from the
+// pool's pool::EvictionCandidate).
+struct RankedBlock {
   std::uintptr_t address = 0;
   std::size_t size = 0;
   std::uint64_t last_use = 0;  // a tick of the residency clock; larger is more recent
@@ -32,7 +34,7 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   [[nodiscard]] virtual std::string_view name() const = 0;
   // Sorts so that the first candidate is evicted first.
-  virtual void order(std::vector<EvictionCandidate>& candidates) const = 0;
+  virtual void order(std::vector<RankedBlock>& candidates) const = 0;
 };
 
 // Null for an unknown name.

@@ -104,7 +104,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   moves_.clear();
   bool cache_full = false;
   fills_.clear();  // tracked bring-backs that may still be writing a chosen block's pages
-  for (const EvictionCandidate& c : ordered_) {
+  for (const RankedBlock& c : ordered_) {
     space::Reservation& r = *candidates[c.source].reservation;
     const auto [first, end] = r.whole_pages(c.address, c.size);
     for (const Inflight& f : inflight_) {
@@ -398,8 +398,8 @@ void Residency::order_by_next_use(const std::vector<pool::EvictionCandidate>& ca
   const std::uint64_t unknown = LaunchSchedule::kUnknown;
   std::vector<std::uint64_t>& next = next_use_scratch_;  // by the candidate's index
   next.assign(candidates.size(), unknown);
-  for (const EvictionCandidate& c : ordered_) next[c.source] = schedule_->next_use(candidates[c.source].buffer_id);
-  std::stable_sort(ordered_.begin(), ordered_.end(), [&](const EvictionCandidate& a, const EvictionCandidate& b) {
+  for (const RankedBlock& c : ordered_) next[c.source] = schedule_->next_use(candidates[c.source].buffer_id);
+  std::stable_sort(ordered_.begin(), ordered_.end(), [&](const RankedBlock& a, const RankedBlock& b) {
     const bool known_a = next[a.source] != unknown;
     const bool known_b = next[b.source] != unknown;
     if (known_a != known_b) return known_a;

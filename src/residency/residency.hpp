@@ -150,7 +150,7 @@ class Residency final : public pool::PageMover {
   std::atomic<std::uint64_t> host_resident_launches_{0};
   mutable std::mutex stats_lock_;  // the counters below; the rest is under the pool's lock
   ResidencyStats counters_;
-  std::vector<EvictionCandidate> ordered_;  // evict()'s scratch
+  std::vector<RankedBlock> ordered_;  // evict()'s scratch
   std::vector<PageMove> moves_;
   std::vector<CUevent> fills_;  // evict()'s scratch
 
