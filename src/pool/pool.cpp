@@ -557,6 +557,16 @@ std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std
   return mover_->evict(eviction_scratch_, pages, keep_begin, keep_end);
 }
 
+std::size_t Pool::evictable_device_pages() {
+  LiveView(*this).candidates(&eviction_scratch_);
+  std::size_t pages = 0;
+  for (const EvictionCandidate& c : eviction_scratch_) {
+    const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
+    for (std::size_t p = first; p < end; ++p) pages += c.reservation->page(p).residency == space::Residency::device;
+  }
+  return pages;
+}
+
 util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advice) {
   std::lock_guard<util::SpinLock> guard(lock_);
   Block* block = live_block_at(address);
@@ -610,7 +620,9 @@ util::Status Pool::set_device_limit(std::size_t bytes) {
       }
       space_.release_spares(pages_over() * page);
     }
-    if (pages_over() > 0 && mover_ != nullptr) {
+    // Live pages move only when enough of them can: a budget that would be
+    // refused anyway leaves the live blocks where they are.
+    if (pages_over() > 0 && mover_ != nullptr && evictable_device_pages() >= pages_over()) {
       evict_locked(pages_over(), 0, 0);
       space_.release_spares(pages_over() * page);
       mover_->collect_released_host_pages();

@@ -258,10 +258,13 @@ class Pool {
   // A new device budget. Raised, it holds at once. Lowered below what the
   // pool holds, the pool first gives back what it can at once: spare pages,
   // free blocks' pages (cudaFree frees waited for), and with eviction live
-  // blocks' pages moved to the host. If it still holds more than `bytes`,
-  // the budget is refused (out_of_memory, the old budget stays), so the pool
-  // never holds more than the budget in force. The caller checks `bytes`
-  // against the device (runtime::budget_problem).
+  // blocks' pages moved to the host, only when enough of them can move. If
+  // it still holds more than `bytes`, the budget is refused (out_of_memory,
+  // the old budget stays), so the pool never holds more than the budget in
+  // force. A refused budget may still have given back cached pages, but it
+  // moves no live page unless the host cache fills midway (those pages stay
+  // on the host, intact). The caller checks `bytes` against the device
+  // (runtime::budget_problem).
   util::Status set_device_limit(std::size_t bytes);
   // `with_fragmentation`: also compute free_bytes and largest_free_block,
   // which walks every free block (O(n)); the counters alone are O(1).
@@ -363,6 +366,9 @@ class Pool {
   // Moves live blocks' pages to the host until `pages` device pages are
   // spare (sparing [keep_begin, keep_end)); returns how many it freed.
   std::size_t evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end);
+  // Device pages eviction could move now: whole pages of live blocks on the
+  // device, keep-resident blocks aside (the host cache's bound not counted).
+  std::size_t evictable_device_pages();
   // Whether no stream-ordered free can still be in use (synchronising if needed).
   bool synchronize_if_needed();
   std::size_t trim_chunks();

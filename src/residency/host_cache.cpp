@@ -203,6 +203,17 @@ void HostCache::pin_ahead() {
 
 HostCacheStats HostCache::stats() const {
   std::lock_guard<std::mutex> guard(lock_);
+  return stats_locked();
+}
+
+bool HostCache::try_stats(std::chrono::steady_clock::time_point deadline, HostCacheStats* out) const {
+  std::unique_lock<std::mutex> guard(lock_, std::defer_lock);
+  if (!util::try_lock_until(guard, deadline)) return false;
+  *out = stats_locked();
+  return true;
+}
+
+HostCacheStats HostCache::stats_locked() const {
   HostCacheStats s;
   s.held_bytes = (limit_pages_ - free_slots_.size()) * page_size_;
   s.peak_held_bytes = peak_held_ * page_size_;

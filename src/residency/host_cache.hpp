@@ -62,6 +62,8 @@ class HostCache {
   [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
   [[nodiscard]] std::size_t limit_bytes() const noexcept { return limit_pages_ * page_size_; }
   [[nodiscard]] HostCacheStats stats() const;
+  // stats(), unless the lock is still held at `deadline` (false; the exit path).
+  bool try_stats(std::chrono::steady_clock::time_point deadline, HostCacheStats* out) const;
 
  private:
   HostCache(const driver::Driver& driver, CUcontext context, const driver::Capabilities& caps, std::size_t page_size,
@@ -71,6 +73,7 @@ class HostCache {
   void unpin(space::HostPage* page);
   void pin_ahead();
   [[nodiscard]] std::size_t headroom_pages() const;  // locked
+  [[nodiscard]] HostCacheStats stats_locked() const;
 
   const driver::Api& api_;
   CUcontext context_;

@@ -449,17 +449,34 @@ ResidencyStats Residency::stats() const {
     std::lock_guard<std::mutex> guard(stats_lock_);
     s = counters_;
   }
-  s.launch_prefetches = launch_prefetches_.load(std::memory_order_relaxed);
-  s.host_resident_launches = host_resident_launches_.load(std::memory_order_relaxed);
-  const HostCacheStats cache = cache_->stats();
-  s.host_cache_bytes = cache.held_bytes;
-  s.host_cache_peak_bytes = cache.peak_held_bytes;
-  s.host_cache_limit_bytes = cache_->limit_bytes();
-  s.peak_evicted_bytes = cache.peak_in_use_bytes;
-  s.pin_calls = cache.pin_calls;
-  s.sync_pins = cache.sync_pins;
-  s.host_resident_bytes = cache.in_use_bytes;
+  complete_stats(cache_->stats(), &s);
   return s;
+}
+
+bool Residency::try_stats(std::chrono::steady_clock::time_point deadline, ResidencyStats* out) const {
+  ResidencyStats s;
+  {
+    std::unique_lock<std::mutex> guard(stats_lock_, std::defer_lock);
+    if (!util::try_lock_until(guard, deadline)) return false;
+    s = counters_;
+  }
+  HostCacheStats cache;
+  if (!cache_->try_stats(deadline, &cache)) return false;
+  complete_stats(cache, &s);
+  *out = s;
+  return true;
+}
+
+void Residency::complete_stats(const HostCacheStats& cache, ResidencyStats* s) const {
+  s->launch_prefetches = launch_prefetches_.load(std::memory_order_relaxed);
+  s->host_resident_launches = host_resident_launches_.load(std::memory_order_relaxed);
+  s->host_cache_bytes = cache.held_bytes;
+  s->host_cache_peak_bytes = cache.peak_held_bytes;
+  s->host_cache_limit_bytes = cache_->limit_bytes();
+  s->peak_evicted_bytes = cache.peak_in_use_bytes;
+  s->pin_calls = cache.pin_calls;
+  s->sync_pins = cache.sync_pins;
+  s->host_resident_bytes = cache.in_use_bytes;
 }
 
 }  // namespace tidepool::residency

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -107,6 +108,11 @@ class Residency final : public pool::PageMover {
   // Waits for the copies still in flight (before the pool unmaps its pages).
   void drain();
   [[nodiscard]] ResidencyStats stats() const;
+  // stats(), unless one of its locks is still held at `deadline` (false,
+  // nothing read): for the exit report, which must never wait forever. The
+  // out-of-memory message reads these outside the pool's lock, so a signal
+  // can land while a thread holds them.
+  bool try_stats(std::chrono::steady_clock::time_point deadline, ResidencyStats* out) const;
   // A scanned launch (prefetch:launch) found pages of its blocks on the
   // host: `brought_back` some came back before it, `still_on_host` some
   // stay there and it reads them over PCIe.
@@ -139,6 +145,8 @@ class Residency final : public pool::PageMover {
   // Orders ordered_ by the schedule's next use, furthest first (Belady).
   void order_by_next_use(const std::vector<pool::EvictionCandidate>& candidates);
   void note_transit_stats();  // under stats_lock_ and the pool's lock
+  // The figures that do not come from counters_: the cache's and the atomics.
+  void complete_stats(const HostCacheStats& cache, ResidencyStats* s) const;
 
   space::AddressSpace& space_;
   std::unique_ptr<HostCache> cache_;

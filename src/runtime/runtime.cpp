@@ -366,11 +366,13 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
         d.pool = a->pool().stats();
         d.size_classes = a->pool().size_classes();
       }
-      // The residency's locks are taken only inside the pool's: a pool free
-      // now means no interrupted frame holds them.
-      if (const residency::Residency* r = a->residency(); r != nullptr && d.complete) {
-        d.residency = r->stats();
+      if (const residency::Residency* r = a->residency()) {
         d.eviction = true;
+        if (!give_up_at) {
+          d.residency = r->stats();
+        } else if (d.complete) {
+          d.complete = r->try_stats(*give_up_at, &d.residency);
+        }
       }
       d.device_limit_bytes = a->space().device_limit();
       d.device_total_bytes = a->device_total_bytes();

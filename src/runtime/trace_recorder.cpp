@@ -113,11 +113,11 @@ bool TraceRecorder::active() const noexcept {
 
 void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size_t size,
                            std::uintptr_t stream) noexcept {
-  if (!active()) return;
+  if (!active() || abandoned_.load(std::memory_order_relaxed)) return;
   const std::uint64_t sequence = head_.fetch_add(1, std::memory_order_acq_rel);
   const auto now = std::chrono::steady_clock::now();
   Slot& slot = slots_[sequence & (kCapacity - 1)];
-  if (slot.turn.load(std::memory_order_acquire) != sequence) wait_for_slot(slot, sequence);
+  if (slot.turn.load(std::memory_order_acquire) != sequence && !wait_for_slot(slot, sequence)) return;
   slot.event.thread = thread_id();
   slot.event.time_us =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count());
@@ -131,21 +131,23 @@ void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size
 
 // The ring is full: this slot still holds an event kCapacity older. Help the
 // writer rather than wait on it (it may be gone, after finish()).
-void TraceRecorder::wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept {
+bool TraceRecorder::wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept {
   while (slot.turn.load(std::memory_order_acquire) != sequence) {
+    if (abandoned_.load(std::memory_order_relaxed)) return false;  // the trace has ended: nobody drains
     {
       std::unique_lock<std::mutex> lock(drain_lock_, std::try_to_lock);
       if (lock.owns_lock()) drain_locked(0);
     }
-    if (slot.turn.load(std::memory_order_acquire) == sequence) return;
+    if (slot.turn.load(std::memory_order_acquire) == sequence) return true;
     // The oldest event is claimed but not yet published, or another thread
     // is draining: let it run.
     std::this_thread::yield();
   }
+  return true;
 }
 
 void TraceRecorder::flush() noexcept {
-  if (!active()) return;
+  if (!active() || abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(drain_lock_);
   drain_locked(head_.load(std::memory_order_acquire));
   write_out();
@@ -161,9 +163,11 @@ void TraceRecorder::finish() noexcept {
   if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
   write_through_.store(true, std::memory_order_relaxed);
   // Never waits forever: at exit, a signal handler may have interrupted the
-  // thread that holds the drain lock (a producer helping a full ring).
+  // thread that holds the drain lock (a producer helping a full ring). Then
+  // the trace ends here, and later events are dropped rather than wait.
   std::unique_lock<std::mutex> lock(drain_lock_, std::defer_lock);
   if (!util::try_lock_until(lock, std::chrono::steady_clock::now() + kFinishWait)) {
+    abandoned_.store(true, std::memory_order_relaxed);
     log_warn("the trace '{}' could not be flushed at exit: its writer was interrupted; it ends early", path_);
     return;
   }

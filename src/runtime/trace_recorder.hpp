@@ -87,7 +87,8 @@ class TraceRecorder {
   TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start);
   static Slot* map_slots();
   void run();
-  void wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept;
+  // False when the trace was abandoned meanwhile (the event is dropped).
+  bool wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept;
   // Under drain_lock_: moves every published event, in order, to the file.
   // `until`: keep waiting for events claimed before it to be published.
   void drain_locked(std::uint64_t until) noexcept;
@@ -108,6 +109,9 @@ class TraceRecorder {
   std::atomic<std::uint64_t> head_{0};     // next sequence to claim
   std::atomic<std::uint64_t> written_{0};  // events handed to write(2)
   std::atomic<bool> write_through_{false};
+  // finish() could not take the drain lock (a signal-interrupted holder):
+  // the trace has ended, and record() drops events rather than wait.
+  std::atomic<bool> abandoned_{false};
 
   // Under drain_lock_.
   std::mutex drain_lock_;

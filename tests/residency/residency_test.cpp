@@ -896,5 +896,29 @@ TEST_F(Residency, ALoweredBudgetMovesLiveBlocksToTheHostAtOnceAndLosesNothing) {
   for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
 }
 
+// A budget eviction cannot reach (every page is shared by blocks smaller
+// than a page, so none can move) is refused before anything moves.
+TEST_F(Residency, ALoweredBudgetEvictionCannotReachIsRefusedAndMovesNothing) {
+  make(64 * MiB);
+  constexpr std::size_t kBytes = 768 * 1024;
+  std::vector<std::uintptr_t> live;
+  for (std::uint32_t b = 0; b < 40; ++b) {
+    auto got = allocator_->allocate(kBytes, 0, false);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    live.push_back(got.value());
+    ASSERT_EQ(fill(live.back(), kBytes, b), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  const std::uint64_t held = allocator_->pool().stats().reserved_bytes;
+  const util::Status refused = allocator_->set_device_limit(8 * MiB);
+  EXPECT_EQ(refused.error(), util::Error::out_of_memory) << refused.message();
+  EXPECT_EQ(allocator_->space().device_limit(), 64 * MiB);
+  EXPECT_EQ(allocator_->pool().stats().reserved_bytes, held);
+  EXPECT_EQ(allocator_->pool().stats().host_pages, 0u) << "a refused budget moved live pages";
+  EXPECT_EQ(allocator_->residency()->stats().evictions, 0u);
+  for (std::uint32_t b = 0; b < 40; ++b) EXPECT_EQ(host_mismatches(live[b], kBytes, b), 0u) << b;
+  for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
+}
+
 }  // namespace
 }  // namespace tidepool
