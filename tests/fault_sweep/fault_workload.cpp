@@ -381,7 +381,19 @@ class Workload {
       // Large blocks, so whole pages belong to one block and can move.
       for (int i = 0; i < 3; ++i) allocate(6 * kMiB, streams_[i % 3], i != 1);
       if (tidepool_get_stats(0, &s) != TIDEPOOL_OK) return;
-      set_limit(std::max<std::size_t>(8 * kMiB, (s.reserved_bytes / 2) & ~(2 * kMiB - 1)));
+      // The lowest budget from half of what is held upwards that the pool
+      // can reach now: lowering to it evicts (a lowering it cannot reach is
+      // refused, moving nothing). Then room for the allocations below, which
+      // may evict more.
+      const auto held = static_cast<std::size_t>(s.reserved_bytes);
+      for (std::size_t target = std::max<std::size_t>(8 * kMiB, (held / 2) & ~(2 * kMiB - 1)); target < held;
+           target += 2 * kMiB) {
+        if (set_limit(target)) {
+          evicted_ = evicted_ || sim.host_bytes() > 0;
+          set_limit(target + 12 * kMiB);
+          break;
+        }
+      }
       for (int i = 0; i < 3; ++i) allocate(4 * kMiB, streams_[(i + 1) % 3], i != 0);
       evicted_ = evicted_ || sim.host_bytes() > 0;
       check_all("under the budget, pages evicted");
@@ -412,9 +424,11 @@ class Workload {
 
   // A lowered budget is refused (out of memory, the old one kept) when what
   // is live cannot leave the device, as when a failed call stops a move.
-  void set_limit(std::size_t bytes) {
+  // True when the budget holds.
+  bool set_limit(std::size_t bytes) {
     const tidepool_status s = tidepool_set_device_limit(0, bytes);
     if (s != TIDEPOOL_OK && !(bytes != 0 && s == TIDEPOOL_ERROR_OUT_OF_MEMORY)) failed("tidepool_set_device_limit", s);
+    return s == TIDEPOOL_OK;
   }
 
   void trim() {
