@@ -420,6 +420,14 @@ void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
       ++it;
     }
   }
+  // A block used again makes its precopy stale. The launch still waits for
+  // the copy: a kernel must not write the pages it is reading.
+  for (std::size_t i = 0; i < precopies_.size(); ++i) {
+    if (precopies_[i].buffer_id != buffer_id) continue;
+    if (!transit_->finished(precopies_[i].done)) transit_->wait_on(precopies_[i].done, stream);
+    discard_precopy(i);
+    break;
+  }
 }
 
 void Residency::forget(std::uint64_t buffer_id) {
@@ -435,8 +443,11 @@ void Residency::forget(std::uint64_t buffer_id) {
     transit_->wait_for(it->done);
     it = inflight_.erase(it);
   }
+  // The freed pages may go to a new owner at once: its first writes must
+  // not race a precopy still reading them.
   for (std::size_t i = 0; i < precopies_.size(); ++i) {
     if (precopies_[i].buffer_id == buffer_id) {
+      transit_->wait_for(precopies_[i].done);
       discard_precopy(i);
       break;
     }

@@ -148,6 +148,10 @@ void inject_fault(const char* name, unsigned nth, CUresult result) {
   testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")(name, nth, result);
 }
 void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
+// Host<->device copies take bytes / gbps of their stream's time (0: at once).
+void set_copy_gbps(double gbps) {
+  testing::sim_control<decltype(&tidepool_sim_set_copy_gbps)>("tidepool_sim_set_copy_gbps")(gbps);
+}
 
 // Watches the sim's device bytes on a thread for as long as it lives, and
 // remembers the most it saw.
@@ -197,6 +201,7 @@ class Residency : public ::testing::Test {
   }
   void TearDown() override {
     clear_faults();
+    set_copy_gbps(0);
     if (allocator_ == nullptr) return;
     (void)api().ctxSynchronize();
     allocator_->stream_destroying(stream_);
@@ -445,6 +450,63 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
   EXPECT_EQ(stats.failed_moves, 0u);
   EXPECT_GT(stats.learned_prefetches, settled.learned_prefetches);
   EXPECT_GT(stats.precopies_used, settled.precopies_used);
+}
+
+// prefetch:learn with copies slow enough that a block copied out ahead of a
+// predicted eviction is still being read when its next launch comes, or
+// when it is freed and its pages go to a new block that a kernel fills. The
+// last step breaks the schedule: each activation is rewritten by its
+// backward launch. No kernel may write pages a precopy is still reading
+// (TSan sees it in the sim), and nothing is lost.
+TEST_F(Residency, NoKernelWritesPagesAPrecopyIsStillReading) {
+  constexpr std::size_t kBytes = 2 * kPage;
+  constexpr int kLayers = 8;
+  make((kLayers + 2) * kBytes / 2, 0, true, /*learn=*/true);
+  set_copy_gbps(0.2);
+  BudgetWatch watch;
+  constexpr int kSteps = 5;
+  for (int step = 0; step < kSteps; ++step) {
+    const bool rewrite = step == kSteps - 1;
+    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
+    std::vector<std::uintptr_t> activation;
+    for (int i = 0; i < kLayers; ++i) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
+      activation.push_back(got.value());
+      if (i > 0) {
+        ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], kBytes, seed(i - 1, 0)), CUDA_SUCCESS);
+      }
+      ASSERT_EQ(scanned_slow_fill(activation.back(), kBytes, seed(i, 0)), CUDA_SUCCESS);
+    }
+    std::uintptr_t upper = 0;
+    for (int i = kLayers - 1; i >= 0; --i) {
+      auto gradient = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
+      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
+      ASSERT_EQ(scanned_check(a, kBytes, seed(i, 0)), CUDA_SUCCESS);
+      if (rewrite) {
+        ASSERT_EQ(scanned_slow_fill(a, kBytes, seed(i, 2)), CUDA_SUCCESS);
+        ASSERT_EQ(scanned_check(a, kBytes, seed(i, 2)), CUDA_SUCCESS);
+      }
+      if (upper != 0) {
+        ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
+      }
+      ASSERT_EQ(scanned_slow_fill(gradient.value(), kBytes, seed(i, 1)), CUDA_SUCCESS);
+      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
+      if (upper != 0) {
+        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      }
+      upper = gradient.value();
+    }
+    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_LE(watch.stop(), allocator_->space().device_limit()) << "device bytes over the budget";
+  const auto stats = allocator_->residency()->stats();
+  EXPECT_NE(stats.learned_period, 0u);
+  EXPECT_GT(stats.precopies, stats.precopies_used) << "no precopy was made stale by a use or a free";
+  EXPECT_EQ(stats.failed_moves, 0u);
 }
 
 // prefetch:learn with blocks as large as the room a backward launch leaves:
