@@ -33,6 +33,19 @@ constexpr std::array<std::string_view, 2> kNames = {"lru", "largest"};
 
 }  // namespace
 
+void FurthestNextUse::order(std::vector<RankedBlock>& candidates) const {
+  keyed_.clear();
+  for (const RankedBlock& c : candidates) keyed_.emplace_back(schedule_.next_use(c.buffer_id), c);
+  std::stable_sort(keyed_.begin(), keyed_.end(), [](const auto& a, const auto& b) {
+    const bool known_a = a.first != LaunchSchedule::kUnknown;
+    const bool known_b = b.first != LaunchSchedule::kUnknown;
+    if (known_a != known_b) return known_a;
+    if (known_a) return a.first > b.first;
+    return a.second.last_use < b.second.last_use;
+  });
+  for (std::size_t i = 0; i < candidates.size(); ++i) candidates[i] = keyed_[i].second;
+}
+
 std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name) {
   if (name == "lru") return std::make_unique<LeastRecentlyUsed>();
   if (name == "largest") return std::make_unique<LargestFirst>();

@@ -8,6 +8,8 @@
 //            hints and prefetches (the default);
 //   largest  most device pages first, least recently used among equals:
 //            fewer, larger copies.
+// prefetch:learn orders by FurthestNextUse once it knows the step; it is
+// not a name TIDEPOOL_CONF can pick, since it needs the learned schedule.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +17,10 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "residency/launch_schedule.hpp"
 
 namespace tidepool::residency {
 
@@ -27,6 +32,7 @@ struct RankedBlock {
   std::uint64_t last_use = 0;  // a tick of the residency clock; larger is more recent
   std::size_t device_pages = 0;
   std::size_t source = 0;  // the caller's index for it
+  std::uint64_t buffer_id = 0;
 };
 
 class EvictionPolicy {
@@ -35,6 +41,20 @@ class EvictionPolicy {
   [[nodiscard]] virtual std::string_view name() const = 0;
   // Sorts so that the first candidate is evicted first.
   virtual void order(std::vector<RankedBlock>& candidates) const = 0;
+};
+
+// Belady's rule on last step's order: the block a LaunchSchedule predicts
+// to be used furthest ahead goes first; blocks it cannot place after those,
+// least recently used first. Ties keep the caller's order.
+class FurthestNextUse final : public EvictionPolicy {
+ public:
+  explicit FurthestNextUse(const LaunchSchedule& schedule) : schedule_(schedule) {}
+  [[nodiscard]] std::string_view name() const override { return "next_use"; }
+  void order(std::vector<RankedBlock>& candidates) const override;
+
+ private:
+  const LaunchSchedule& schedule_;
+  mutable std::vector<std::pair<std::uint64_t, RankedBlock>> keyed_;  // scratch: (next use, block)
 };
 
 // Null for an unknown name.

@@ -3,7 +3,6 @@
 #include "residency/residency.hpp"
 
 #include <algorithm>
-#include <array>
 
 namespace tidepool::residency {
 
@@ -31,23 +30,19 @@ Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cach
       transit_(std::move(transit)),
       policy_(std::move(policy)),
       options_(options) {
-  if (options_.learn) schedule_ = std::make_unique<LaunchSchedule>();
+  if (options_.learn) learned_ = std::make_unique<LearnedPrefetch>(space_, *cache_, *transit_, options_.learn_ahead);
 }
 
 Residency::~Residency() { drain(); }
 
 void Residency::drain() {
   // Copies into pool pages still in flight finish before anything unmaps them.
-  while (!precopies_.empty()) discard_precopy(precopies_.size() - 1);
+  if (learned_ != nullptr) learned_->drain();
   reap_transit(true);
 }
 
 void Residency::reap_transit(bool wait) {
-  if (wait) {
-    inflight_.clear();
-  } else {
-    std::erase_if(inflight_, [&](const Inflight& f) { return transit_->finished(f.done); });
-  }
+  if (learned_ != nullptr) learned_->forget_finished(wait);
   return_pages(transit_->reap(wait));
 }
 
@@ -66,13 +61,13 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
                              std::uintptr_t keep_begin, std::uintptr_t keep_end) {
   collect_released_host_pages();
   std::size_t committed = 0;
-  if (schedule_ != nullptr) {
-    committed = commit_precopies(pages, nullptr, &candidates, keep_begin, keep_end);
+  if (learned_ != nullptr) {
+    committed = learned_->commit_for_eviction(pages, candidates, keep_begin, keep_end);
     if (committed >= pages) {
       // What an eviction made spare, not what it asked for: precopies are
       // committed a whole block at a time, and the next step's precopies
       // must cover what this step's evictions really moved.
-      schedule_->note_demand(committed);
+      learned_->note_demand(committed);
       return committed;
     }
     pages -= committed;
@@ -89,13 +84,10 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
         ++on_device;
       }
     }
-    if (on_device > 0) ordered_.push_back({c.address, c.size, c.last_use, on_device, i});
+    if (on_device > 0) ordered_.push_back({c.address, c.size, c.last_use, on_device, i, c.buffer_id});
   }
-  if (schedule_ != nullptr && schedule_->period() != 0) {
-    order_by_next_use(candidates);
-  } else {
-    policy_->order(ordered_);
-  }
+  const EvictionPolicy* learned_order = learned_ != nullptr ? learned_->victim_order() : nullptr;
+  (learned_order != nullptr ? *learned_order : *policy_).order(ordered_);
 
   // A batch of at least min_evict_pages, but never more than a sixteenth of
   // the budget beyond what was asked: a small budget evicts only what it needs.
@@ -107,9 +99,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   for (const RankedBlock& c : ordered_) {
     space::Reservation& r = *candidates[c.source].reservation;
     const auto [first, end] = r.whole_pages(c.address, c.size);
-    for (const Inflight& f : inflight_) {
-      if (f.buffer_id == candidates[c.source].buffer_id) fills_.push_back(f.done);
-    }
+    if (learned_ != nullptr) learned_->fills_of(c.buffer_id, &fills_);
     for (std::size_t p = first; p < end && moves_.size() < target; ++p) {
       if (r.page(p).residency != space::Residency::device || kept(r.page_address(p))) continue;
       space::HostPage* host = cache_->take();
@@ -127,7 +117,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     // stays with the space, which hands it back when it unmaps it.
     if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
   }
-  if (schedule_ != nullptr) schedule_->note_demand(moved + committed);
+  if (learned_ != nullptr) learned_->note_demand(moved + committed);
   std::lock_guard<std::mutex> guard(stats_lock_);
   note_transit_stats();
   if (cache_full) counters_.host_cache_full++;
@@ -175,7 +165,6 @@ void Residency::note_transit_stats() {
   counters_.gates = t.gates;
   counters_.fallbacks = t.fallbacks;
   counters_.tracked_moves = t.tracked;
-  if (schedule_ != nullptr) counters_.learned_period = schedule_->period();
   counters_.failed_moves = t.failed_moves;
   // Bytes per millisecond / 1e6 is GB/s.
   counters_.to_host_gbps = t.to_host_ms > 0 ? static_cast<double>(t.timed_to_host_bytes) / t.to_host_ms / 1e6 : 0;
@@ -183,275 +172,21 @@ void Residency::note_transit_stats() {
       t.to_device_ms > 0 ? static_cast<double>(t.timed_to_device_bytes) / t.to_device_ms / 1e6 : 0;
 }
 
-// --- prefetch:learn --------------------------------------------------------------------------------
-//
-// Tracked moves. The launch scan sees every block a kernel names, so a
-// block no launch has named since a point in the queue is idle on the
-// device from that point on, and its pages can move without a gate:
-//   - copy out: the copies wait (a device barrier, no flag) for everything
-//     queued so far; the pages stay mapped on the device. Once the copies
-//     are done and the block is still live and unnamed since, its pages are
-//     remapped to the host pages: nothing is copied in the gate, and no
-//     stream waits.
-//   - bring back: a block no launch has named since it was evicted is idle;
-//     its pages are remapped to device pages at once and filled on the
-//     host-to-device stream; the launch that names it next waits for that
-//     copy (before_use), and other streams run on.
-// The trust this takes: kernels reach pool memory through pointers in their
-// parameters (a pointer read from device memory is not seen), and no copy
-// or memset writes a block between its copy-out and its remap. Programs that
-// break it should use prefetch:launch, whose moves are gated.
-
 void Residency::launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count, bool all_blocks,
                          pool::LiveBlocks& live) {
-  if (schedule_ == nullptr) return;
-  std::array<ScheduledBlock, LaunchSchedule::kMaxBlocksPerLaunch> scheduled;
-  const std::size_t n = std::min(count, scheduled.size());
-  for (std::size_t i = 0; i < n; ++i) scheduled[i] = ScheduledBlock{blocks[i].buffer_id, blocks[i].address};
-  schedule_->record(kernel, scheduled.data(), n);
-  // A block this launch names but the list lacks could be copied out or
-  // remapped before the launch is queued: nothing moves until the next one.
-  if (schedule_->period() == 0 || !all_blocks) return;
-  // The blocks of this launch are neither brought back nor copied out now:
-  // the launch itself is queued only after this returns, so a copy ordered
-  // before it would miss its writes, and a page remapped now would be read
-  // before its bytes arrive.
-  current_.clear();
-  for (std::size_t i = 0; i < count; ++i) current_.push_back(ScheduledBlock{blocks[i].buffer_id, blocks[i].address});
+  if (learned_ == nullptr || !learned_->record(kernel, blocks, count, all_blocks)) return;
   collect_released_host_pages();
-  prefetch_upcoming(live);
-  precopy_for_demand(live);
+  learned_->move_ahead(live);
   std::lock_guard<std::mutex> guard(stats_lock_);
   note_transit_stats();
 }
 
-void Residency::prefetch_upcoming(pool::LiveBlocks& live) {
-  if (space_.host_pages() == 0) return;
-  schedule_->upcoming(options_.learn_ahead, &upcoming_);
-  for (const ScheduledBlock& b : upcoming_) {
-    pool::EvictionCandidate c;
-    if (in_current_launch(b.id) || !live.find(b.address, &c) || c.buffer_id != b.id) continue;
-    moves_.clear();
-    const std::size_t last = c.reservation->page_of(c.address + c.size - 1);
-    for (std::size_t p = c.reservation->page_of(c.address); p <= last; ++p) {
-      if (c.reservation->page(p).residency == space::Residency::host) {
-        moves_.push_back({c.reservation, p, c.reservation->page(p).host, false});
-      }
-    }
-    if (moves_.empty()) continue;
-    // Room, cheapest first: idle pages of free blocks; then pages of blocks
-    // freed before the launch being scanned, the host waiting (under the
-    // pool's lock) for the work queued before the device barrier that put
-    // them back, never for work queued after that barrier; then precopied
-    // blocks, whose pages are already on the host.
-    for (const bool wait : {false, true}) {
-      if (space_.available_pages() < moves_.size()) {
-        (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size, wait);
-      }
-    }
-    if (space_.available_pages() < moves_.size()) {
-      (void)commit_precopies(moves_.size() - space_.available_pages(), &live, nullptr, c.address, c.address + c.size);
-    }
-    // What fits comes back now; the rest the launch scan brings back, gated,
-    // so a block larger than the room left beside the running launches still
-    // costs its launch only the copy of what did not fit.
-    if (space_.available_pages() == 0) continue;
-    if (space_.available_pages() < moves_.size()) moves_.resize(space_.available_pages());
-    CUevent done = nullptr;
-    const std::size_t moved = transit_->tracked_to_device(space_, moves_, &done);
-    if (done != nullptr && moved > 0) inflight_.push_back({c.buffer_id, done});
-    if (moved > 0) {
-      std::lock_guard<std::mutex> guard(stats_lock_);
-      counters_.prefetches++;
-      counters_.learned_prefetches++;
-      counters_.prefetched_bytes += moved * space_.page_size();
-    }
-  }
-}
-
-void Residency::precopy_for_demand(pool::LiveBlocks& live) {
-  // The demand of twice the prefetch window: a precopy must have finished
-  // when its demand comes, and a commit takes a whole block at once, so the
-  // copies run well ahead of the demand they cover.
-  const std::size_t wanted = schedule_->predicted_demand(4 * options_.learn_ahead);
-  if (wanted <= precopied_pages_) return;
-  live.candidates(&live_scratch_);
-  // Needed last first (Belady's choice, made ahead). Not copied out: a
-  // block the next launch uses, or one the schedule cannot place (it may be
-  // about to be used). A block the next learn_ahead launches use is copied
-  // out only against the demand of those launches: the eviction that meets
-  // that demand takes it anyway (a block as large as the room left has no
-  // other to take), and copied ahead it leaves without a gate; beyond that
-  // demand it is being brought back, and the copy would be wasted. A copy
-  // made stale by a use before its commit costs only the copy.
-  const std::uint64_t horizon = schedule_->launches();
-  ranked_.clear();
-  for (std::size_t i = 0; i < live_scratch_.size(); ++i) {
-    const std::uint64_t next = schedule_->next_use(live_scratch_[i].buffer_id);
-    if (next == LaunchSchedule::kUnknown || next <= horizon || in_current_launch(live_scratch_[i].buffer_id)) continue;
-    const std::uint64_t id = live_scratch_[i].buffer_id;
-    // Copied already, or being brought back.
-    const bool copied =
-        std::any_of(precopies_.begin(), precopies_.end(), [&](const Precopy& p) { return p.buffer_id == id; });
-    if (!copied && !arriving(id)) ranked_.emplace_back(next, i);
-  }
-  std::sort(ranked_.begin(), ranked_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  const std::uint64_t near = schedule_->launches() + options_.learn_ahead;
-  const std::size_t wanted_near = schedule_->predicted_demand(options_.learn_ahead);
-  for (const auto& [next, index] : ranked_) {
-    // Ranked furthest first, so once a block's cover is met, every later
-    // block's (the same, or the near demand's) is too.
-    const std::size_t cover = next > near ? wanted : std::min(wanted, wanted_near);
-    if (precopied_pages_ >= cover) break;
-    const pool::EvictionCandidate& c = live_scratch_[index];
-    Precopy copy{c.address, c.buffer_id, c.last_use, {}, nullptr, nullptr};
-    const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
-    bool cache_full = false;
-    for (std::size_t p = first; p < end && precopied_pages_ + copy.moves.size() < cover; ++p) {
-      if (c.reservation->page(p).residency != space::Residency::device) continue;
-      space::HostPage* host = cache_->take();
-      if (host == nullptr) {
-        cache_full = true;
-        break;
-      }
-      copy.moves.push_back({c.reservation, p, host, false});
-    }
-    // A block already on the host has nothing to copy out: the next one may.
-    if (copy.moves.empty() && !cache_full) continue;
-    if (copy.moves.empty()) break;
-    if (!transit_->precopy_to_host(copy.moves, &copy.start, &copy.done)) {
-      for (const PageMove& m : copy.moves) cache_->give(m.host);
-      break;
-    }
-    precopied_pages_ += copy.moves.size();
-    precopies_.push_back(std::move(copy));
-    std::lock_guard<std::mutex> guard(stats_lock_);
-    counters_.precopies++;
-  }
-}
-
-std::size_t Residency::commit_precopies(std::size_t pages, pool::LiveBlocks* live,
-                                        const std::vector<pool::EvictionCandidate>* candidates,
-                                        std::uintptr_t keep_begin, std::uintptr_t keep_end) {
-  std::size_t moved = 0;
-  for (std::size_t i = 0; i < precopies_.size() && moved < pages;) {
-    Precopy& copy = precopies_[i];
-    pool::EvictionCandidate c;
-    bool valid = false;
-    if (live != nullptr) {
-      valid = live->find(copy.address, &c);
-    } else {
-      auto it = std::find_if(candidates->begin(), candidates->end(),
-                             [&](const pool::EvictionCandidate& e) { return e.address == copy.address; });
-      valid = it != candidates->end();
-      if (valid) c = *it;
-    }
-    valid = valid && c.buffer_id == copy.buffer_id && c.last_use == copy.last_use;
-    for (const PageMove& m : copy.moves) {
-      valid = valid && m.reservation->page(m.page).residency == space::Residency::device;
-    }
-    if (!valid) {
-      discard_precopy(i);
-      continue;
-    }
-    const std::uintptr_t begin = c.address;
-    // Room for a bring-back (`live` set) is not taken from a block the
-    // prefetch window is about to bring back itself.
-    const bool soon =
-        live != nullptr && schedule_->next_use(copy.buffer_id) <= schedule_->launches() + options_.learn_ahead;
-    if (soon || (begin < keep_end && begin + c.size > keep_begin)) {
-      ++i;
-      continue;
-    }
-    precopied_pages_ -= copy.moves.size();
-    const std::size_t done = transit_->commit_to_host(space_, copy.moves, copy.start, copy.done);
-    for (const PageMove& m : copy.moves) {
-      if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
-    }
-    moved += done;
-    {
-      std::lock_guard<std::mutex> guard(stats_lock_);
-      counters_.precopies_used++;
-      if (done > 0) {
-        counters_.evictions++;
-        counters_.evicted_bytes += done * space_.page_size();
-      }
-    }
-    precopies_.erase(precopies_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
-  return moved;
-}
-
-void Residency::discard_precopy(std::size_t index) {
-  Precopy& copy = precopies_[index];
-  precopied_pages_ -= copy.moves.size();
-  std::vector<space::HostPage*> pages;
-  pages.reserve(copy.moves.size());
-  for (const PageMove& m : copy.moves) pages.push_back(m.host);
-  transit_->release_after(copy.start, copy.done, std::move(pages));
-  precopies_.erase(precopies_.begin() + static_cast<std::ptrdiff_t>(index));
-}
-
-void Residency::order_by_next_use(const std::vector<pool::EvictionCandidate>& candidates) {
-  // Known next uses, furthest first, then blocks the schedule cannot place,
-  // least recently used first.
-  const std::uint64_t unknown = LaunchSchedule::kUnknown;
-  std::vector<std::uint64_t>& next = next_use_scratch_;  // by the candidate's index
-  next.assign(candidates.size(), unknown);
-  for (const RankedBlock& c : ordered_) next[c.source] = schedule_->next_use(candidates[c.source].buffer_id);
-  std::stable_sort(ordered_.begin(), ordered_.end(), [&](const RankedBlock& a, const RankedBlock& b) {
-    const bool known_a = next[a.source] != unknown;
-    const bool known_b = next[b.source] != unknown;
-    if (known_a != known_b) return known_a;
-    if (known_a) return next[a.source] > next[b.source];
-    return a.last_use < b.last_use;
-  });
-}
-
 void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
-  // A block brought back a part at a time has a copy in flight for each part.
-  for (auto it = inflight_.begin(); it != inflight_.end();) {
-    if (it->buffer_id != buffer_id) {
-      ++it;
-    } else if (transit_->finished(it->done)) {
-      it = inflight_.erase(it);
-    } else {
-      transit_->wait_on(it->done, stream);
-      ++it;
-    }
-  }
-  // A block used again makes its precopy stale. The launch still waits for
-  // the copy: a kernel must not write the pages it is reading.
-  for (std::size_t i = 0; i < precopies_.size(); ++i) {
-    if (precopies_[i].buffer_id != buffer_id) continue;
-    if (!transit_->finished(precopies_[i].done)) transit_->wait_on(precopies_[i].done, stream);
-    discard_precopy(i);
-    break;
-  }
+  if (learned_ != nullptr) learned_->before_use(buffer_id, stream);
 }
 
 void Residency::forget(std::uint64_t buffer_id) {
-  if (schedule_ == nullptr) return;
-  schedule_->forget(buffer_id);
-  for (auto it = inflight_.begin(); it != inflight_.end();) {
-    if (it->buffer_id != buffer_id) {
-      ++it;
-      continue;
-    }
-    // The copy still writes the block's pages: a new owner's first writes
-    // must not be overwritten.
-    transit_->wait_for(it->done);
-    it = inflight_.erase(it);
-  }
-  // The freed pages may go to a new owner at once: its first writes must
-  // not race a precopy still reading them.
-  for (std::size_t i = 0; i < precopies_.size(); ++i) {
-    if (precopies_[i].buffer_id == buffer_id) {
-      transit_->wait_for(precopies_[i].done);
-      discard_precopy(i);
-      break;
-    }
-  }
+  if (learned_ != nullptr) learned_->forget(buffer_id);
 }
 
 ResidencyStats Residency::stats() const {
@@ -460,7 +195,7 @@ ResidencyStats Residency::stats() const {
     std::lock_guard<std::mutex> guard(stats_lock_);
     s = counters_;
   }
-  complete_stats(cache_->stats(), &s);
+  complete_stats(learned_ != nullptr ? learned_->stats() : LearnedStats{}, cache_->stats(), &s);
   return s;
 }
 
@@ -471,14 +206,24 @@ bool Residency::try_stats(std::chrono::steady_clock::time_point deadline, Reside
     if (!util::try_lock_until(guard, deadline)) return false;
     s = counters_;
   }
+  LearnedStats learned;
+  if (learned_ != nullptr && !learned_->try_stats(deadline, &learned)) return false;
   HostCacheStats cache;
   if (!cache_->try_stats(deadline, &cache)) return false;
-  complete_stats(cache, &s);
+  complete_stats(learned, cache, &s);
   *out = s;
   return true;
 }
 
-void Residency::complete_stats(const HostCacheStats& cache, ResidencyStats* s) const {
+void Residency::complete_stats(const LearnedStats& learned, const HostCacheStats& cache, ResidencyStats* s) const {
+  s->prefetches += learned.prefetches;
+  s->prefetched_bytes += learned.prefetched_bytes;
+  s->learned_prefetches = learned.prefetches;
+  s->precopies = learned.precopies;
+  s->precopies_used = learned.precopies_used;
+  s->evictions += learned.evictions;
+  s->evicted_bytes += learned.evicted_bytes;
+  s->learned_period = learned.period;
   s->launch_prefetches = launch_prefetches_.load(std::memory_order_relaxed);
   s->host_resident_launches = host_resident_launches_.load(std::memory_order_relaxed);
   s->host_cache_bytes = cache.held_bytes;

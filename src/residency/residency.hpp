@@ -19,7 +19,6 @@
 
 #include <cuda.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -35,7 +34,7 @@
 #include "residency/eviction_policy.hpp"
 #include "residency/host_cache.hpp"
 #include "residency/launch_scan.hpp"
-#include "residency/launch_schedule.hpp"
+#include "residency/learned_prefetch.hpp"
 #include "residency/transit.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
@@ -120,7 +119,7 @@ class Residency final : public pool::PageMover {
     if (brought_back) launch_prefetches_.fetch_add(1, std::memory_order_relaxed);
     if (still_on_host) host_resident_launches_.fetch_add(1, std::memory_order_relaxed);
   }
-  [[nodiscard]] bool learning() const noexcept { return schedule_ != nullptr; }
+  [[nodiscard]] bool learning() const noexcept { return learned_ != nullptr; }
   [[nodiscard]] std::string_view policy_name() const { return policy_->name(); }
 
  private:
@@ -130,23 +129,10 @@ class Residency final : public pool::PageMover {
   // Inflight copies that finished are dropped, then the transit's finished
   // copies give their host pages back (in that order: reaped events are reused).
   void reap_transit(bool wait);
-  // Learned prefetch: brings back the blocks the next launches use.
-  void prefetch_upcoming(pool::LiveBlocks& live);
-  // Copies out, ahead, the blocks needed last, up to what the next launches
-  // are predicted to evict.
-  void precopy_for_demand(pool::LiveBlocks& live);
-  // Remaps precopied blocks still valid (live, unused since, pages still on
-  // the device, outside [keep_begin, keep_end)) until `pages` moved; drops
-  // stale ones. `live` null: validated against `candidates`.
-  std::size_t commit_precopies(std::size_t pages, pool::LiveBlocks* live,
-                               const std::vector<pool::EvictionCandidate>* candidates, std::uintptr_t keep_begin,
-                               std::uintptr_t keep_end);
-  void discard_precopy(std::size_t index);
-  // Orders ordered_ by the schedule's next use, furthest first (Belady).
-  void order_by_next_use(const std::vector<pool::EvictionCandidate>& candidates);
   void note_transit_stats();  // under stats_lock_ and the pool's lock
-  // The figures that do not come from counters_: the cache's and the atomics.
-  void complete_stats(const HostCacheStats& cache, ResidencyStats* s) const;
+  // The figures that do not come from counters_: learned prefetch's, the
+  // cache's and the atomics.
+  void complete_stats(const LearnedStats& learned, const HostCacheStats& cache, ResidencyStats* s) const;
 
   space::AddressSpace& space_;
   std::unique_ptr<HostCache> cache_;
@@ -162,36 +148,7 @@ class Residency final : public pool::PageMover {
   std::vector<PageMove> moves_;
   std::vector<CUevent> fills_;  // evict()'s scratch
 
-  // prefetch:learn, under the pool's lock.
-  struct Precopy {
-    std::uintptr_t address = 0;  // the block
-    std::uint64_t buffer_id = 0;
-    std::uint64_t last_use = 0;  // the block's use clock when copied: a use since makes the copy stale
-    std::vector<PageMove> moves;
-    CUevent start = nullptr;
-    CUevent done = nullptr;
-  };
-  struct Inflight {
-    std::uint64_t buffer_id = 0;
-    CUevent done = nullptr;  // the copies bringing its pages back
-  };
-  std::unique_ptr<LaunchSchedule> schedule_;
-  std::vector<Precopy> precopies_;
-  std::size_t precopied_pages_ = 0;
-  std::vector<Inflight> inflight_;
-  std::vector<ScheduledBlock> upcoming_;
-  std::vector<ScheduledBlock> current_;  // the blocks of the launch being scanned
-  // Whether a tracked bring-back of the block may still be copying (its
-  // entry goes once the copy is seen finished).
-  [[nodiscard]] bool arriving(std::uint64_t id) const {
-    return std::any_of(inflight_.begin(), inflight_.end(), [&](const Inflight& f) { return f.buffer_id == id; });
-  }
-  [[nodiscard]] bool in_current_launch(std::uint64_t id) const {
-    return std::any_of(current_.begin(), current_.end(), [&](const ScheduledBlock& b) { return b.id == id; });
-  }
-  std::vector<pool::EvictionCandidate> live_scratch_;
-  std::vector<std::pair<std::uint64_t, std::size_t>> ranked_;
-  std::vector<std::uint64_t> next_use_scratch_;  // (next use, index into live_scratch_)
+  std::unique_ptr<LearnedPrefetch> learned_;  // prefetch:learn; under the pool's lock
 };
 
 }  // namespace tidepool::residency
