@@ -12,6 +12,23 @@
 
 namespace tidepool::runtime {
 
+AllocatorOptions allocator_options(const Config& config, int device) {
+  AllocatorOptions options;
+  options.device = device;
+  if (config.device_limit && !config.device_limit->is_percent) {
+    options.device_limit = static_cast<std::size_t>(config.device_limit->bytes);
+  }
+  options.pool.policy = config.policy;
+  options.pool.small_size = static_cast<std::size_t>(config.small_size);
+  options.pool.hold_slack_percent = config.hold_slack;
+  options.pool.free_barrier = config.free_barrier;
+  options.evict = config.evict;
+  options.residency.host_cache_bytes = static_cast<std::size_t>(config.host_cache);
+  options.residency.evict_policy = config.evict_policy;
+  options.residency.learn = config.prefetch == PrefetchMode::learn;
+  return options;
+}
+
 util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver& driver,
                                                            const AllocatorOptions& options) {
   const driver::Api& api = driver.api();

@@ -53,6 +53,13 @@ struct AllocatorOptions {
   const std::atomic<std::uint64_t>* passthrough_allocations = nullptr;
 };
 
+struct Config;
+// What TIDEPOOL_CONF gives device `device`'s allocator: every option's
+// value, the table's default where the configuration names none. A budget
+// given as a percentage is left at 0 (it needs the device's size), and the
+// trace, streams and counters are the Runtime's to set.
+AllocatorOptions allocator_options(const Config& config, int device);
+
 // What one scanned kernel launch named of an allocator's pool.
 struct LaunchUse {
   static constexpr std::size_t kMaxBlocks = 12;

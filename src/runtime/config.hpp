@@ -27,19 +27,21 @@ inline constexpr std::size_t kMaxErrorLine = 200;
 enum class LogLevel { off, error, warn, info, debug, trace };
 enum class PrefetchMode { off, hints, launch, learn };
 
+// Every field's default is its row's in options.hpp: parse_config applies
+// the table before the text. A Config not made by parse_config holds zeros.
 struct Config {
   std::optional<util::SizeSpec> device_limit;  // unset: what the device reports
-  std::string policy = "best_fit";
+  std::string policy;
   bool evict = false;
   std::uint64_t host_cache = 0;  // 0: half the host's memory
-  std::string evict_policy = "lru";
-  PrefetchMode prefetch = PrefetchMode::hints;
-  bool free_barrier = true;
-  std::uint64_t small_size = 128 * util::KiB;
-  unsigned hold_slack = 3;  // percent
+  std::string evict_policy;
+  PrefetchMode prefetch = PrefetchMode::off;
+  bool free_barrier = false;
+  std::uint64_t small_size = 0;
+  unsigned hold_slack = 0;  // percent
   std::string report;
   std::string trace;
-  LogLevel log = LogLevel::warn;
+  LogLevel log = LogLevel::off;
   std::string log_file;
   std::string cuda_lib;
 

@@ -2,7 +2,12 @@
 //   X(key, kind, default, description)
 // and everything else (the Config fields' defaults, the parser, `--help` of
 // tidepool-run and docs/configuration.md) is generated from these rows.
-// Adding an option is one row here plus the field it fills in config.hpp.
+// Adding an option is one row here plus the field it fills in config.hpp
+// (and, for an allocator option, its line in allocator_options()). The
+// option structs of the layers below (pool::PoolOptions,
+// residency::ResidencyOptions) cannot include this table; a test
+// (Config.TheOptionStructsBelowTheRuntimeDefaultAsTheTableDoes) holds their
+// defaults to it.
 //
 // Kinds: size (bytes with units), size_or_percent (bytes or % of the
 // device; at least 2MiB, at most the device), cache_size (0 or at least

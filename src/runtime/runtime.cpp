@@ -215,23 +215,11 @@ Allocator* Runtime::allocator(int device) {
   existing = allocators_[device].load(std::memory_order_acquire);
   if (existing != nullptr) return existing;
 
-  AllocatorOptions options;
-  options.device = device;
-  options.pool.policy = config_.policy;
-  options.pool.small_size = static_cast<std::size_t>(config_.small_size);
-  options.pool.hold_slack_percent = config_.hold_slack;
-  options.pool.free_barrier = config_.free_barrier;
+  // A percentage needs the device's size: create first, then apply the limit.
+  AllocatorOptions options = allocator_options(config_, device);
   options.trace = trace_.get();
   options.streams = streams_.get();
-  options.evict = config_.evict;
-  options.residency.host_cache_bytes = static_cast<std::size_t>(config_.host_cache);
-  options.residency.evict_policy = config_.evict_policy;
-  options.residency.learn = config_.prefetch == PrefetchMode::learn;
   options.passthrough_allocations = &passthrough_allocations_[device];
-  // A percentage needs the device's size: create first, then apply the limit.
-  if (config_.device_limit && !config_.device_limit->is_percent) {
-    options.device_limit = static_cast<std::size_t>(config_.device_limit->bytes);
-  }
   // A budget that cannot work on this device is refused before anything is reserved.
   if (config_.device_limit) {
     const driver::Api& api = driver_->api();

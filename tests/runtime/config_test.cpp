@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/allocator.hpp"
+
 namespace tidepool::runtime {
 namespace {
 
@@ -137,6 +139,41 @@ TEST(Config, ADeviceLimitIsCheckedAgainstTheDevice) {
   EXPECT_NE(huge.find("more than the device has"), std::string::npos) << huge;
   EXPECT_LE(huge.size(), kMaxErrorLine);
   EXPECT_TRUE(printable_ascii(huge));
+}
+
+// The pool and residency cannot see the options table (it is above them),
+// so their option structs keep defaults of their own for direct users (the
+// replay tool, the benchmarks, an embedding program). They must be the
+// table's.
+TEST(Config, TheOptionStructsBelowTheRuntimeDefaultAsTheTableDoes) {
+  const AllocatorOptions from_table = allocator_options(parse_config(""), 0);
+  const AllocatorOptions plain;
+  EXPECT_EQ(from_table.device_limit, plain.device_limit);
+  EXPECT_EQ(from_table.evict, plain.evict);
+  EXPECT_EQ(from_table.pool.policy, plain.pool.policy);
+  EXPECT_EQ(from_table.pool.small_size, plain.pool.small_size);
+  EXPECT_EQ(from_table.pool.hold_slack_percent, plain.pool.hold_slack_percent);
+  EXPECT_EQ(from_table.pool.free_barrier, plain.pool.free_barrier);
+  EXPECT_EQ(from_table.residency.host_cache_bytes, plain.residency.host_cache_bytes);
+  EXPECT_EQ(from_table.residency.evict_policy, plain.residency.evict_policy);
+  EXPECT_EQ(from_table.residency.learn, plain.residency.learn);
+  // And every key reaches them.
+  const AllocatorOptions set = allocator_options(
+      parse_config("device_limit:3GiB,policy:binned,evict:on,host_cache:1GiB,evict_policy:largest,prefetch:learn,"
+                   "free_barrier:off,small_size:64KiB,hold_slack:7%"),
+      2);
+  EXPECT_EQ(set.device, 2);
+  EXPECT_EQ(set.device_limit, 3 * GiB);
+  EXPECT_EQ(set.pool.policy, "binned");
+  EXPECT_TRUE(set.evict);
+  EXPECT_EQ(set.residency.host_cache_bytes, 1 * GiB);
+  EXPECT_EQ(set.residency.evict_policy, "largest");
+  EXPECT_TRUE(set.residency.learn);
+  EXPECT_FALSE(set.pool.free_barrier);
+  EXPECT_EQ(set.pool.small_size, 64 * util::KiB);
+  EXPECT_EQ(set.pool.hold_slack_percent, 7u);
+  // A percentage waits for the device's size.
+  EXPECT_EQ(allocator_options(parse_config("device_limit:50%"), 0).device_limit, 0u);
 }
 
 TEST(Config, OptionsTableGeneratesHelpAndMarkdown) {

@@ -49,7 +49,7 @@ std::vector<std::string> documented_keys() {
 
 // The report of a short run on the sim: every device key, and a size class.
 Json report_of_a_real_run() {
-  Config config;
+  Config config = parse_config("");
   config.cuda_lib = TIDEPOOL_SIM_LIBRARY;
   auto rt = Runtime::create(config);
   EXPECT_FALSE(rt->passthrough());

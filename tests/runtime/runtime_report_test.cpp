@@ -36,7 +36,7 @@ class RuntimeReport : public ::testing::Test {
   [[nodiscard]] std::string path(const char* name) const { return (dir_ / name).string(); }
 
   Config config(LogLevel level) const {
-    Config c;
+    Config c = parse_config("");
     c.cuda_lib = TIDEPOOL_SIM_LIBRARY;
     c.log = level;
     c.log_file = path("log.txt");

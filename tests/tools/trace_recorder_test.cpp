@@ -39,7 +39,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 std::uint64_t current_thread_id() { return static_cast<std::uint64_t>(::syscall(SYS_gettid)); }
 
 std::unique_ptr<runtime::Runtime> traced_runtime(const std::string& trace_path) {
-  runtime::Config config;
+  runtime::Config config = runtime::parse_config("");
   config.cuda_lib = TIDEPOOL_SIM_LIBRARY;
   config.trace = trace_path;
   auto rt = runtime::Runtime::create(config);
