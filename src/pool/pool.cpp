@@ -125,11 +125,12 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
   return block;
 }
 
-Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
+Pool::Attempt Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
+                          util::Status* error) {
   constexpr std::size_t kMaxSetAside = 8;
   for (;;) {
-    Block* block = try_place(arena, rounded, stream, ordered, error);
-    if (block != nullptr || !fence_failed_ || unsafe_.size() >= kMaxSetAside) return block;
+    Attempt attempt = try_place(arena, rounded, stream, ordered, error);
+    if (attempt.block != nullptr || !attempt.fence_failed || unsafe_.size() >= kMaxSetAside) return attempt;
   }
 }
 
@@ -151,12 +152,13 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
     promote_all_deferred();
   }
   // The common case: a cached block, backed, same stream.
-  if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
+  Attempt last = place(arena, rounded, stream, ordered, error);
+  if (last.block != nullptr) return last.block;
 
   // The ladder. Each rung either makes the retry succeed or moves to the next.
   driver::ScopedContext scope(api_, context_);
   for (int rung = 0; rung < 6; ++rung) {
-    const bool no_fit = no_fit_;  // no free block large enough
+    const bool no_fit = last.no_fit;  // no free block large enough
     util::Status step;
     switch (rung) {
       case 0:  // cudaFree frees: all behind a device barrier, else those whose fences completed
@@ -175,9 +177,9 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
         break;
       case 3: {  // stitch: unmap idle pages elsewhere and back this range with them
         if (!space_.uses_vmm() || no_fit) continue;
-        const std::size_t short_by = pages_short_;
-        if (short_by == 0 ||
-            reclaim_idle_pages(short_by, keep_begin_, keep_end_, true, kNoPendingWork, /*learn=*/true) < short_by)
+        const std::size_t short_by = last.pages_short;
+        if (short_by == 0 || reclaim_idle_pages(short_by, last.keep_begin, last.keep_end, true, kNoPendingWork,
+                                                /*learn=*/true) < short_by)
           continue;
         break;
       }
@@ -191,36 +193,36 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
         }
         break;
       case 5: {  // evict: pages of idle live blocks move to the host cache
-        if (mover_ == nullptr || no_fit || pages_short_ == 0) continue;
-        if (evict_locked(pages_short_, keep_begin_, keep_end_) == 0) continue;
+        if (mover_ == nullptr || no_fit || last.pages_short == 0) continue;
+        if (evict_locked(last.pages_short, last.keep_begin, last.keep_end) == 0) continue;
         break;
       }
       default: continue;
     }
-    if (Block* b = place(arena, rounded, stream, ordered, error)) return b;
+    last = place(arena, rounded, stream, ordered, error);
+    if (last.block != nullptr) return last.block;
   }
-  if (error->ok() || no_fit_) {
+  if (error->ok() || last.no_fit) {
     *error = util::Status(util::Error::out_of_memory, "out of device memory");
   }
   return nullptr;
 }
 
-Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
+Pool::Attempt Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
+                              util::Status* error, bool promoted) {
   Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
-  no_fit_ = false;
-  fence_failed_ = false;
-  pages_short_ = 0;  // set again below when this attempt is short of pages
+  Attempt attempt;
   Block* chosen = policy_->choose(arena.index, request);
   if (chosen == nullptr) {
-    no_fit_ = true;
+    attempt.no_fit = true;
     *error = util::Status(util::Error::out_of_memory, "no free block fits");
-    return nullptr;
+    return attempt;
   }
   const bool high = policy_->carve_end(*chosen, request) == CarveEnd::high;
   const std::uintptr_t begin = high ? chosen->address + chosen->size - rounded : chosen->address;
   space::Reservation& reservation = *chosen->segment->reservation;
   const std::size_t missing = space_.unbacked_pages(reservation, begin, rounded);
-  if (missing > 0 && !deferred_.empty() && !promoting_) {
+  if (missing > 0 && !deferred_.empty() && !promoted) {
     // Freed memory is reused before new memory is created: cudaFree frees go
     // back first, and the request looks again. Without it a device that lags
     // the host makes the pool grow by what the lag holds. Under the preload
@@ -231,12 +233,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // takes a context synchronisation, as cudaFree itself would, and never
     // during a capture.
     driver::ScopedContext scope(api_, context_);
-    if (promote_all_deferred()) {
-      promoting_ = true;
-      Block* again = try_place(arena, rounded, stream, ordered, error);
-      promoting_ = false;
-      return again;
-    }
+    if (promote_all_deferred()) return try_place(arena, rounded, stream, ordered, error, /*promoted=*/true);
   }
   if (missing > 0) {
     // Stitch before growing: idle cached pages elsewhere back this range
@@ -266,17 +263,16 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       // stitching must free that many more.
       const std::size_t limit_pages = space_.device_limit() / space_.page_size();
       const std::size_t over_budget = space_.device_pages() > limit_pages ? space_.device_pages() - limit_pages : 0;
-      pages_short_ = missing - available + over_budget;
-      keep_begin_ = begin;
-      keep_end_ = begin + rounded;
+      attempt.pages_short = missing - available + over_budget;
+      attempt.keep_begin = begin;
+      attempt.keep_end = begin + rounded;
       *error = util::Status(util::Error::out_of_memory, "device budget exhausted");
-      return nullptr;
+      return attempt;
     }
     driver::ScopedContext scope(api_, context_);
     if (util::Status s = space_.back(reservation, begin, rounded); !s) {
       *error = s;
-      pages_short_ = 0;
-      return nullptr;
+      return attempt;
     }
   }
   Block* block = carve(arena, chosen, rounded, request);
@@ -285,12 +281,13 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // nothing) and let the request look elsewhere.
     block->is_free = true;
     unsafe_.push_back(block);
-    fence_failed_ = true;
+    attempt.fence_failed = true;
     *error = s;
-    return nullptr;
+    return attempt;
   }
   *error = util::Status::success();
-  return block;
+  attempt.block = block;
+  return attempt;
 }
 
 // --- deallocation -----------------------------------------------------------------

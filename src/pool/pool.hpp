@@ -299,9 +299,24 @@ class Pool {
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  // One placement attempt: the block placed, or why not, for the ladder's
+  // next rung (the reason's status goes to `error`).
+  struct Attempt {
+    Block* block = nullptr;
+    bool no_fit = false;        // no free block was large enough
+    bool fence_failed = false;  // the chosen block's pending work could not be fenced (set aside in unsafe_)
+    // Backing failed for lack of pages: how many more the chosen range
+    // needs, and the range, which reclaiming must spare.
+    std::size_t pages_short = 0;
+    std::uintptr_t keep_begin = 0;
+    std::uintptr_t keep_end = 0;
+  };
   // try_place, again while the chosen block's pending work cannot be fenced.
-  Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
-  Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  Attempt place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  // `promoted`: cudaFree frees were just promoted for this request; they are
+  // not promoted again.
+  Attempt try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+                    bool promoted = false);
   Block* carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request);
   void release_to_index(Arena& arena, Block* block);
   void absorb(Block* low, Block* high);
@@ -432,21 +447,11 @@ class Pool {
   std::uint64_t sequence_ = 0;
   bool unsynchronized_async_frees_ = false;
   bool barrier_failed_ = false;  // the last device barrier could not be made
-  // Set by try_place: no free block was large enough; the chosen block's
-  // pending work could not be fenced (it went to unsafe_).
-  bool no_fit_ = false;
-  bool fence_failed_ = false;
-  bool promoting_ = false;       // try_place is retrying after promoting deferred frees
   std::vector<Block*> unsafe_;   // set aside during one allocation
   std::vector<Block*> victims_;  // reclaim_idle_pages' scratch
   // Physical pages the layout has shown it needs: stitching stops taking
   // pages from elsewhere until the pool holds this many (see try_place).
   std::size_t pages_to_hold_ = 0;
-  // Set by try_place when backing failed for lack of pages: how many more
-  // pages the chosen range needs, and the range, which reclaiming must spare.
-  std::size_t pages_short_ = 0;
-  std::uintptr_t keep_begin_ = 0;
-  std::uintptr_t keep_end_ = 0;
   PoolStats stats_;
   SizeHistogram size_classes_;
 };
