@@ -9,10 +9,13 @@
 //   barrier_fences.hpp   when the work before recent device barriers finished
 //   free_fences.hpp      when frees made with cudaFree semantics are known
 //                        finished (the rule, and why it covers every stream)
+//   stream_fences.hpp    how far each stream's work is known finished, for
+//                        frees made in stream order
 #pragma once
 
 #include "order/barrier_fences.hpp"
 #include "order/event_cache.hpp"
 #include "order/free_fences.hpp"
+#include "order/stream_fences.hpp"
 #include "order/stream_keys.hpp"
 #include "order/stream_registry.hpp"

@@ -19,7 +19,7 @@ namespace tidepool::pool {
 bool Pool::synchronize_if_needed() {
   // Blocks freed in stream order may still be in use by queued work; pages
   // beneath them can be unmapped only once that work is done.
-  return !unsynchronized_async_frees_ || synchronize_context();
+  return !fences_.unsynchronized() || synchronize_context();
 }
 
 std::size_t Pool::learned_growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
@@ -66,7 +66,7 @@ std::size_t Pool::free_parked_pages(const space::Reservation& r, std::uintptr_t 
     const Segment* segment = segment_of(now.reservation);
     Block* holder = segment != nullptr ? arenas_[segment->arena].index.containing(at) : nullptr;
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
-    if (unsynchronized_async_frees_ && !settle_by_query(holder, request_stream)) continue;
+    if (fences_.unsynchronized() && !settle_by_query(holder, request_stream)) continue;
     if (space_.unback(*now.reservation, now.page, 1)) {
       now.reservation->page(now.page).reclaimed = true;
       ++freed;
@@ -79,7 +79,7 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
                                      bool may_synchronize, std::uintptr_t request_stream, bool learn,
                                      bool wait_for_barrier) {
   // Without a synchronisation, only blocks with nothing pending give pages.
-  const bool all_idle = may_synchronize ? synchronize_if_needed() : !unsynchronized_async_frees_;
+  const bool all_idle = may_synchronize ? synchronize_if_needed() : !fences_.unsynchronized();
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
   // lets the pool settle into a layout that needs no remapping.
@@ -126,7 +126,7 @@ std::size_t Pool::trim_chunks() {
       // A chunk whose free block may still be in use by queued work (stream
       // order, or behind a device barrier) is kept until that work is done.
       if (!only->is_free || only->next != nullptr || !only->in_index ||
-          (unsynchronized_async_frees_ && !settle_by_query(only, kNoPendingWork))) {
+          (fences_.unsynchronized() && !settle_by_query(only, kNoPendingWork))) {
         ++it;
         continue;
       }

@@ -1,7 +1,8 @@
 // Pool: the allocation ladder. See pool.hpp for the design; each concern it
 // climbs through has a file of its own, with its invariant at the top:
 //   split_coalesce.cpp   carving blocks out of free ones, merging on free
-//   stream_fences.cpp    when a block freed in stream order may be reused
+//   stream_fences.cpp    when a block freed in stream order may be reused (the
+//                        per-stream bookkeeping is order::StreamFences)
 //   deferred_frees.hpp   when a block freed with cudaFree semantics may be
 //   page_reclaim.cpp     which idle pages stitching takes, and trimming
 //   pool_queries.cpp     lookups, statistics and snapshots
@@ -60,11 +61,9 @@ Pool::~Pool() {
   driver::ScopedContext scope(api_, context_);
   // Wait for work still using freed memory before the space unmaps it.
   (void)deferred_.promote(DeferredFrees::Wait::everything, [](Block*) {});
-  for (auto& [key, state] : streams_) {
-    if (state.event != nullptr) (void)api_.eventDestroy(state.event);
-  }
+  fences_.clear();
   barrier_fences_.clear();
-  if (unsynchronized_async_frees_ && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
+  if (fences_.unsynchronized() && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
   events_.clear();
   for (auto& segment : segments_) (void)space_.unreserve(segment->reservation);
 }
@@ -87,8 +86,8 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
 
   std::lock_guard<util::SpinLock> guard(lock_);
-  if (ordered && !cached_stream(key)) {
-    if (auto known = known_stream(key); !known) return known.status();
+  if (ordered && !fences_.cached(key)) {
+    if (util::Status known = fences_.check(key); !known) return known;
   }
   util::Status error;
   Block* block = allocate_locked(arena_id, rounded, key, ordered, &error);
@@ -301,9 +300,8 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
   bool settled = false;  // a free on another device's stream, waited for here
-  if (ordered && !cached_stream(key)) {
-    if (auto known = known_stream(key); !known) {
-      util::Status refused = known.status();
+  if (ordered && !fences_.cached(key)) {
+    if (util::Status refused = fences_.check(key); !refused) {
       if (refused.error() == util::Error::other_device) {
         driver::ScopedContext scope(api_, context_);
         refused = driver::check(api_.streamSynchronize(reinterpret_cast<CUstream>(key)), "cuStreamSynchronize");
@@ -330,8 +328,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   }
   if (ordered) {
     block->stream = key;
-    block->free_epoch = ++epoch_;
-    unsynchronized_async_frees_ = true;
+    block->free_epoch = fences_.freed();
     release_to_index(arena_of(block), block);
     return util::Status::success();
   }

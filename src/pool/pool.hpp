@@ -70,7 +70,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -286,13 +285,6 @@ class Pool {
     FreeIndex index;
     std::vector<Segment*> segments;
   };
-  // Pending-work bookkeeping of one stream key (see stream_key()).
-  struct StreamState {
-    CUevent event = nullptr;  // recorded after frees up to recorded_epoch
-    std::uint64_t recorded_epoch = 0;
-    std::uint64_t finished_epoch = 0;  // frees up to this epoch are known finished
-    bool other_context = false;        // a stream of another device: not ours to fence
-  };
 
   Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, order::StreamRegistry& streams,
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
@@ -323,13 +315,6 @@ class Pool {
   bool mergeable(Block* a, Block* b);
   util::Status add_segment(Arena& arena, int arena_id, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
-  // The state of a stream key the pool may use; checks a handle it has not
-  // met with the driver (invalid_handle when the driver does not know it).
-  util::Result<StreamState*> known_stream(std::uintptr_t key);
-  // The hot path's check: `key` is the stream met last, and ours to fence.
-  [[nodiscard]] bool cached_stream(std::uintptr_t key) const noexcept {
-    return last_state_ != nullptr && key == last_key_ && !last_state_->other_context;
-  }
   // Whether the work pending on a free block is known finished; if so the
   // block is marked so (kNoPendingWork).
   bool settle(Block* block);
@@ -339,8 +324,8 @@ class Pool {
   // `wait_for_barrier`, for the work before the device barrier a block put
   // back behind one came back with (not the work queued since).
   bool settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier = false);
-  // After a successful context synchronisation: every free so far is safe.
-  bool synchronize_context();
+  // A context synchronisation (never during a capture): every free so far is safe.
+  bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
   [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;
 
   bool promote_deferred(DeferredFrees::Wait wait);
@@ -437,15 +422,10 @@ class Pool {
   order::EventCache events_;
   order::BarrierFences barrier_fences_{api_, events_};       // when the work before recent device barriers finished
   DeferredFrees deferred_;                                   // cudaFree-semantics frees awaiting a fence
-  std::unordered_map<std::uintptr_t, StreamState> streams_;  // by stream key
-  std::uintptr_t last_key_ = kNoPendingWork;                 // a one-entry cache in front of streams_
-  StreamState* last_state_ = nullptr;
-  std::uint64_t epoch_ = 0;               // counts stream-ordered frees
-  std::uint64_t synchronized_epoch_ = 0;  // frees up to this epoch are known finished everywhere
+  order::StreamFences fences_{api_, context_, registry_, events_, barrier_fences_};  // stream-ordered frees
   std::uint64_t next_buffer_id_ = 0;
   std::uint64_t buffer_id_base_ = 0;  // this pool's share of the process-wide id space
   std::uint64_t sequence_ = 0;
-  bool unsynchronized_async_frees_ = false;
   bool barrier_failed_ = false;  // the last device barrier could not be made
   std::vector<Block*> unsafe_;   // set aside during one allocation
   std::vector<Block*> victims_;  // reclaim_idle_pages' scratch

@@ -1,4 +1,7 @@
-// Stream fences: when a block freed in stream order may go to new work.
+// Stream fences, the blocks' side: when a block freed in stream order may go
+// to new work. How far each stream's work is known finished is
+// order::StreamFences' (order/stream_fences.hpp); here a block carries the
+// key and epoch of its free, and is settled once they are.
 //
 // Invariant: a free block with stream != kNoPendingWork may have queued work
 // on that stream (its key) up to its free_epoch. It goes to work on the same
@@ -18,92 +21,21 @@
 
 namespace tidepool::pool {
 
-using order::stream_keys::fence_handle;
 using order::stream_keys::is_per_thread_key;
 using order::stream_keys::stream_key;
 
-util::Result<Pool::StreamState*> Pool::known_stream(std::uintptr_t key) {
-  StreamState* state = last_state_;
-  if (key != last_key_) {
-    auto it = streams_.find(key);
-    if (it == streams_.end()) {
-      // First sight of a handle: the driver says whether it names a stream,
-      // and of which context.
-      StreamState fresh;
-      if (key != 0 && !is_per_thread_key(key) && api_.streamGetCtx != nullptr) {
-        CUcontext owner = nullptr;
-        CUgreenCtx green = nullptr;
-        const CUresult r = api_.streamGetCtx(reinterpret_cast<CUstream>(key), &owner, &green);
-        if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
-          return util::Status(util::Error::invalid_handle, "not a live stream", r);
-        }
-        fresh.other_context = r == CUDA_SUCCESS && owner != nullptr && owner != context_;
-        // A stream created behind the hooks' back: fences must cover it too.
-        if (!fresh.other_context && !registry_.alive(reinterpret_cast<CUstream>(key))) {
-          registry_.created(reinterpret_cast<CUstream>(key));
-        }
-      }
-      it = streams_.emplace(key, fresh).first;
-    }
-    last_key_ = key;
-    last_state_ = state = &it->second;
-  }
-  if (state->other_context) return util::Status(util::Error::other_device, "a stream of another device");
-  return state;
-}
-
 bool Pool::settle(Block* block) {
   if (block->stream == kNoPendingWork) return true;
-  if (block->free_epoch <= synchronized_epoch_) {
-    block->stream = kNoPendingWork;
-    return true;
-  }
-  auto it = streams_.find(block->stream);
-  if (it == streams_.end() || block->free_epoch > it->second.finished_epoch) return false;
+  if (!fences_.finished(block->stream, block->free_epoch)) return false;
   block->stream = kNoPendingWork;
-  return true;
-}
-
-bool Pool::synchronize_context() {
-  if (api_.ctxSynchronize == nullptr || deferred_.capture_in_progress()) return false;
-  if (api_.ctxSynchronize() != CUDA_SUCCESS) return false;
-  synchronized_epoch_ = epoch_;
-  unsynchronized_async_frees_ = false;
   return true;
 }
 
 bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier) {
   if (settle(block)) return true;
-  const std::uintptr_t key = block->stream;
-  StreamState& state = streams_[key];
-  if (key == kAfterBarrier) {
-    // The record behind the block's own barrier answers before one made now
-    // at the tail of the queue would.
-    const std::uint64_t done = barrier_fences_.finished_through(wait_for_barrier ? block->free_epoch : 0);
-    state.finished_epoch = std::max(state.finished_epoch, done);
-    if (settle(block)) return true;
-  }
-  // A record still in flight is left to finish: recording again would only
-  // push the answer later. Its completion settles every free before it.
-  const bool may_wait = key == may_wait_for;
-  auto finished = [&] {
-    const CUresult r = api_.eventQuery(state.event);
-    if (r == CUDA_SUCCESS) return true;
-    return r == CUDA_ERROR_NOT_READY && may_wait && api_.eventSynchronize(state.event) == CUDA_SUCCESS;
-  };
-  if (state.event != nullptr && state.recorded_epoch > state.finished_epoch) {
-    if (!finished()) return false;  // not ready, or not known
-    state.finished_epoch = state.recorded_epoch;
-    if (settle(block)) return true;
-  }
-  const CUstream handle = fence_handle(key);
-  if (driver::capturing(api_, handle)) return false;
-  if (state.event == nullptr) state.event = events_.take();
-  if (state.event == nullptr || api_.eventRecord(state.event, handle) != CUDA_SUCCESS) return false;
-  state.recorded_epoch = epoch_;
-  if (!finished()) return false;
-  state.finished_epoch = state.recorded_epoch;
-  return settle(block);
+  if (!fences_.query(block->stream, block->free_epoch, may_wait_for, wait_for_barrier)) return false;
+  block->stream = kNoPendingWork;
+  return true;
 }
 
 bool Pool::promote_deferred_behind_barrier() {
@@ -115,8 +47,7 @@ bool Pool::promote_deferred_behind_barrier() {
   // The blocks' earlier work may still run; nothing that runs later can
   // overlap it. Unmapping their pages waits for a record on the legacy
   // stream made after this barrier (settle_by_query), or a synchronisation.
-  const std::uint64_t epoch = ++epoch_;
-  unsynchronized_async_frees_ = true;
+  const std::uint64_t epoch = fences_.freed();
   stats_.device_barriers++;
   // Only eviction waits for one barrier's work (a learned bring-back taking
   // pages of blocks freed a launch ago); without it the record would cost
@@ -143,35 +74,12 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
   if (settle(block)) return util::Status::success();
 
   driver::ScopedContext scope(api_, context_);
-  auto fenced = [&]() -> util::Status {
-    StreamState& state = streams_[last];
-    const CUstream handle = fence_handle(last);
-    if (state.event == nullptr || state.recorded_epoch < block->free_epoch) {
-      // The last record predates this free: record now. It covers the free
-      // and perhaps later work too, which is safe, only conservative.
-      if (driver::capturing(api_, handle)) return {util::Error::driver_error, "the stream is capturing"};
-      if (state.event == nullptr) state.event = events_.take();
-      if (state.event == nullptr) return {util::Error::driver_error, "cuEventCreate failed"};
-      if (auto s = driver::check(api_.eventRecord(state.event, handle), "cuEventRecord"); !s) return s;
-      state.recorded_epoch = epoch_;
-    }
-    const CUresult query = api_.eventQuery(state.event);
-    if (query == CUDA_SUCCESS) {
-      state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
-      return util::Status::success();
-    }
-    if (query != CUDA_ERROR_NOT_READY) return driver::check(query, "cuEventQuery");
-    stats_.cross_stream_waits++;
-    if (ordered) {
-      return driver::check(api_.streamWaitEvent(fence_handle(stream), state.event, 0), "cuStreamWaitEvent");
-    }
-    if (auto s = driver::check(api_.eventSynchronize(state.event), "cuEventSynchronize"); !s) return s;
-    state.finished_epoch = std::max(state.finished_epoch, state.recorded_epoch);
-    return util::Status::success();
-  };
-  if (util::Status s = fenced(); !s) {
+  bool had_to_wait = false;
+  const util::Status fenced = fences_.order_after(last, block->free_epoch, stream, ordered, &had_to_wait);
+  if (had_to_wait) stats_.cross_stream_waits++;
+  if (!fenced) {
     // Not known to be finished: only a whole-context wait proves it.
-    if (!synchronize_context()) return s;
+    if (!synchronize_context()) return fenced;
   }
   block->stream = kNoPendingWork;
   return util::Status::success();
@@ -181,8 +89,7 @@ void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   const std::uintptr_t key = stream_key(stream);
   if (key == 0 || is_per_thread_key(key)) return;
   std::lock_guard<util::SpinLock> guard(lock_);
-  auto it = streams_.find(key);
-  if (it == streams_.end()) return;  // never used here: nothing can be pending on it
+  if (!fences_.met(key)) return;  // never used here: nothing can be pending on it
   // Free blocks with work still pending on the stream join the cudaFree
   // frees: the registry's event on the dying stream is part of their fence.
   std::vector<Block*> pending;
@@ -199,10 +106,7 @@ void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   }
   if (!pending.empty()) deferred_.close_batch(/*needs_sync=*/!retired);
   stats_.deferred_bytes = deferred_.bytes();
-  events_.give_back(it->second.event);
-  streams_.erase(it);
-  last_key_ = kNoPendingWork;
-  last_state_ = nullptr;
+  fences_.forget(key);
 }
 
 }  // namespace tidepool::pool

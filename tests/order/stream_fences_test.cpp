@@ -1,0 +1,166 @@
+// Specification of order::StreamFences: a stream handle is checked once, a
+// free's epoch is known finished only from an event that finished after it
+// (never from a call that failed, never while the stream's work is held),
+// another stream is ordered after it without a host wait, and a context
+// synchronisation settles every epoch but is never made during a capture.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "order/order.hpp"
+#include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
+
+namespace tidepool::order {
+namespace {
+
+const driver::Api& api() { return testing::sim_driver().api(); }
+std::uintptr_t key_of(CUstream s) { return reinterpret_cast<std::uintptr_t>(s); }
+
+class StreamFencesTest : public testing::WithPrimaryContext {
+ protected:
+  void SetUp() override {
+    WithPrimaryContext::SetUp();
+    for (CUstream* s : {&first_, &second_}) {
+      ASSERT_EQ(api().streamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+      registry_.created(*s);
+    }
+    registry_.set_complete(true);
+    // After the base's SetUp: the fences belong to its context.
+    fences_ = std::make_unique<StreamFences>(api(), context_, registry_, events_, barriers_);
+  }
+  void TearDown() override {
+    (void)api().ctxSynchronize();
+    fences_.reset();
+    barriers_.clear();
+    for (CUstream s : {first_, second_}) {
+      (void)registry_.destroying(s);
+      (void)api().streamDestroy(s);
+    }
+    events_.clear();
+    WithPrimaryContext::TearDown();
+  }
+  StreamRegistry registry_{api()};
+  EventCache events_{api()};
+  BarrierFences barriers_{api(), events_};
+  std::unique_ptr<StreamFences> fences_;
+  CUstream first_ = nullptr;
+  CUstream second_ = nullptr;
+};
+
+TEST_F(StreamFencesTest, AHandleIsCheckedOnceAndABogusOneIsRefused) {
+  EXPECT_FALSE(fences_->cached(key_of(first_)));
+  ASSERT_TRUE(fences_->check(key_of(first_)).ok());
+  EXPECT_TRUE(fences_->cached(key_of(first_)));
+  EXPECT_TRUE(fences_->met(key_of(first_)));
+  EXPECT_FALSE(fences_->cached(key_of(second_)));
+  const util::Status bogus = fences_->check(0xdead0);
+  EXPECT_EQ(bogus.error(), util::Error::invalid_handle) << bogus.message();
+  EXPECT_FALSE(fences_->met(0xdead0)) << "a refused handle leaves nothing behind";
+  // A stream made behind the hooks' back joins the registry when first met.
+  CUstream hidden = nullptr;
+  ASSERT_EQ(api().streamCreate(&hidden, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_FALSE(registry_.alive(hidden));
+  ASSERT_TRUE(fences_->check(key_of(hidden)).ok());
+  EXPECT_TRUE(registry_.alive(hidden));
+  fences_->forget(key_of(hidden));
+  EXPECT_FALSE(fences_->met(key_of(hidden)));
+  (void)registry_.destroying(hidden);
+  (void)api().streamDestroy(hidden);
+}
+
+TEST_F(StreamFencesTest, AnEpochIsFinishedOnlyOnceTheStreamsWorkBeforeItHasRun) {
+  ASSERT_TRUE(fences_->check(key_of(first_)).ok());
+  testing::Gate gate;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first_, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t epoch = fences_->freed();
+  EXPECT_TRUE(fences_->unsynchronized());
+  EXPECT_FALSE(fences_->finished(key_of(first_), epoch)) << "nothing asked the driver yet";
+  EXPECT_FALSE(fences_->query(key_of(first_), epoch, kNoPendingWork, false)) << "the held kernel still runs";
+  EXPECT_FALSE(fences_->finished(key_of(first_), epoch));
+  // Work on another stream says nothing of this one.
+  EXPECT_TRUE(fences_->query(key_of(second_), epoch, key_of(second_), false)) << "idle: a wait ends at once";
+  EXPECT_FALSE(fences_->finished(key_of(first_), epoch));
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(first_), CUDA_SUCCESS);
+  EXPECT_TRUE(fences_->query(key_of(first_), epoch, kNoPendingWork, false));
+  EXPECT_TRUE(fences_->finished(key_of(first_), epoch));
+  EXPECT_EQ(cell, 1);
+  // A later free is not covered by the earlier answer.
+  const std::uint64_t later = fences_->freed();
+  EXPECT_GT(later, epoch);
+  EXPECT_FALSE(fences_->finished(key_of(first_), later));
+}
+
+TEST_F(StreamFencesTest, TheRequestersOwnStreamMayBeWaitedForAndNoOtherIs) {
+  testing::Gate gate;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first_, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t epoch = fences_->freed();
+  EXPECT_FALSE(fences_->query(key_of(first_), epoch, key_of(second_), false));
+  // Released from another thread while the query waits on the host.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.release();
+  });
+  EXPECT_TRUE(fences_->query(key_of(first_), epoch, key_of(first_), false));
+  releaser.join();
+  EXPECT_EQ(cell, 1);
+}
+
+TEST_F(StreamFencesTest, AnotherStreamIsOrderedAfterTheFreeWithoutAHostWait) {
+  testing::Gate gate;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first_, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t epoch = fences_->freed();
+  bool had_to_wait = false;
+  ASSERT_TRUE(fences_->order_after(key_of(first_), epoch, key_of(second_), /*ordered=*/true, &had_to_wait).ok());
+  EXPECT_TRUE(had_to_wait);
+  EXPECT_EQ(api().streamQuery(second_), CUDA_ERROR_NOT_READY) << "the second stream now waits for the first";
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(second_), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 1);
+  // A cudaMalloc-style request waits on the host, and then the epoch is known finished.
+  const std::uint64_t later = fences_->freed();
+  ASSERT_TRUE(fences_->order_after(key_of(first_), later, key_of(second_), /*ordered=*/false, &had_to_wait).ok());
+  EXPECT_TRUE(fences_->finished(key_of(first_), later));
+}
+
+TEST_F(StreamFencesTest, AFailedEventCallIsNeverReadAsFinished) {
+  testing::Gate gate;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first_, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t epoch = fences_->freed();
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(first_), CUDA_SUCCESS);
+  testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")("cuEventQuery", 1,
+                                                                                           CUDA_ERROR_UNKNOWN);
+  EXPECT_FALSE(fences_->query(key_of(first_), epoch, kNoPendingWork, false));
+  EXPECT_FALSE(fences_->finished(key_of(first_), epoch));
+  testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")();
+  // Asked again, allowed to wait: the record made then answers.
+  EXPECT_TRUE(fences_->query(key_of(first_), epoch, key_of(first_), false));
+}
+
+TEST_F(StreamFencesTest, ASynchronisationSettlesEveryEpochButNeverDuringACapture) {
+  testing::Gate gate;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(first_, &gate, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t a = fences_->freed();
+  const std::uint64_t b = fences_->freed();
+  EXPECT_FALSE(fences_->synchronize(/*capture_in_progress=*/true));
+  EXPECT_TRUE(fences_->unsynchronized());
+  EXPECT_FALSE(fences_->finished(key_of(first_), a));
+  gate.release();
+  EXPECT_TRUE(fences_->synchronize(false));
+  EXPECT_FALSE(fences_->unsynchronized());
+  EXPECT_TRUE(fences_->finished(key_of(first_), a));
+  EXPECT_TRUE(fences_->finished(key_of(second_), b));
+  EXPECT_EQ(cell, 1);
+}
+
+}  // namespace
+}  // namespace tidepool::order
