@@ -124,12 +124,12 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
   return block;
 }
 
-Pool::Attempt Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
-                          util::Status* error) {
+Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+                   Miss* miss) {
   constexpr std::size_t kMaxSetAside = 8;
   for (;;) {
-    Attempt attempt = try_place(arena, rounded, stream, ordered, error);
-    if (attempt.block != nullptr || !attempt.fence_failed || unsafe_.size() >= kMaxSetAside) return attempt;
+    Block* block = try_place(arena, rounded, stream, ordered, error, miss);
+    if (block != nullptr || !miss->fence_failed || unsafe_.size() >= kMaxSetAside) return block;
   }
 }
 
@@ -151,8 +151,8 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
     promote_all_deferred();
   }
   // The common case: a cached block, backed, same stream.
-  Attempt last = place(arena, rounded, stream, ordered, error);
-  if (last.block != nullptr) return last.block;
+  Miss last;  // read only after a place() that failed, which wrote it
+  if (Block* b = place(arena, rounded, stream, ordered, error, &last)) return b;
 
   // The ladder. Each rung either makes the retry succeed or moves to the next.
   driver::ScopedContext scope(api_, context_);
@@ -198,8 +198,7 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
       }
       default: continue;
     }
-    last = place(arena, rounded, stream, ordered, error);
-    if (last.block != nullptr) return last.block;
+    if (Block* b = place(arena, rounded, stream, ordered, error, &last)) return b;
   }
   if (error->ok() || last.no_fit) {
     *error = util::Status(util::Error::out_of_memory, "out of device memory");
@@ -207,15 +206,14 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
   return nullptr;
 }
 
-Pool::Attempt Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
-                              util::Status* error, bool promoted) {
+Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+                       Miss* miss, bool promoted) {
   Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
-  Attempt attempt;
   Block* chosen = policy_->choose(arena.index, request);
   if (chosen == nullptr) {
-    attempt.no_fit = true;
+    *miss = Miss{.no_fit = true, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
     *error = util::Status(util::Error::out_of_memory, "no free block fits");
-    return attempt;
+    return nullptr;
   }
   const bool high = policy_->carve_end(*chosen, request) == CarveEnd::high;
   const std::uintptr_t begin = high ? chosen->address + chosen->size - rounded : chosen->address;
@@ -232,7 +230,7 @@ Pool::Attempt Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t 
     // takes a context synchronisation, as cudaFree itself would, and never
     // during a capture.
     driver::ScopedContext scope(api_, context_);
-    if (promote_all_deferred()) return try_place(arena, rounded, stream, ordered, error, /*promoted=*/true);
+    if (promote_all_deferred()) return try_place(arena, rounded, stream, ordered, error, miss, /*promoted=*/true);
   }
   if (missing > 0) {
     // Stitch before growing: idle cached pages elsewhere back this range
@@ -262,16 +260,19 @@ Pool::Attempt Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t 
       // stitching must free that many more.
       const std::size_t limit_pages = space_.device_limit() / space_.page_size();
       const std::size_t over_budget = space_.device_pages() > limit_pages ? space_.device_pages() - limit_pages : 0;
-      attempt.pages_short = missing - available + over_budget;
-      attempt.keep_begin = begin;
-      attempt.keep_end = begin + rounded;
+      *miss = Miss{.no_fit = false,
+                   .fence_failed = false,
+                   .pages_short = missing - available + over_budget,
+                   .keep_begin = begin,
+                   .keep_end = begin + rounded};
       *error = util::Status(util::Error::out_of_memory, "device budget exhausted");
-      return attempt;
+      return nullptr;
     }
     driver::ScopedContext scope(api_, context_);
     if (util::Status s = space_.back(reservation, begin, rounded); !s) {
+      *miss = Miss{.no_fit = false, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
       *error = s;
-      return attempt;
+      return nullptr;
     }
   }
   Block* block = carve(arena, chosen, rounded, request);
@@ -280,13 +281,12 @@ Pool::Attempt Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t 
     // nothing) and let the request look elsewhere.
     block->is_free = true;
     unsafe_.push_back(block);
-    attempt.fence_failed = true;
+    *miss = Miss{.no_fit = false, .fence_failed = true, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
     *error = s;
-    return attempt;
+    return nullptr;
   }
   *error = util::Status::success();
-  attempt.block = block;
-  return attempt;
+  return block;
 }
 
 // --- deallocation -----------------------------------------------------------------

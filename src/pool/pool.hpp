@@ -291,24 +291,25 @@ class Pool {
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
-  // One placement attempt: the block placed, or why not, for the ladder's
-  // next rung (the reason's status goes to `error`).
-  struct Attempt {
-    Block* block = nullptr;
-    bool no_fit = false;        // no free block was large enough
-    bool fence_failed = false;  // the chosen block's pending work could not be fenced (set aside in unsafe_)
+  // Why a placement attempt found no block, for the ladder's next rung.
+  // try_place writes all of it whenever it fails (its status goes to
+  // `error`) and none of it when it succeeds: the cached path pays nothing.
+  struct Miss {
+    bool no_fit;        // no free block was large enough
+    bool fence_failed;  // the chosen block's pending work could not be fenced (set aside in unsafe_)
     // Backing failed for lack of pages: how many more the chosen range
     // needs, and the range, which reclaiming must spare.
-    std::size_t pages_short = 0;
-    std::uintptr_t keep_begin = 0;
-    std::uintptr_t keep_end = 0;
+    std::size_t pages_short;
+    std::uintptr_t keep_begin;
+    std::uintptr_t keep_end;
   };
   // try_place, again while the chosen block's pending work cannot be fenced.
-  Attempt place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+               Miss* miss);
   // `promoted`: cudaFree frees were just promoted for this request; they are
   // not promoted again.
-  Attempt try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
-                    bool promoted = false);
+  Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+                   Miss* miss, bool promoted = false);
   Block* carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request);
   void release_to_index(Arena& arena, Block* block);
   void absorb(Block* low, Block* high);
