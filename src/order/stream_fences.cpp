@@ -44,8 +44,7 @@ bool StreamFences::finished(std::uintptr_t key, std::uint64_t epoch) const {
   return it != streams_.end() && epoch <= it->second.finished_epoch;
 }
 
-bool StreamFences::query(std::uintptr_t key, std::uint64_t epoch, std::uintptr_t may_wait_for,
-                         bool wait_for_barrier) {
+bool StreamFences::query(std::uintptr_t key, std::uint64_t epoch, std::uintptr_t may_wait_for, bool wait_for_barrier) {
   if (finished(key, epoch)) return true;
   StreamState& state = streams_[key];
   if (key == kAfterBarrier) {

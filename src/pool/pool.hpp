@@ -304,8 +304,7 @@ class Pool {
     std::uintptr_t keep_end;
   };
   // try_place, again while the chosen block's pending work cannot be fenced.
-  Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
-               Miss* miss);
+  Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error, Miss* miss);
   // `promoted`: cudaFree frees were just promoted for this request; they are
   // not promoted again.
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
@@ -421,8 +420,8 @@ class Pool {
   BlockStore blocks_;
   util::AddressMap<Block> live_;
   order::EventCache events_;
-  order::BarrierFences barrier_fences_{api_, events_};       // when the work before recent device barriers finished
-  DeferredFrees deferred_;                                   // cudaFree-semantics frees awaiting a fence
+  order::BarrierFences barrier_fences_{api_, events_};  // when the work before recent device barriers finished
+  DeferredFrees deferred_;                              // cudaFree-semantics frees awaiting a fence
   order::StreamFences fences_{api_, context_, registry_, events_, barrier_fences_};  // stream-ordered frees
   std::uint64_t next_buffer_id_ = 0;
   std::uint64_t buffer_id_base_ = 0;  // this pool's share of the process-wide id space

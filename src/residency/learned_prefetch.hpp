@@ -118,9 +118,8 @@ class LearnedPrefetch {
   void precopy_for_demand(pool::LiveBlocks& live);
   // commit_for_eviction's work: with `live`, for room to bring a block back
   // (then blocks the prefetch window is about to bring back are kept).
-  std::size_t commit(std::size_t pages, pool::LiveBlocks* live,
-                     const std::vector<pool::EvictionCandidate>* candidates, std::uintptr_t keep_begin,
-                     std::uintptr_t keep_end);
+  std::size_t commit(std::size_t pages, pool::LiveBlocks* live, const std::vector<pool::EvictionCandidate>* candidates,
+                     std::uintptr_t keep_begin, std::uintptr_t keep_end);
   void discard_precopy(std::size_t index);
   [[nodiscard]] bool arriving(std::uint64_t id) const;
   [[nodiscard]] bool in_current_launch(std::uint64_t id) const;

@@ -137,7 +137,7 @@ TEST_F(StreamFencesTest, AFailedEventCallIsNeverReadAsFinished) {
   gate.release();
   ASSERT_EQ(api().streamSynchronize(first_), CUDA_SUCCESS);
   testing::sim_control<decltype(&tidepool_sim_inject_fault)>("tidepool_sim_inject_fault")("cuEventQuery", 1,
-                                                                                           CUDA_ERROR_UNKNOWN);
+                                                                                          CUDA_ERROR_UNKNOWN);
   EXPECT_FALSE(fences_->query(key_of(first_), epoch, kNoPendingWork, false));
   EXPECT_FALSE(fences_->finished(key_of(first_), epoch));
   testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")();
