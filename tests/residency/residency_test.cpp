@@ -317,6 +317,45 @@ class Residency : public ::testing::Test {
     return launch_scanned(check_function(), params);
   }
 
+  // A training-like step of scanned launches: `layers` activations filled
+  // forward, each checked by the next layer; then backward, each activation
+  // checked (and, with `rewrite`, rewritten and checked again), a gradient
+  // filled from the one above, and blocks freed after their last use.
+  void learned_step(int step, int layers, std::size_t bytes, bool rewrite = false) {
+    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
+    std::vector<std::uintptr_t> activation;
+    for (int i = 0; i < layers; ++i) {
+      auto got = allocator_->allocate(bytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
+      activation.push_back(got.value());
+      if (i > 0) {
+        ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], bytes, seed(i - 1, 0)), CUDA_SUCCESS);
+      }
+      ASSERT_EQ(scanned_slow_fill(activation.back(), bytes, seed(i, 0)), CUDA_SUCCESS);
+    }
+    std::uintptr_t upper = 0;
+    for (int i = layers - 1; i >= 0; --i) {
+      auto gradient = allocator_->allocate(bytes, 0, false);
+      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
+      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
+      ASSERT_EQ(scanned_check(a, bytes, seed(i, 0)), CUDA_SUCCESS);
+      if (rewrite) {
+        ASSERT_EQ(scanned_slow_fill(a, bytes, seed(i, 2)), CUDA_SUCCESS);
+        ASSERT_EQ(scanned_check(a, bytes, seed(i, 2)), CUDA_SUCCESS);
+      }
+      if (upper != 0) {
+        ASSERT_EQ(scanned_check(upper, bytes, seed(i + 1, 1)), CUDA_SUCCESS);
+      }
+      ASSERT_EQ(scanned_slow_fill(gradient.value(), bytes, seed(i, 1)), CUDA_SUCCESS);
+      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
+      if (upper != 0) {
+        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+      }
+      upper = gradient.value();
+    }
+    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+  }
+
   CUresult scanned_layer(LayerArgs args) {
     void* params[] = {&args.in_a,   &args.in_b,   &args.out,      &args.count,
                       &args.seed_a, &args.seed_b, &args.seed_out, &args.errors};
@@ -410,34 +449,7 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
   constexpr int kSettledFrom = 4;  // the schedule is found in step 1; step 2 and 3 learn its demand
   for (int step = 0; step < kSteps; ++step) {
     if (step == kSettledFrom) settled = allocator_->residency()->stats();
-    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
-    std::vector<std::uintptr_t> activation;
-    for (int i = 0; i < kLayers; ++i) {
-      auto got = allocator_->allocate(kBytes, 0, false);
-      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
-      activation.push_back(got.value());
-      if (i > 0) {
-        ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], kBytes, seed(i - 1, 0)), CUDA_SUCCESS);
-      }
-      ASSERT_EQ(scanned_slow_fill(activation.back(), kBytes, seed(i, 0)), CUDA_SUCCESS);
-    }
-    std::uintptr_t upper = 0;
-    for (int i = kLayers - 1; i >= 0; --i) {
-      auto gradient = allocator_->allocate(kBytes, 0, false);
-      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
-      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
-      ASSERT_EQ(scanned_check(a, kBytes, seed(i, 0)), CUDA_SUCCESS);
-      if (upper != 0) {
-        ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
-      }
-      ASSERT_EQ(scanned_slow_fill(gradient.value(), kBytes, seed(i, 1)), CUDA_SUCCESS);
-      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
-      if (upper != 0) {
-        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
-      }
-      upper = gradient.value();
-    }
-    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+    ASSERT_NO_FATAL_FAILURE(learned_step(step, kLayers, kBytes));
   }
   ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
   EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
@@ -466,39 +478,7 @@ TEST_F(Residency, NoKernelWritesPagesAPrecopyIsStillReading) {
   BudgetWatch watch;
   constexpr int kSteps = 5;
   for (int step = 0; step < kSteps; ++step) {
-    const bool rewrite = step == kSteps - 1;
-    const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
-    std::vector<std::uintptr_t> activation;
-    for (int i = 0; i < kLayers; ++i) {
-      auto got = allocator_->allocate(kBytes, 0, false);
-      ASSERT_TRUE(got.ok()) << "step " << step << " layer " << i << ": " << got.status().message();
-      activation.push_back(got.value());
-      if (i > 0) {
-        ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], kBytes, seed(i - 1, 0)), CUDA_SUCCESS);
-      }
-      ASSERT_EQ(scanned_slow_fill(activation.back(), kBytes, seed(i, 0)), CUDA_SUCCESS);
-    }
-    std::uintptr_t upper = 0;
-    for (int i = kLayers - 1; i >= 0; --i) {
-      auto gradient = allocator_->allocate(kBytes, 0, false);
-      ASSERT_TRUE(gradient.ok()) << "step " << step << " backward " << i << ": " << gradient.status().message();
-      const std::uintptr_t a = activation[static_cast<std::size_t>(i)];
-      ASSERT_EQ(scanned_check(a, kBytes, seed(i, 0)), CUDA_SUCCESS);
-      if (rewrite) {
-        ASSERT_EQ(scanned_slow_fill(a, kBytes, seed(i, 2)), CUDA_SUCCESS);
-        ASSERT_EQ(scanned_check(a, kBytes, seed(i, 2)), CUDA_SUCCESS);
-      }
-      if (upper != 0) {
-        ASSERT_EQ(scanned_check(upper, kBytes, seed(i + 1, 1)), CUDA_SUCCESS);
-      }
-      ASSERT_EQ(scanned_slow_fill(gradient.value(), kBytes, seed(i, 1)), CUDA_SUCCESS);
-      ASSERT_TRUE(allocator_->deallocate(a, 0, false).ok());
-      if (upper != 0) {
-        ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
-      }
-      upper = gradient.value();
-    }
-    ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
+    ASSERT_NO_FATAL_FAILURE(learned_step(step, kLayers, kBytes, /*rewrite=*/step == kSteps - 1));
   }
   ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
   EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
