@@ -137,7 +137,7 @@ TEST(HtmlReport, HostileTraceNamesAreEscapedAndCannotEndTheData) {
   testing::TraceBuilder b;
   b.step({kMiB, 2 * kMiB});
   const auto results = replay_all({{path, b.events()}}, {"pytorch_rules"});
-  RunInfo run;
+  ReportRun run;
   run.argv = {"tidepool-replay", path};
   const std::string html = html_report(results, run);
   EXPECT_EQ(html.find("<img src=x"), std::string::npos);
@@ -156,7 +156,7 @@ TEST(HtmlReport, HostileTraceNamesAreEscapedAndCannotEndTheData) {
 
 TEST(HtmlReport, NothingOnThePagePointsOffIt) {
   const auto results = replay_all({{"one.csv", training_trace(3)}}, {"best_fit", "rmm_pool"});
-  RunInfo run;
+  ReportRun run;
   run.options = {{"conf", "see https://example.invalid/x"}};  // text the user gave, shown, never a link
   std::string html = html_report(results, run);
   const std::string given = "see https://example.invalid/x";
@@ -205,7 +205,7 @@ TEST(HtmlReport, FailuresAndTheBudgetReachTheData) {
 
 TEST(HtmlReport, ShowsTheRunsMetadata) {
   std::vector<Result> results = {made_up("/data/trace one.csv", "alpha", 0.9, 0)};
-  RunInfo run;
+  ReportRun run;
   run.version = "9.8.7";
   run.argv = {"tidepool-replay", "--device-limit", "8GiB", "/data/trace one.csv"};
   run.date = "2024-06-01T12:34:56Z";
@@ -221,7 +221,7 @@ TEST(HtmlReport, ShowsTheRunsMetadata) {
   }
 }
 
-TEST(RunInfo, TakesTheCommandLineAndTheOptionsThatChangeTheFigures) {
+TEST(ReportRun, TakesTheCommandLineAndTheOptionsThatChangeTheFigures) {
   const char* argv[] = {"tidepool-replay", "--frees", "device", "x.csv"};
   TargetOptions target;
   target.frees = FreeMode::device;
@@ -229,7 +229,7 @@ TEST(RunInfo, TakesTheCommandLineAndTheOptionsThatChangeTheFigures) {
   target.conf = "policy:best_fit";
   ReplayOptions replay;
   replay.step_count = 3;
-  const RunInfo run = make_run_info(4, argv, target, replay);
+  const ReportRun run = make_report_run(4, argv, target, replay);
   EXPECT_EQ(run.argv, (std::vector<std::string>{"tidepool-replay", "--frees", "device", "x.csv"}));
   EXPECT_FALSE(run.version.empty());
   EXPECT_TRUE(std::regex_match(run.date, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"))) << run.date;

@@ -238,7 +238,7 @@ std::string shell_quote(const std::string& arg) {
   return out + "'";
 }
 
-std::string run_section(const RunInfo& run, const std::vector<TraceGroup>& groups,
+std::string run_section(const ReportRun& run, const std::vector<TraceGroup>& groups,
                         const std::vector<std::string>& policies) {
   std::string out = "<section id=\"run\"><h2>Run</h2>\n<dl class=\"run\">";
   const auto item = [&](const std::string& key, const std::string& value) {
@@ -339,7 +339,7 @@ std::string best_list(const std::vector<TraceGroup>& groups) {
 
 }  // namespace
 
-std::string html_report(const std::vector<Result>& results, const RunInfo& run) {
+std::string html_report(const std::vector<Result>& results, const ReportRun& run) {
   const std::vector<TraceGroup> groups = group_by_trace(results);
   std::vector<std::string> policies;
   for (const Result& r : results) {

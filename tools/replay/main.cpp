@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!json) std::printf("%s", table(results).c_str());
-  if (!html.empty() && !write_file(html, html_report(results, make_run_info(argc, argv, target_options, options)))) {
+  if (!html.empty() && !write_file(html, html_report(results, make_report_run(argc, argv, target_options, options)))) {
     std::fprintf(stderr, "tidepool-replay: cannot write %s\n", html.c_str());
     return 1;
   }

@@ -1,4 +1,4 @@
-// make_run_info: the metadata the HTML report shows, taken from this process
+// make_report_run: the metadata the HTML report shows, taken from this process
 // (version, argv, the UTC date, the host) and from the replay's options.
 #include "report_run.hpp"
 
@@ -40,8 +40,8 @@ std::string size_text(std::uint64_t bytes) {
 
 }  // namespace
 
-RunInfo make_run_info(int argc, const char* const* argv, const TargetOptions& target, const ReplayOptions& replay) {
-  RunInfo run;
+ReportRun make_report_run(int argc, const char* const* argv, const TargetOptions& target, const ReplayOptions& replay) {
+  ReportRun run;
   run.version = util::version();
   for (int i = 0; i < argc; ++i) run.argv.emplace_back(argv[i] == nullptr ? "" : argv[i]);
   run.date = utc_now();

@@ -1,6 +1,7 @@
-// RunInfo: what the HTML report says about the run that made it (version,
+// ReportRun: what the HTML report says about the run that made it (version,
 // command line, date, host, the options that shape the figures, the traces)
-// and the options of the Chrome trace. Kept apart from the results so a
+// and the options of the Chrome trace (the JSON report's run object is
+// runtime::RunInfo). Kept apart from the results so a
 // report of the same results is byte-identical when the run is the same.
 #pragma once
 
@@ -19,7 +20,7 @@ struct TraceInfo {
   std::uint64_t events = 0;
 };
 
-struct RunInfo {
+struct ReportRun {
   std::string version;            // empty: this build's
   std::vector<std::string> argv;  // the command line, one element per argument
   std::string date;               // e.g. "2024-06-01T12:34:56Z"; empty: none shown
@@ -31,7 +32,7 @@ struct RunInfo {
 
 // The version, command line, date (now, UTC) and host of this process, and
 // the options of `target` and `replay` that change the figures.
-RunInfo make_run_info(int argc, const char* const* argv, const TargetOptions& target, const ReplayOptions& replay);
+ReportRun make_report_run(int argc, const char* const* argv, const TargetOptions& target, const ReplayOptions& replay);
 
 struct ChromeTraceOptions {
   // Allocation slices over all results, shared evenly; the slices kept for a

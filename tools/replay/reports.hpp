@@ -16,7 +16,7 @@ std::string table(const std::vector<Result>& results);
 std::string json_line(const Result& result);
 // One offline file: the data, the script (report.js) and the style
 // (report.css) inline; nothing is fetched.
-std::string html_report(const std::vector<Result>& results, const RunInfo& run = {});
+std::string html_report(const std::vector<Result>& results, const ReportRun& run = {});
 // Live and reserved counters, allocation slices per stream (when the results
 // recorded lifetimes), out-of-memory and budget markers; one process per result.
 std::string chrome_trace(const std::vector<Result>& results, const ChromeTraceOptions& options = {});
