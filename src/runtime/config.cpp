@@ -299,41 +299,21 @@ std::string check_device_limit(const Config& config, int device, std::uint64_t d
   return line;
 }
 
-namespace {
-
-// One value as describe() writes it, by the type of its Config field.
-std::string describe_value(const std::optional<util::SizeSpec>& limit) {
-  if (!limit) return "device";
-  if (!limit->is_percent) return std::to_string(limit->bytes) + "B";
-  char percent[32];
-  std::snprintf(percent, sizeof(percent), "%g%%", limit->percent);
-  return percent;
-}
-std::string describe_value(const std::string& text) { return text; }
-std::string describe_value(bool on) { return on ? "on" : "off"; }
-std::string describe_value(std::uint64_t bytes) { return std::to_string(bytes); }
-std::string describe_value(unsigned percent) { return std::to_string(percent) + "%"; }
-std::string describe_value(PrefetchMode mode) {
-  static constexpr const char* kNames[] = {"off", "hints", "launch", "learn"};
-  return kNames[static_cast<int>(mode)];
-}
-std::string describe_value(LogLevel level) {
-  static constexpr const char* kNames[] = {"off", "error", "warn", "info", "debug", "trace"};
-  return kNames[static_cast<int>(level)];
-}
-
-}  // namespace
-
 std::string describe(const Config& config) {
-  // Every row of the table, in its order: a new key is described with no edit here.
-  std::string out;
-#define TIDEPOOL_DESCRIBE_OPTION(name, kind, default_value, description) \
-  out += (out.empty() ? "" : ",");                                       \
-  out += #name ":";                                                      \
-  out += describe_value(config.name);
-  TIDEPOOL_OPTIONS(TIDEPOOL_DESCRIBE_OPTION)
-#undef TIDEPOOL_DESCRIBE_OPTION
-  return out;
+  std::string limit = "device";
+  if (config.device_limit) {
+    limit = config.device_limit->is_percent ? std::to_string(config.device_limit->percent) + "%"
+                                            : std::to_string(config.device_limit->bytes) + "B";
+  }
+  static constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
+  static constexpr const char* kPrefetchNames[] = {"off", "hints", "launch", "learn"};
+  return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
+         ",host_cache:" + std::to_string(config.host_cache) + ",evict_policy:" + config.evict_policy +
+         ",prefetch:" + kPrefetchNames[static_cast<int>(config.prefetch)] +
+         ",free_barrier:" + (config.free_barrier ? "on" : "off") + ",small_size:" + std::to_string(config.small_size) +
+         ",hold_slack:" + std::to_string(config.hold_slack) + "%,report:" + config.report + ",trace:" + config.trace +
+         ",log:" + kLevelNames[static_cast<int>(config.log)] + ",log_file:" + config.log_file +
+         ",cuda_lib:" + config.cuda_lib;
 }
 
 std::string options_markdown() {

@@ -1,8 +1,7 @@
 // The one table of TIDEPOOL_CONF keys. Each row is
 //   X(key, kind, default, description)
-// and everything else (the Config fields' defaults, the parser, describe(),
-// `--help` of tidepool-run and docs/configuration.md) is generated from
-// these rows.
+// and everything else (the Config fields' defaults, the parser, `--help` of
+// tidepool-run and docs/configuration.md) is generated from these rows.
 // Adding an option is one row here plus the field it fills in config.hpp
 // (and, for an allocator option, its line in allocator_options()). The
 // option structs of the layers below (pool::PoolOptions,

@@ -176,27 +176,6 @@ TEST(Config, TheOptionStructsBelowTheRuntimeDefaultAsTheTableDoes) {
   EXPECT_EQ(allocator_options(parse_config("device_limit:50%"), 0).device_limit, 0u);
 }
 
-TEST(Config, DescribeNamesEveryKeyOfTheTableInItsOrder) {
-  const std::string defaults = describe(parse_config(""));
-  EXPECT_EQ(defaults,
-            "device_limit:device,policy:best_fit,evict:off,host_cache:0,evict_policy:lru,prefetch:hints,"
-            "free_barrier:on,small_size:131072,hold_slack:3%,report:,trace:,log:warn,log_file:,cuda_lib:");
-  std::size_t at = 0;
-  for (const OptionInfo* o = options_begin(); o != options_end(); ++o) {
-    const std::size_t found = defaults.find(std::string(o->key) + ":", at);
-    ASSERT_NE(found, std::string::npos) << o->key;
-    at = found + 1;
-  }
-  // One key changed changes its item only.
-  const std::string one = describe(parse_config("device_limit:50%,prefetch:learn,log:debug"));
-  EXPECT_NE(one.find("device_limit:50%,"), std::string::npos) << one;
-  EXPECT_NE(one.find(",prefetch:learn,"), std::string::npos) << one;
-  EXPECT_NE(one.find(",log:debug,"), std::string::npos) << one;
-  EXPECT_EQ(one.size(), defaults.size() - std::string("device").size() + std::string("50%").size() -
-                            std::string("hints").size() + std::string("learn").size() - std::string("warn").size() +
-                            std::string("debug").size());
-}
-
 TEST(Config, OptionsTableGeneratesHelpAndMarkdown) {
   const std::string markdown = options_markdown();
   const std::string help = options_help();
