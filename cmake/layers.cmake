@@ -6,7 +6,7 @@
 # tools, bench) and the tests see all of src/ through it.
 #
 # tidepool_layer(NAME [BELOW LAYER...]) in src/NAME/CMakeLists.txt makes the
-# target tidepool_NAME from every .cpp of the folder.
+# target tidepool_NAME from every .cpp of the folder and its subfolders.
 
 # The view of src/ for `name` seeing `visible`; its path in `out`.
 function(tidepool_layer_view name out)
@@ -27,7 +27,7 @@ endfunction()
 function(tidepool_layer name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "BELOW")
   tidepool_layer_view(${name} view ${arg_BELOW} ${name})
-  file(GLOB sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${name}/*.cpp")
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${name}/*.cpp")
   add_library(tidepool_${name} OBJECT ${sources})
   target_include_directories(tidepool_${name} PRIVATE "${view}")
   target_link_libraries(tidepool_${name} PRIVATE tidepool_cuda_headers tidepool_logging_deps

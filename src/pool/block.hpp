@@ -46,4 +46,25 @@ struct Block {
   std::uint32_t priority = 0;
 };
 
+// Whether the work pending on free block `b` is known finished; if so it is
+// marked so (kNoPendingWork). Asks the driver nothing.
+inline bool settle(Block& b, const order::StreamFences& fences) {
+  if (b.stream == kNoPendingWork) return true;
+  if (!fences.finished(b.stream, b.free_epoch)) return false;
+  b.stream = kNoPendingWork;
+  return true;
+}
+
+// settle(), and failing that, asks the driver (order::StreamFences::query):
+// waits only when the block's stream is `may_wait_for` (the requesting
+// stream's own earlier work), or, `wait_for_barrier`, for the work before the
+// device barrier a block put back behind one came back with.
+inline bool settle_by_query(Block& b, order::StreamFences& fences, std::uintptr_t may_wait_for,
+                            bool wait_for_barrier = false) {
+  if (settle(b, fences)) return true;
+  if (!fences.query(b.stream, b.free_epoch, may_wait_for, wait_for_barrier)) return false;
+  b.stream = kNoPendingWork;
+  return true;
+}
+
 }  // namespace tidepool::pool

@@ -1,10 +1,13 @@
 // Pool: the allocation ladder. See pool.hpp for the design; each concern it
 // climbs through has a file of its own, with its invariant at the top:
-//   split_coalesce.cpp   carving blocks out of free ones, merging on free
+//   arena.*              carving blocks out of free ones, merging on free
+//   live_set.*           the live blocks: lookups, buffer ids, the use clock
+//   segments.*           the VA reservations blocks are carved from
 //   stream_fences.cpp    when a block freed in stream order may be reused (the
 //                        per-stream bookkeeping is order::StreamFences)
 //   deferred_frees.hpp   when a block freed with cudaFree semantics may be
-//   page_reclaim.cpp     which idle pages stitching takes, and trimming
+//   stitcher.*           which idle pages stitching takes, and how many to hold
+//   pool_trim.cpp        giving pages and chunks back to the driver
 //   pool_queries.cpp     lookups, statistics and snapshots
 //
 // Fast path (allocate): round, policy->choose, carve, insert into the live
@@ -14,7 +17,6 @@
 #include "pool/pool.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -24,14 +26,6 @@
 namespace tidepool::pool {
 
 using order::stream_keys::stream_key;
-
-namespace {
-
-// Buffer ids: the top bit keeps them apart from the driver's own (small
-// counters), the next 15 bits name the pool, the rest count its allocations.
-std::atomic<std::uint64_t> next_pool_serial{0};
-
-}  // namespace
 
 util::Result<std::unique_ptr<Pool>> Pool::create(const driver::Driver& driver, space::AddressSpace& space,
                                                  CUcontext context, order::StreamRegistry& streams,
@@ -51,10 +45,7 @@ Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext c
       policy_(std::move(policy)),
       registry_(streams),
       events_(driver.api()),
-      deferred_(driver.api(), context, streams, events_) {
-  const std::uint64_t serial = next_pool_serial.fetch_add(1) & 0x7fff;
-  buffer_id_base_ = (std::uint64_t{1} << 63) | (serial << 48);
-}
+      deferred_(driver.api(), context, streams, events_) {}
 
 Pool::~Pool() {
   std::lock_guard<util::SpinLock> guard(lock_);
@@ -65,7 +56,7 @@ Pool::~Pool() {
   barrier_fences_.clear();
   if (fences_.unsynchronized() && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
   events_.clear();
-  for (auto& segment : segments_) (void)space_.unreserve(segment->reservation);
+  segments_.for_each([this](const Segment& segment) { (void)space_.unreserve(segment.reservation); });
 }
 
 std::string_view Pool::policy_name() const { return policy_->name(); }
@@ -97,10 +88,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
     return error.ok() ? util::Status(util::Error::out_of_memory, "out of device memory") : error;
   }
   block->requested = size;
-  block->buffer_id = buffer_id_base_ | ++next_buffer_id_;
-  live_.insert(block->address, block);
-  block->last_use = ++use_clock_;
-  block->keep_resident = false;
+  live_.add(block);
   // Memory handed out lives on the device: host pages left under a freed
   // block come back before the new owner can queue work on them.
   if (mover_ != nullptr && space_.host_pages() > 0) {
@@ -119,7 +107,7 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
   Block* block = climb_ladder(arena_id, rounded, stream, ordered, error);
   // Blocks whose pending work could not be fenced go back; a later request
   // may find them finished.
-  for (Block* set_aside : unsafe_) release_to_index(arena_of(set_aside), set_aside);
+  for (Block* set_aside : unsafe_) arena_of(set_aside).release(set_aside);
   unsafe_.clear();
   return block;
 }
@@ -208,8 +196,8 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
 
 Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                        Miss* miss, bool promoted) {
-  Request request{rounded, stream, &arena == &arenas_[0], sequence_++};
-  Block* chosen = policy_->choose(arena.index, request);
+  Request request{rounded, stream, arena.id() == 0, sequence_++};
+  Block* chosen = policy_->choose(arena.index(), request);
   if (chosen == nullptr) {
     *miss = Miss{.no_fit = true, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
     *error = util::Status(util::Error::out_of_memory, "no free block fits");
@@ -236,14 +224,16 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // Stitch before growing: idle cached pages elsewhere back this range
     // before any new physical memory is created, so what the pool holds
     // tracks what is live rather than the history of its layout, except for
-    // the growth the layout has shown it needs (page_reclaim.cpp). Within
+    // the growth the layout has shown it needs (stitcher.hpp). Within
     // that growth each place keeps pages of its own; beyond it, pages parked
     // here come back first, at no driver cost.
-    const std::size_t growth_room = learned_growth_room(reservation, begin, rounded);
+    const std::size_t growth_room = stitcher_.growth_room(reservation, begin, rounded, stats_.peak_live_bytes);
     const auto short_of_pages = [&] { return missing > space_.spare_pages() + growth_room; };
     if (options_.stitch_before_grow && space_.uses_vmm() && short_of_pages()) {
       driver::ScopedContext scope(api_, context_);
-      if (space_.parks_pages()) free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
+      if (space_.parks_pages()) {
+        stitcher_.free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
+      }
       // No context synchronisation here, where the budget still has room:
       // pages under stream-ordered frees are taken once their stream is past
       // them, waiting only for the requesting stream's own earlier work.
@@ -275,7 +265,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       return nullptr;
     }
   }
-  Block* block = carve(arena, chosen, rounded, request);
+  Block* block = arena.carve(chosen, rounded, request);
   if (util::Status s = make_stream_safe(block, stream, ordered); !s) {
     // Not known to be safe: set it aside (out of the index, merged with
     // nothing) and let the request look elsewhere.
@@ -295,7 +285,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   if (address == 0) return util::Status::success();
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.erase(address);
+  Block* block = live_.remove(address);
   if (block == nullptr) {
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
@@ -307,7 +297,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
         refused = driver::check(api_.streamSynchronize(reinterpret_cast<CUstream>(key)), "cuStreamSynchronize");
       }
       if (!refused) {
-        live_.insert(address, block);  // refused: the block stays allocated
+        live_.restore(block);  // refused: the block stays allocated
         return refused;
       }
       settled = true;
@@ -323,13 +313,13 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   block->freed_at = stats_.allocations;
   if (settled) {
     block->stream = kNoPendingWork;
-    release_to_index(arena_of(block), block);
+    arena_of(block).release(block);
     return util::Status::success();
   }
   if (ordered) {
     block->stream = key;
     block->free_epoch = fences_.freed();
-    release_to_index(arena_of(block), block);
+    arena_of(block).release(block);
     return util::Status::success();
   }
   block->is_free = true;
@@ -368,7 +358,7 @@ bool Pool::promote_deferred(DeferredFrees::Wait wait) {
   if (deferred_.empty()) return false;
   const std::size_t promoted = deferred_.promote(wait, [this](Block* b) {
     b->stream = kNoPendingWork;
-    release_to_index(arena_of(b), b);
+    arena_of(b).release(b);
   });
   stats_.deferred_bytes = deferred_.bytes();
   return promoted > 0;
@@ -390,27 +380,12 @@ util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes
   }
   auto reservation = space_.reserve(bytes);
   if (!reservation) return reservation.status();
-  auto segment = std::make_unique<Segment>();
-  segment->reservation = reservation.value();
-  segment->arena = arena_id;
-  Block* block = blocks_.make();
-  block->address = segment->reservation->base();
-  block->size = segment->reservation->size();
-  block->segment = segment.get();
-  block->stream = kNoPendingWork;
-  block->is_free = true;
-  segment->first = block;
-  arena.segments.push_back(segment.get());
-  // Segments only grow the span (a trimmed chunk leaves it wide): the span
-  // is a pre-check, and a stale one costs a locked lookup, never an answer.
-  if (block->address < span_begin_.load(std::memory_order_relaxed)) {
-    span_begin_.store(block->address, std::memory_order_relaxed);
-  }
-  if (block->address + block->size > span_end_.load(std::memory_order_relaxed)) {
-    span_end_.store(block->address + block->size, std::memory_order_relaxed);
-  }
-  segments_.push_back(std::move(segment));
-  arena.index.insert(block);
+  Block* whole = blocks_.make();
+  whole->address = reservation.value()->base();
+  whole->size = reservation.value()->size();
+  whole->stream = kNoPendingWork;
+  whole->is_free = true;
+  arena.add(segments_.add(reservation.value(), whole, arena_id));
   return util::Status::success();
 }
 
@@ -421,9 +396,9 @@ void Pool::set_page_mover(PageMover* mover) {
 
 util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) {
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_block_at(address);
+  Block* block = live_.at(address);
   if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
-  block->last_use = ++use_clock_;
+  live_.mark_used(block);
   if (mover_ == nullptr || space_.host_pages() == 0) return util::Status::success();
   const std::uintptr_t end = block->address + block->size;
   const std::uintptr_t last = bytes > end - address ? end : address + bytes;
@@ -464,9 +439,9 @@ bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::si
   *host_pages = 0;
   *still_on_host = 0;
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_block_at(address);
+  Block* block = live_.at(address);
   if (block == nullptr) return false;
-  block->last_use = ++use_clock_;
+  live_.mark_used(block);
   if (used != nullptr) *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   mover_->before_use(block->buffer_id, stream);
@@ -494,7 +469,7 @@ Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::
   for (std::size_t i = 0; i < count; ++i) {
     // Freed since the scan (another thread): its pages are no longer this
     // launch's to bring back.
-    Block* block = live_block_at(blocks[i].address);
+    Block* block = live_.at(blocks[i].address);
     if (block == nullptr || block->buffer_id != blocks[i].buffer_id) continue;
     space::Reservation& r = *block->segment->reservation;
     const std::size_t on_host = host_pages_in(r, block->address, block->size);
@@ -518,7 +493,7 @@ void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::siz
 }
 
 bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const {
-  const Block* b = pool_.live_block_at(address);
+  const Block* b = pool_.live_.at(address);
   if (b == nullptr || b->address != address || b->segment->reservation->is_chunk()) return false;
   *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id};
   return !b->keep_resident;
@@ -531,17 +506,7 @@ std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t
 }
 
 void Pool::LiveView::candidates(std::vector<EvictionCandidate>* out) const {
-  out->clear();
-  for (const auto& segment : pool_.segments_) {
-    if (segment->reservation->is_chunk()) continue;
-    for (const Block* b = segment->first; b != nullptr; b = b->next) {
-      if (b->is_free || b->requested == 0 || b->keep_resident) continue;
-      if (pool_.spared_from_ != 0 && b->last_use >= pool_.spared_from_) continue;
-      const auto [first, end] = segment->reservation->whole_pages(b->address, b->size);
-      if (first == end) continue;  // shares every page it touches: never evicted
-      out->push_back({b->address, b->size, segment->reservation, b->last_use, b->buffer_id});
-    }
-  }
+  pool_.live_.eviction_candidates(pool_.spared_from_, out);
 }
 
 std::size_t Pool::evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end) {
@@ -563,7 +528,7 @@ std::size_t Pool::evictable_device_pages() {
 
 util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advice) {
   std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_block_at(address);
+  Block* block = live_.at(address);
   if (block == nullptr) return {util::Error::invalid_value, "pointer is not inside a live tidepool allocation"};
   const std::uintptr_t end = bytes > UINTPTR_MAX - address ? UINTPTR_MAX : address + std::max<std::size_t>(bytes, 1);
   util::Status result;
@@ -577,7 +542,7 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
         break;
       case Advice::keep_resident: b->keep_resident = true; [[fallthrough]];
       case Advice::will_need:
-        b->last_use = ++use_clock_;
+        live_.mark_used(b);
         if (mover_ != nullptr && space_.host_pages() > 0) {
           if (auto s = bring_back_locked(*b->segment->reservation, b->address, b->size, kNoPendingWork);
               !s && result.ok()) {

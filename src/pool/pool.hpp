@@ -1,62 +1,41 @@
-// Pool: best-fit device memory over virtual-memory segments, for one device.
+// Pool: device memory for one device, as a composition of parts that each
+// own their state:
+//   Segments   the VA reservations blocks are carved from (segments.hpp)
+//   Arena      small and large requests' free blocks: carving, merging (arena.hpp)
+//   LiveSet    blocks handed out: lookups, buffer ids, the use clock (live_set.hpp)
+//   Stitcher   idle pages taken from elsewhere to back a range (stitcher.hpp)
+//   DeferredFrees, order::StreamFences  when freed memory may be reused
+// The pool itself is the ladder that climbs through them (pool.cpp): place a
+// request (a placement policy chooses, the arena carves, the space backs the
+// pages beneath), and when that fails, promote deferred frees, grow, stitch,
+// and, with a PageMover set, evict live blocks' pages to the host.
 //
-// Blocks are 512-byte-granular sub-ranges of segments (VA reservations), kept
-// next to each other; physical pages are mapped only under blocks in use or
-// cached free. Small requests (<= small_size) live in their own arena so they
-// never pin pages of the large arena. A placement policy picks the free block;
-// the pool splits it, coalesces on free, and asks the space layer to back the
-// pages beneath.
-//
-// Reuse is never on a guess. Two rules decide when a freed block may go to new
-// work:
+// Reuse is never on a guess:
 //  - cudaFree semantics (deallocate with ordered=false): DeferredFrees holds
-//    the block until it can go back safely. Under a complete stream registry
-//    (the preload) the pool puts a batch back behind a device barrier
-//    (order::StreamRegistry::device_barrier): every stream's later work is ordered
-//    after all work queued before, on the device, and the host never waits;
-//    the blocks carry kAfterBarrier, so only unmapping their pages waits for
-//    the barrier to finish. Otherwise (no registry, a capture in progress, a
-//    failed call) the block waits until a fence over every stream of the
-//    context has finished (order/free_fences.hpp states the rule and why it
-//    covers every stream).
-//  - Stream order (ordered=true on stream s): the block is reusable on s at
-//    once. Another stream t first waits on an event recorded on s after the
-//    free (cuStreamWaitEvent, no host wait); a cudaMalloc-style request waits
-//    on the host. Streams are keyed so that CU_STREAM_PER_THREAD is a stream
-//    per thread; a per-thread stream of another thread is fenced through the
-//    legacy stream, which waits for every blocking stream. Free neighbours
-//    with work pending on different streams are not coalesced, so every free
-//    block has at most one stream to wait for.
-// Any fence call that fails (other than "not ready") falls back to a context
-// synchronisation, and when that is impossible (a capture is in progress) or
-// fails too, the block stays out of circulation and the request looks
-// elsewhere.
+//    the block. Under a complete stream registry a batch goes back behind a
+//    device barrier (order::StreamRegistry::device_barrier), with no host
+//    wait; otherwise once a fence over every stream of the context has
+//    finished (order/free_fences.hpp).
+//  - Stream order (ordered=true on stream s): reusable on s at once; another
+//    stream first waits on an event recorded on s after the free (no host
+//    wait); a cudaMalloc-style request waits on the host (stream_fences.cpp).
+// A fence that fails falls back to a context synchronisation, never during a
+// capture; when that is impossible the block stays out of circulation.
+//
+// Freed memory is reused before new memory is created: a range over unmapped
+// pages first takes the deferred frees back, then idle pages from elsewhere
+// (the Stitcher), and creates pages only for the rest, so a training loop
+// settles into a layout with no VMM calls. Out of budget, it waits for
+// outstanding fences, stitches with a context synchronisation if it must,
+// evicts if it may, and fails with out_of_memory leaving the pool usable.
 //
 // Stream handles are checked with the driver the first time the pool meets
-// them (cuStreamGetCtx), never on a cached allocation; a destroyed or bogus
-// handle is invalid_handle and changes nothing. Destroyed streams are told to
-// the pool (stream_destroyed): blocks still pending on them move to the
-// deferred frees, behind the event the order::StreamRegistry recorded on them.
+// them, never on a cached allocation; a bogus handle is invalid_handle and
+// changes nothing. Blocks still pending on a destroyed stream join the
+// deferred frees (stream_destroyed).
 //
-// Freed memory is reused before new memory is created. An allocation whose
-// range lies over unmapped pages first waits for cudaFree frees still fenced
-// (the wait cudaFree itself makes, paid only here), then backs the range with
-// idle pages unmapped from elsewhere (stitching, longest idle first), and
-// creates pages only for the rest. Pages stitching takes stay mapped where
-// they were (parked, space/physical_page.hpp): a range that comes back to
-// them while they are idle elsewhere gets them back with no driver call, so
-// a layout that rotates pages between places settles. Stitching would move the same pages back
-// and forth every training step when the layout needs more pages than the
-// pool holds; a page it took and then needs again teaches the pool to hold
-// that many more (pages_to_hold_), up to hold_slack_percent over the peak
-// live bytes (at least one page), so a training loop settles into a layout
-// with no VMM calls.
-// Out of budget, it then waits for outstanding fences, stitches with a
-// context synchronisation if it must, and fails with out_of_memory leaving
-// the pool usable.
-//
-// Thread-safety: one lock (`lock_`) protects all state below. It is held for
-// the whole of allocate/deallocate, including slow-path driver calls. Only the
+// Thread-safety: one lock (`lock_`) protects all state below, held for the
+// whole of each call, slow-path driver calls included. Only the
 // order::StreamRegistry's lock is ever taken inside it.
 #pragma once
 
@@ -75,23 +54,21 @@
 
 #include "driver/driver.hpp"
 #include "order/order.hpp"
+#include "pool/arena.hpp"
 #include "pool/block.hpp"
 #include "pool/block_store.hpp"
 #include "pool/deferred_frees.hpp"
 #include "pool/free_index.hpp"
+#include "pool/live_set.hpp"
 #include "pool/page_mover.hpp"
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
+#include "pool/segments.hpp"
 #include "pool/size_classes.hpp"
+#include "pool/stitcher.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::pool {
-
-struct Segment {
-  space::Reservation* reservation = nullptr;
-  Block* first = nullptr;  // the block at the segment's base address
-  int arena = 0;
-};
 
 struct PoolOptions {
   std::string policy = "best_fit";
@@ -215,14 +192,9 @@ class Pool {
   enum class Advice { will_need, wont_need, keep_resident };
   // For launch scans, without the lock: whether `address` lies within the
   // span of this pool's segments (a pre-check; use_for_launch decides).
-  [[nodiscard]] bool may_own(std::uintptr_t address) const noexcept {
-    return address >= span_begin_.load(std::memory_order_relaxed) &&
-           address < span_end_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] bool may_own(std::uintptr_t address) const noexcept { return segments_.may_contain(address); }
   // [begin, end) of may_own as of now (the span only grows).
-  [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> span() const noexcept {
-    return {span_begin_.load(std::memory_order_relaxed), span_end_.load(std::memory_order_relaxed)};
-  }
+  [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> span() const noexcept { return segments_.span(); }
   // A kernel launch passes `address`: the live block holding it is marked
   // used. `bring_back`: its pages on the host come back now, before work
   // queued later (on any stream); otherwise the caller brings them back with
@@ -281,11 +253,6 @@ class Pool {
   [[nodiscard]] std::vector<BlockView> snapshot() const;
 
  private:
-  struct Arena {
-    FreeIndex index;
-    std::vector<Segment*> segments;
-  };
-
   Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext context, order::StreamRegistry& streams,
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
@@ -309,21 +276,8 @@ class Pool {
   // not promoted again.
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                    Miss* miss, bool promoted = false);
-  Block* carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request);
-  void release_to_index(Arena& arena, Block* block);
-  void absorb(Block* low, Block* high);
-  bool mergeable(Block* a, Block* b);
   util::Status add_segment(Arena& arena, int arena_id, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
-  // Whether the work pending on a free block is known finished; if so the
-  // block is marked so (kNoPendingWork).
-  bool settle(Block* block);
-  // settle(), and failing that, asks the driver: queries the stream's record
-  // in flight, or records one and queries it. Waits only when the block's
-  // stream is `may_wait_for` (the requesting stream's own earlier work), or,
-  // `wait_for_barrier`, for the work before the device barrier a block put
-  // back behind one came back with (not the work queued since).
-  bool settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier = false);
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
   [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;
@@ -337,23 +291,9 @@ class Pool {
   // Whether enough is deferred that it should rejoin the index before the
   // next placement rather than when a request misses.
   [[nodiscard]] bool deferred_worth_promoting() const;
-  // Pages the pool may create for [begin, begin + length) rather than take
-  // by stitching: what needing stitched-away pages again taught it, within
-  // the slack over the peak live bytes. Updates pages_to_hold_.
-  std::size_t learned_growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
-  // For each unmapped page of [begin, begin + length) where a physical page
-  // is still parked: frees that page where it is current now, if it is idle
-  // there, so that backing the range makes it current here at no driver
-  // cost. Returns how many it freed.
-  std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                std::uintptr_t request_stream);
-  // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
-  // `may_synchronize`: may wait for the whole context to free pages under
-  // stream-ordered frees; else those blocks are taken once their stream is
-  // past them, waiting only on `request_stream` (a stream key).
-  // `learn`: mark the pages, so that needing them again teaches the pool to
-  // hold more (pages_to_hold_); a trim does not. `wait_for_barrier`: may also
-  // wait for the work before the barrier a block came back behind.
+  // Stitcher::reclaim. `may_synchronize`: may wait for the whole context to
+  // free pages under stream-ordered frees; else those blocks are taken once
+  // their stream is past them, waiting only on `request_stream`.
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                  bool may_synchronize, std::uintptr_t request_stream, bool learn,
                                  bool wait_for_barrier = false);
@@ -372,19 +312,7 @@ class Pool {
   // Whether no stream-ordered free can still be in use (synchronising if needed).
   bool synchronize_if_needed();
   std::size_t trim_chunks();
-  // The live block whose range holds `address` (a walk of its segment's blocks).
-  [[nodiscard]] Block* live_block_containing(std::uintptr_t address) const;
-  // live_block_containing's cache, under lock_: a hint is trusted only while
-  // live_ still maps its address to it, so a recycled Block is never read
-  // as the block it was.
-  mutable std::array<Block*, 256> containing_hints_{};
-  // A block's start (one hash lookup, the common case) or else the walk.
-  [[nodiscard]] Block* live_block_at(std::uintptr_t address) const {
-    Block* block = live_.find(address);
-    return block != nullptr ? block : live_block_containing(address);
-  }
   Arena& arena_of(const Block* block) { return arenas_[block->segment->arena]; }
-  [[nodiscard]] const Segment* segment_of(const space::Reservation* r) const;
 
   const driver::Driver& driver_;
   const driver::Api& api_;
@@ -394,8 +322,6 @@ class Pool {
   std::unique_ptr<PlacementPolicy> policy_;
   order::StreamRegistry& registry_;
   PageMover* mover_ = nullptr;
-  std::atomic<std::uintptr_t> span_begin_{UINTPTR_MAX};  // the segments' lowest and highest address
-  std::atomic<std::uintptr_t> span_end_{0};
   // What the mover may ask about live blocks from inside a call.
   class LiveView final : public LiveBlocks {
    public:
@@ -408,30 +334,24 @@ class Pool {
    private:
     Pool& pool_;
   };
-  std::uint64_t use_clock_ = 0;                      // residency: ticks at every allocation and hint
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
   // While bring_back_for_launch makes room: blocks used at or after this
   // point of use_clock_ are not evicted (0: none spared).
   std::uint64_t spared_from_ = 0;
 
   mutable util::SpinLock lock_;
-  Arena arenas_[2];
-  std::vector<std::unique_ptr<Segment>> segments_;
-  BlockStore blocks_;
-  util::AddressMap<Block> live_;
   order::EventCache events_;
   order::BarrierFences barrier_fences_{api_, events_};  // when the work before recent device barriers finished
   DeferredFrees deferred_;                              // cudaFree-semantics frees awaiting a fence
   order::StreamFences fences_{api_, context_, registry_, events_, barrier_fences_};  // stream-ordered frees
-  std::uint64_t next_buffer_id_ = 0;
-  std::uint64_t buffer_id_base_ = 0;  // this pool's share of the process-wide id space
+  BlockStore blocks_;
+  Segments segments_;
+  Arena arenas_[2]{{0, blocks_, *policy_, fences_}, {1, blocks_, *policy_, fences_}};  // small, large requests
+  LiveSet live_{segments_};
+  Stitcher stitcher_{space_, segments_, arenas_, fences_, options_.hold_slack_percent};
   std::uint64_t sequence_ = 0;
   bool barrier_failed_ = false;  // the last device barrier could not be made
   std::vector<Block*> unsafe_;   // set aside during one allocation
-  std::vector<Block*> victims_;  // reclaim_idle_pages' scratch
-  // Physical pages the layout has shown it needs: stitching stops taking
-  // pages from elsewhere until the pool holds this many (see try_place).
-  std::size_t pages_to_hold_ = 0;
   PoolStats stats_;
   SizeHistogram size_classes_;
 };

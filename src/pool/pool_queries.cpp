@@ -9,27 +9,24 @@ namespace tidepool::pool {
 
 bool Pool::owns(std::uintptr_t address) const {
   std::lock_guard<util::SpinLock> guard(lock_);
-  return live_.find(address) != nullptr;
+  return live_.starting_at(address) != nullptr;
 }
 
 std::size_t Pool::requested_size(std::uintptr_t address) const {
   std::lock_guard<util::SpinLock> guard(lock_);
-  const Block* b = live_.find(address);
+  const Block* b = live_.starting_at(address);
   return b != nullptr ? b->requested : 0;
 }
 
 bool Pool::in_segments(std::uintptr_t address) const {
   std::lock_guard<util::SpinLock> guard(lock_);
-  for (const auto& segment : segments_) {
-    if (segment->reservation->contains(address)) return true;
-  }
-  return false;
+  return segments_.contains(address);
 }
 
 bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::size_t* size,
                            std::uint64_t* buffer_id) const {
   std::lock_guard<util::SpinLock> guard(lock_);
-  const Block* b = live_block_containing(address);
+  const Block* b = live_.containing(address);
   // The driver knows an allocation only as large as it was asked for.
   if (b == nullptr || address >= b->address + b->requested) return false;
   *base = b->address;
@@ -38,35 +35,13 @@ bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::si
   return true;
 }
 
-Block* Pool::live_block_containing(std::uintptr_t address) const {
-  // A program passes the same interior pointers (views, offsets into a
-  // workspace) launch after launch: the last block found for each 2 MiB
-  // stretch answers again if it is still that live block, and the walk
-  // along a segment's blocks (thousands, in a training run) is paid once.
-  Block*& hint = containing_hints_[(address >> 21) % containing_hints_.size()];
-  if (hint != nullptr && !hint->is_free && hint->requested != 0 && address >= hint->address &&
-      address < hint->address + hint->size && live_.find(hint->address) == hint) {
-    return hint;
-  }
-  for (const auto& segment : segments_) {
-    if (!segment->reservation->contains(address)) continue;
-    for (Block* b = segment->first; b != nullptr; b = b->next) {
-      if (address < b->address || address >= b->address + b->size) continue;
-      if (b->is_free || b->requested == 0) return nullptr;
-      hint = b;
-      return b;
-    }
-  }
-  return nullptr;
-}
-
 std::size_t Pool::servable_bytes(std::size_t driver_free) const {
   std::lock_guard<util::SpinLock> guard(lock_);
   // Whole mapped pages under free blocks can be re-stitched under any range;
   // pages shared with a live block (small blocks) cannot.
   std::size_t idle_pages = 0;
   for (const Arena& arena : arenas_) {
-    arena.index.for_each_by_address([&](const Block* b) {
+    arena.index().for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
       const auto [first, end] = r.whole_pages(b->address, b->size);
@@ -82,7 +57,7 @@ std::size_t Pool::servable_bytes(std::size_t driver_free) const {
     // Chunks: only the largest free block, or a new chunk within the budget.
     std::size_t largest = 0;
     for (const Arena& arena : arenas_) {
-      arena.index.for_each_by_address([&](const Block* b) { largest = std::max(largest, b->size); });
+      arena.index().for_each_by_address([&](const Block* b) { largest = std::max(largest, b->size); });
     }
     return std::max(largest, std::min(budget_left, driver_free));
   }
@@ -114,15 +89,15 @@ PoolStats Pool::stats_locked(bool with_fragmentation) const {
   s.page_releases = space_.counters().releases;
   s.host_pages = space_.host_pages();
   s.live_blocks = live_.size();
-  s.segments = segments_.size();
+  s.segments = segments_.count();
   s.free_bytes = s.reserved_bytes > s.handed_out_bytes ? s.reserved_bytes - s.handed_out_bytes : 0;
-  s.free_blocks = arenas_[0].index.count() + arenas_[1].index.count();
+  s.free_blocks = arenas_[0].index().count() + arenas_[1].index().count();
   if (!with_fragmentation) return s;
   // The largest request servable without new physical memory: a free block's
   // mapped bytes plus whatever spare pages could back the rest of it.
   std::uint64_t largest = 0;
   for (const Arena& arena : arenas_) {
-    arena.index.for_each_by_address([&](const Block* b) {
+    arena.index().for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       std::uint64_t mapped = 0;
       if (r.is_chunk()) {
@@ -157,13 +132,13 @@ SizeHistogram Pool::size_classes() const {
 std::vector<BlockView> Pool::snapshot() const {
   std::lock_guard<util::SpinLock> guard(lock_);
   std::vector<BlockView> out;
-  for (const auto& segment : segments_) {
-    const space::Reservation& r = *segment->reservation;
-    for (const Block* b = segment->first; b != nullptr; b = b->next) {
+  segments_.for_each([&](const Segment& segment) {
+    const space::Reservation& r = *segment.reservation;
+    for (const Block* b = segment.first; b != nullptr; b = b->next) {
       out.push_back(BlockView{b->address, b->size, b->is_free ? 0 : b->requested, r.is_backed(b->address, b->size),
-                              segment->arena});
+                              segment.arena});
     }
-  }
+  });
   return out;
 }
 

@@ -24,20 +24,6 @@ namespace tidepool::pool {
 using order::stream_keys::is_per_thread_key;
 using order::stream_keys::stream_key;
 
-bool Pool::settle(Block* block) {
-  if (block->stream == kNoPendingWork) return true;
-  if (!fences_.finished(block->stream, block->free_epoch)) return false;
-  block->stream = kNoPendingWork;
-  return true;
-}
-
-bool Pool::settle_by_query(Block* block, std::uintptr_t may_wait_for, bool wait_for_barrier) {
-  if (settle(block)) return true;
-  if (!fences_.query(block->stream, block->free_epoch, may_wait_for, wait_for_barrier)) return false;
-  block->stream = kNoPendingWork;
-  return true;
-}
-
 bool Pool::promote_deferred_behind_barrier() {
   if (!options_.free_barrier || deferred_.empty()) return false;
   // While barriers fail (a capture, too many streams), frees are fenced as
@@ -56,7 +42,7 @@ bool Pool::promote_deferred_behind_barrier() {
   deferred_.release_all([&](Block* b) {
     b->stream = kAfterBarrier;
     b->free_epoch = epoch;
-    release_to_index(arena_of(b), b);
+    arena_of(b).release(b);
   });
   stats_.deferred_bytes = deferred_.bytes();
   return true;
@@ -71,7 +57,7 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     return util::Status::success();
   }
   if (ordered && last == stream) return util::Status::success();
-  if (settle(block)) return util::Status::success();
+  if (settle(*block, fences_)) return util::Status::success();
 
   driver::ScopedContext scope(api_, context_);
   bool had_to_wait = false;
@@ -94,14 +80,14 @@ void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   // frees: the registry's event on the dying stream is part of their fence.
   std::vector<Block*> pending;
   for (Arena& arena : arenas_) {
-    arena.index.for_each_by_address([&](const Block* b) {
+    arena.index().for_each_by_address([&](const Block* b) {
       if (b->stream == key) pending.push_back(const_cast<Block*>(b));
     });
   }
   driver::ScopedContext scope(api_, context_);
   for (Block* b : pending) {
-    if (settle(b)) continue;
-    arena_of(b).index.erase(b);
+    if (settle(*b, fences_)) continue;
+    arena_of(b).index().erase(b);
     deferred_.add(b);
   }
   if (!pending.empty()) deferred_.close_batch(/*needs_sync=*/!retired);

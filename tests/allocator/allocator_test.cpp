@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory_info.hpp"
 #include "support/sim_driver.hpp"

@@ -20,7 +20,7 @@ namespace {
 using util::MiB;
 
 // No slack over the peak live bytes: pages that a layout needs at two places
-// move between them rather than the pool growing (page_reclaim.cpp).
+// move between them rather than the pool growing (pool/stitcher.hpp).
 std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit) {
   runtime::AllocatorOptions options;
   options.device_limit = limit;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 #include "residency/eviction_policy.hpp"
 #include "runtime/config.hpp"
 

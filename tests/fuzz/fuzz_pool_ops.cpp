@@ -35,7 +35,7 @@
 #include "driver/context.hpp"
 #include "driver/driver.hpp"
 #include "fuzz_check.hpp"
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 #include "runtime/allocator.hpp"
 #include "util/util.hpp"
 

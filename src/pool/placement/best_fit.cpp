@@ -1,6 +1,6 @@
 // best_fit (the default): the smallest free block that fits, the lowest
 // address among equals. Leaves the largest blocks whole for large requests.
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 namespace {

@@ -1,6 +1,6 @@
 // first_fit: the lowest-addressed free block that fits. Packs the pool
 // towards its base, so the high end stays free in large runs.
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 namespace {

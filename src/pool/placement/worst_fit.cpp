@@ -1,6 +1,6 @@
 // worst_fit: always cut from the largest free block, so what remains is as
 // large as possible. A baseline for comparison, rarely the best choice.
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 namespace {

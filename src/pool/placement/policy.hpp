@@ -1,7 +1,7 @@
 // PlacementPolicy: which free block a request is cut from, and from which end.
 //
-// A policy is one small class in one file (policy_<name>.cpp) plus one line
-// in policy_registry.cpp. It sees only the arena's FreeIndex and the request;
+// A policy is one small class in one file (placement/<name>.cpp) plus one line
+// in placement/registry.cpp. It sees only the arena's FreeIndex and the request;
 // splitting, backing pages and stream safety stay in the pool.
 #pragma once
 

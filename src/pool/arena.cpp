@@ -1,20 +1,23 @@
-// Split and coalesce: how free blocks are carved and merged.
-//
-// Invariants: the blocks of a segment tile it (prev/next are address
-// neighbours); a free block in the index is never next to another free block
-// in the index unless the two have work pending on different streams, which
-// are never merged, so every free block has at most one stream to wait for.
-// The carved piece keeps the chosen block's pending stream; make_stream_safe
-// decides whether the request may use it.
-#include <algorithm>
+// Arena: see arena.hpp for the invariants.
+#include "pool/arena.hpp"
 
-#include "order/order.hpp"
-#include "pool/pool.hpp"
+#include <algorithm>
 
 namespace tidepool::pool {
 
-Block* Pool::carve(Arena& arena, Block* chosen, std::size_t rounded, const Request& request) {
-  arena.index.erase(chosen);
+void Arena::add(Segment* segment) {
+  segments_.push_back(segment);
+  index_.insert(segment->first);
+}
+
+void Arena::remove(Segment* segment) {
+  index_.erase(segment->first);
+  blocks_.recycle(segment->first);
+  std::erase(segments_, segment);
+}
+
+Block* Arena::carve(Block* chosen, std::size_t rounded, const Request& request) {
+  index_.erase(chosen);
   Block* result = chosen;
   if (chosen->size > rounded) {
     Block* piece = blocks_.make();
@@ -22,7 +25,7 @@ Block* Pool::carve(Arena& arena, Block* chosen, std::size_t rounded, const Reque
     piece->stream = chosen->stream;
     piece->free_epoch = chosen->free_epoch;
     piece->size = rounded;
-    if (policy_->carve_end(*chosen, request) == CarveEnd::high) {
+    if (policy_.carve_end(*chosen, request) == CarveEnd::high) {
       piece->address = chosen->address + chosen->size - rounded;
       piece->prev = chosen;
       piece->next = chosen->next;
@@ -41,24 +44,24 @@ Block* Pool::carve(Arena& arena, Block* chosen, std::size_t rounded, const Reque
       chosen->prev = piece;
     }
     chosen->size -= rounded;
-    arena.index.insert(chosen);
+    index_.insert(chosen);
     result = piece;
   }
   result->is_free = false;
-  policy_->on_carved(*result);
+  policy_.on_carved(*result);
   return result;
 }
 
 // Two free neighbours merge unless each has work pending on a different
 // stream: a block then never needs more than one stream's fence.
-bool Pool::mergeable(Block* a, Block* b) {
+bool Arena::mergeable(Block* a, Block* b) {
   if (a->stream == b->stream || a->stream == kNoPendingWork || b->stream == kNoPendingWork) return true;
-  return settle(a) || settle(b);
+  return settle(*a, fences_) || settle(*b, fences_);
 }
 
 // Folds `high` (the address neighbour above `low`) into `low`; the merged
 // block keeps the pending stream either had and the latest of their times.
-void Pool::absorb(Block* low, Block* high) {
+void Arena::absorb(Block* low, Block* high) {
   low->size += high->size;
   low->next = high->next;
   if (high->next != nullptr) high->next->prev = low;
@@ -68,18 +71,18 @@ void Pool::absorb(Block* low, Block* high) {
   blocks_.recycle(high);
 }
 
-void Pool::release_to_index(Arena& arena, Block* block) {
+void Arena::release(Block* block) {
   block->is_free = true;
   if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index && mergeable(prev, block)) {
-    arena.index.erase(prev);
+    index_.erase(prev);
     absorb(prev, block);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->is_free && next->in_index && mergeable(block, next)) {
-    arena.index.erase(next);
+    index_.erase(next);
     absorb(block, next);
   }
-  arena.index.insert(block);
+  index_.insert(block);
 }
 
 }  // namespace tidepool::pool

@@ -1,7 +1,7 @@
 // The registry of placement policies: adding one is a line here.
 #include <array>
 
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 

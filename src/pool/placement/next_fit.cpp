@@ -1,6 +1,6 @@
 // next_fit: first fit that resumes from where the last placement ended and
 // wraps to the base, spreading allocations across the pool.
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 namespace {

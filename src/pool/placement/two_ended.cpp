@@ -5,7 +5,7 @@
 // cut from the high end of the highest-addressed block that fits; everything
 // else is first fit, cut from the low end. The very first requests of a run
 // (the parameters, usually) therefore settle at the base.
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::pool {

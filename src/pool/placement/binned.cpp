@@ -5,7 +5,7 @@
 // best-fitting block, so freed blocks are reused whole by the same class.
 #include <bit>
 
-#include "pool/policy.hpp"
+#include "pool/placement/policy.hpp"
 
 namespace tidepool::pool {
 namespace {

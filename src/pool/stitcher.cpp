@@ -1,0 +1,93 @@
+// Stitcher: see stitcher.hpp for the invariant.
+#include "pool/stitcher.hpp"
+
+#include <algorithm>
+
+namespace tidepool::pool {
+
+std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                  std::uint64_t peak_live_bytes) {
+  // Pages of this range that stitching took away earlier are needed again:
+  // the layout uses more pages than the pool holds, and moving the same pages
+  // back and forth would repeat every training step.
+  if (const std::size_t returning = r.reclaimed_pages(begin, length); returning > 0) {
+    pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + returning);
+  }
+  // Never past the slack over the peak live bytes: beyond it, utilization
+  // comes first and pages keep moving. The slack is at least one page, so a
+  // small working set spanning both arenas (a 512 B and an 8 MiB block in
+  // turn) does not move a page between them on every call.
+  const std::size_t page = space_.page_size();
+  const std::uint64_t peak = peak_live_bytes;
+  const std::size_t ceiling =
+      std::max((peak + peak / 100 * hold_slack_percent_) / page, util::align_up(peak, page) / page + 1);
+  const std::size_t hold = std::min(pages_to_hold_, ceiling);
+  const std::size_t held = space_.device_pages();
+  return hold > held ? hold - held : 0;
+}
+
+std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                        std::uintptr_t request_stream) {
+  if (r.is_chunk() || length == 0) return 0;
+  const std::size_t page_size = r.page_size();
+  const std::uintptr_t end = begin + length;
+  std::size_t freed = 0;
+  for (std::size_t p = r.page_of(begin); p <= r.page_of(end - 1); ++p) {
+    const space::PageEntry& entry = r.page(p);
+    if (entry.residency != space::Residency::unmapped || entry.physical == nullptr) continue;
+    const space::PageLocation now = entry.physical->current;
+    if (now.reservation == nullptr) continue;  // spare already
+    const std::uintptr_t at = now.reservation->page_address(now.page);
+    if (at < end && at + page_size > begin) continue;  // needed by this range too
+    // Idle there: wholly under one free block whose pending work is done.
+    const Segment* segment = segments_.of(now.reservation);
+    Block* holder = segment != nullptr ? arenas_[segment->arena].index().containing(at) : nullptr;
+    if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
+    if (fences_.unsynchronized() && !settle_by_query(*holder, fences_, request_stream)) continue;
+    if (space_.unback(*now.reservation, now.page, 1)) {
+      now.reservation->page(now.page).reclaimed = true;
+      ++freed;
+    }
+  }
+  return freed;
+}
+
+std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
+                              bool all_idle, std::uintptr_t request_stream, bool learn, bool wait_for_barrier) {
+  // Longest idle first: in a training loop the pages idle since before the
+  // current step are those its layout no longer uses, and taking them first
+  // lets the pool settle into a layout that needs no remapping.
+  victims_.clear();
+  for (Arena& arena : arenas_) {
+    arena.index().for_each_by_address([&](const Block* b) {
+      const space::Reservation& r = *b->segment->reservation;
+      if (r.is_chunk()) return;
+      const auto [first, end] = r.whole_pages(b->address, b->size);
+      if (r.next_mapped(first, end) < end) victims_.push_back(const_cast<Block*>(b));
+    });
+  }
+  std::sort(victims_.begin(), victims_.end(), [](const Block* a, const Block* b) {
+    return a->freed_at != b->freed_at ? a->freed_at < b->freed_at : a->address < b->address;
+  });
+  std::size_t reclaimed = 0;
+  for (Block* b : victims_) {
+    if (reclaimed >= pages_needed) break;
+    if (!all_idle && !settle_by_query(*b, fences_, request_stream, wait_for_barrier)) continue;
+    space::Reservation& r = *b->segment->reservation;
+    const auto [first, end] = r.whole_pages(b->address, b->size);
+    for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;
+         p = r.next_mapped(p + 1, end)) {
+      const std::uintptr_t at = r.page_address(p);
+      if (at < keep_end && at + r.page_size() > keep_begin) continue;
+      // A host page under a free block goes back to the host cache, but
+      // frees no device page.
+      const bool on_host = r.page(p).residency == space::Residency::host;
+      if (!space_.unback(r, p, 1) || on_host) continue;
+      r.page(p).reclaimed = learn;
+      ++reclaimed;
+    }
+  }
+  return reclaimed;
+}
+
+}  // namespace tidepool::pool

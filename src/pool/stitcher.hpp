@@ -1,0 +1,67 @@
+// Stitcher: backs a range with idle pages taken from under free blocks
+// elsewhere, so that what the pool holds tracks what is live rather than the
+// history of its layout, and learns how many pages the layout needs.
+//
+// Invariant: a page is unmapped only under free blocks, never within the
+// range being backed, and only once no queued work can touch it: its block
+// has no pending stream, its stream is known past the free, or the caller
+// synchronised the context (`all_idle`). Pages go longest idle first. Pages
+// taken to back another range are marked, so that needing them again teaches
+// the pool to hold more (pages_to_hold_, bounded by the slack over the peak
+// live bytes) instead of moving the same pages every training step. Not
+// thread-safe; the pool serialises calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "order/order.hpp"
+#include "pool/arena.hpp"
+#include "pool/block.hpp"
+#include "pool/segments.hpp"
+#include "space/space.hpp"
+
+namespace tidepool::pool {
+
+class Stitcher {
+ public:
+  // Everything passed is the pool's and outlives the stitcher.
+  Stitcher(space::AddressSpace& space, const Segments& segments, Arena (&arenas)[2], order::StreamFences& fences,
+           std::size_t hold_slack_percent)
+      : space_(space), segments_(segments), arenas_(arenas), fences_(fences), hold_slack_percent_(hold_slack_percent) {}
+
+  // Pages the pool may create for [begin, begin + length) rather than take
+  // from elsewhere: what needing stitched-away pages again taught it, within
+  // the slack over `peak_live_bytes`. Updates what it holds on to.
+  std::size_t growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                          std::uint64_t peak_live_bytes);
+  // For each unmapped page of [begin, begin + length) whose physical page is
+  // still parked: frees that page where it is current now, if it is idle
+  // there, so that backing the range makes it current here at no driver
+  // cost. Returns how many it freed.
+  std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                std::uintptr_t request_stream);
+  // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
+  // `all_idle`: the caller proved no freed block has work pending (a
+  // synchronisation); else a block gives pages once its stream is past it,
+  // waiting only on `request_stream` (a stream key), or, with
+  // `wait_for_barrier`, for the work before the barrier it came back behind.
+  // `learn`: mark the pages, so that needing them again teaches the pool to
+  // hold more; a trim does not.
+  std::size_t reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end, bool all_idle,
+                      std::uintptr_t request_stream, bool learn, bool wait_for_barrier);
+
+ private:
+  space::AddressSpace& space_;
+  const Segments& segments_;
+  Arena (&arenas_)[2];
+  order::StreamFences& fences_;
+  std::size_t hold_slack_percent_;
+  // Physical pages the layout has shown it needs: stitching stops taking
+  // pages from elsewhere until the pool holds this many.
+  std::size_t pages_to_hold_ = 0;
+  std::vector<Block*> victims_;  // reclaim's scratch
+};
+
+}  // namespace tidepool::pool
