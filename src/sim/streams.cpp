@@ -47,7 +47,9 @@
 //
 // Copies between host and device memory (see host_located) take
 // bytes / TIDEPOOL_SIM_COPY_GBPS of their stream's time when a bandwidth is
-// set. A kernel whose arguments hold an address in host-located VMM memory
+// set. Which way a copy goes is decided when it runs, as on a GPU, not when
+// it is queued: a copy queued into a page that is remapped from the host to
+// the device before the copy runs crosses the link and is counted so. A kernel whose arguments hold an address in host-located VMM memory
 // is counted (tidepool_sim_host_resident_launches) when it runs.
 #include <algorithm>
 #include <chrono>
@@ -1079,7 +1081,6 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  const Link link = n > 0 ? link_of(dst, src) : Link{};
   const bool to_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(dst));
   const bool from_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(src));
   wait = wait || to_pageable;
@@ -1087,9 +1088,10 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
   if (from_pageable && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
-    sub = submit(stream, [dst, staged, n, link] { copy(dst, staged->data(), n, link); });
+    // `src` is pageable host memory: it only names the link's end here.
+    sub = submit(stream, [dst, src, staged, n] { copy(dst, staged->data(), n, link_of(dst, src)); });
   } else {
-    sub = submit(stream, [dst, src, n, link] { copy(dst, src, n, link); });
+    sub = submit(stream, [dst, src, n] { copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{}); });
   }
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;

@@ -274,6 +274,57 @@ TEST_F(SimTransfers, PinnedAndHostLocatedMappedMemoryIsHostMemory) {
   api().memFree(device);
 }
 
+TEST_F(SimTransfers, ACopysPathIsTheOneWhenItRunsNotWhenItIsQueued) {
+  // As residency brings a page back: the copies are queued while the page is
+  // still host-located, and the page is remapped to the device before they
+  // run. On a GPU they cross the link; so must they here, counted and slowed.
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle on_host = map_page(va, CU_MEM_LOCATION_TYPE_HOST);
+  void* in = nullptr;
+  void* out = nullptr;
+  ASSERT_EQ(api().memAllocHost(&in, page_), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAllocHost(&out, page_), CUDA_SUCCESS);
+  std::memset(in, 0x3c, page_);
+  std::memset(out, 0, page_);
+  CUstream stream = new_stream();
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(api().eventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventCreate(&end, 0), CUDA_SUCCESS);
+  set_copy_gbps(0.1);  // 2 MiB each way: 21 ms each
+  const std::uint64_t to_device = copied(true);
+  const std::uint64_t to_host = copied(false);
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  const auto at = [](const void* p) { return reinterpret_cast<CUdeviceptr>(p); };
+  ASSERT_EQ(api().eventRecord(start, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyAsync(va, at(in), page_, stream), CUDA_SUCCESS);   // queued host to host
+  ASSERT_EQ(api().memcpyAsync(at(out), va, page_, stream), CUDA_SUCCESS);  // queued host to host
+  ASSERT_EQ(api().eventRecord(end, stream), CUDA_SUCCESS);
+  settle();
+  // Remapped to the device before the copies run.
+  unmap_page(va, on_host);
+  CUmemGenericAllocationHandle on_device = map_page(va, CU_MEM_LOCATION_TYPE_DEVICE);
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(copied(true) - to_device, page_) << "into a device page when it ran";
+  EXPECT_EQ(copied(false) - to_host, page_) << "out of a device page when it ran";
+  float ms = 0;
+  ASSERT_EQ(entry<ElapsedTime>("cuEventElapsedTime_v2")(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 40.0F) << "both copies charged at the link's bandwidth";
+  EXPECT_EQ(static_cast<const unsigned char*>(out)[page_ - 1], 0x3c);
+  EXPECT_EQ(cell, 1);
+  api().eventDestroy(start);
+  api().eventDestroy(end);
+  api().streamDestroy(stream);
+  unmap_page(va, on_device);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+  api().memFreeHost(in);
+  api().memFreeHost(out);
+}
+
 TEST_F(SimTransfers, ASlowCopyHoldsUpOnlyItsOwnStream) {
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, 9 * kMiB), CUDA_SUCCESS);
