@@ -12,43 +12,12 @@
 #include "order/order.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
+#include "support/stream_fences_fixture.hpp"
 
 namespace tidepool::order {
 namespace {
 
-const driver::Api& api() { return testing::sim_driver().api(); }
-std::uintptr_t key_of(CUstream s) { return reinterpret_cast<std::uintptr_t>(s); }
-
-class StreamFencesTest : public testing::WithPrimaryContext {
- protected:
-  void SetUp() override {
-    WithPrimaryContext::SetUp();
-    for (CUstream* s : {&first_, &second_}) {
-      ASSERT_EQ(api().streamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-      registry_.created(*s);
-    }
-    registry_.set_complete(true);
-    // After the base's SetUp: the fences belong to its context.
-    fences_ = std::make_unique<StreamFences>(api(), context_, registry_, events_, barriers_);
-  }
-  void TearDown() override {
-    (void)api().ctxSynchronize();
-    fences_.reset();
-    barriers_.clear();
-    for (CUstream s : {first_, second_}) {
-      (void)registry_.destroying(s);
-      (void)api().streamDestroy(s);
-    }
-    events_.clear();
-    WithPrimaryContext::TearDown();
-  }
-  StreamRegistry registry_{api()};
-  EventCache events_{api()};
-  BarrierFences barriers_{api(), events_};
-  std::unique_ptr<StreamFences> fences_;
-  CUstream first_ = nullptr;
-  CUstream second_ = nullptr;
-};
+using StreamFencesTest = testing::WithStreamFences;
 
 TEST_F(StreamFencesTest, AHandleIsCheckedOnceAndABogusOneIsRefused) {
   EXPECT_FALSE(fences_->cached(key_of(first_)));

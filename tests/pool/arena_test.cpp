@@ -11,6 +11,7 @@
 #include "pool/pool.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
+#include "support/stream_fences_fixture.hpp"
 
 namespace tidepool::pool {
 namespace {
@@ -18,19 +19,10 @@ namespace {
 constexpr std::size_t kPage = 2 * util::MiB;
 constexpr std::uintptr_t kBase = std::uintptr_t{1} << 40;
 
-const driver::Api& api() { return testing::sim_driver().api(); }
-std::uintptr_t key_of(CUstream s) { return reinterpret_cast<std::uintptr_t>(s); }
-
-class ArenaTest : public testing::WithPrimaryContext {
+class ArenaTest : public testing::WithStreamFences {
  protected:
   void SetUp() override {
-    WithPrimaryContext::SetUp();
-    for (CUstream* s : {&first_, &second_}) {
-      ASSERT_EQ(api().streamCreate(s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-      registry_.created(*s);
-    }
-    registry_.set_complete(true);
-    fences_ = std::make_unique<order::StreamFences>(api(), context_, registry_, events_, barriers_);
+    WithStreamFences::SetUp();
     for (CUstream s : {first_, second_}) ASSERT_TRUE(fences_->check(key_of(s)).ok());
     arena_ = std::make_unique<Arena>(1, store_, *policy_, *fences_);
     Block* whole = store_.make();
@@ -43,14 +35,7 @@ class ArenaTest : public testing::WithPrimaryContext {
   void TearDown() override {
     (void)api().ctxSynchronize();
     arena_.reset();
-    fences_.reset();
-    barriers_.clear();
-    for (CUstream s : {first_, second_}) {
-      (void)registry_.destroying(s);
-      (void)api().streamDestroy(s);
-    }
-    events_.clear();
-    WithPrimaryContext::TearDown();
+    WithStreamFences::TearDown();
   }
 
   Block* allocate(std::size_t bytes) {
@@ -77,18 +62,12 @@ class ArenaTest : public testing::WithPrimaryContext {
   }
   std::size_t free_blocks() const { return arena_->index().count(); }
 
-  order::StreamRegistry registry_{api()};
-  order::EventCache events_{api()};
-  order::BarrierFences barriers_{api(), events_};
-  std::unique_ptr<order::StreamFences> fences_;
   std::unique_ptr<PlacementPolicy> policy_ = make_policy("best_fit");
   BlockStore store_;
   space::Reservation reservation_{kBase, 8 * kPage, kPage, false};
   Segments segments_;
   std::unique_ptr<Arena> arena_;
   std::uint64_t sequence_ = 0;
-  CUstream first_ = nullptr;
-  CUstream second_ = nullptr;
 };
 
 TEST_F(ArenaTest, CarvingAndFreeingInAnyOrderKeepsTheSegmentTiledAndMergesBackToOne) {
