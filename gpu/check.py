@@ -7,6 +7,9 @@
   check.py hotpath DIR            the C and Python timings, with tidepool's speedups
   check.py train DIR              losses per step against native, step times, peaks
   check.py trace DIR              replay results of the snapshot and tidepool's own trace
+  check.py peak REPORT            prints device 0's peak_reserved_bytes; exit 1 when there is none
+  check.py residency DIR STEPS    training under budgets against native: losses, step time, moves
+  check.py caffe DIR              LeNet losses native vs preloaded, VGG-16 time and memory, budgets
   check.py record OUT PART RC SECONDS [NOTE]   OUT/parts/PART.json
   check.py summary OUT SECONDS    OUT/summary.json from OUT/parts; exit 1 if a part failed
 
@@ -175,6 +178,153 @@ def trace(d):
     return 0 if ok and figures else 1
 
 
+def device0(report_path):
+    report = load_json(report_path, {}) or {}
+    return (report.get("devices") or [{}])[0]
+
+
+def peak(report_path):
+    value = device0(report_path).get("peak_reserved_bytes")
+    if not value:
+        print(f"no peak_reserved_bytes in {report_path}", file=sys.stderr)
+        return 1
+    print(int(value))
+    return 0
+
+
+def loss_compare(base, run):
+    """Losses of `run` against `base` (train.py's JSON lines), over the steps both ran."""
+    a, b = base.get("losses_decimal") or [], run.get("losses_decimal") or []
+    n = min(len(a), len(b))
+    rel = max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a[:n], b[:n])), default=None)
+    return {"losses_exact": n > 0 and base["losses"][:n] == run["losses"][:n], "max_rel_loss_diff": rel,
+            "same_steps": len(a) == len(b) and n > 0}
+
+
+# Per-run residency figures from tidepool's report, per training step.
+MOVE_KEYS = ("evicted_bytes", "prefetched_bytes", "host_resident_launches", "launch_prefetches",
+             "learned_prefetches", "tracked_moves", "residency_gates", "residency_fallbacks", "failed_page_moves",
+             "precopies", "precopies_used")
+
+
+def residency(d, steps):
+    steps = int(steps)
+    figures, ok = {}, True
+    for model in ("gpt", "resnet50"):
+        base = last_json_line(os.path.join(d, f"{model}.native.out"))
+        rows = {}
+        for out in sorted(glob.glob(os.path.join(d, f"{model}.*.out"))):
+            name = os.path.basename(out)[len(model) + 1: -len(".out")]
+            if name == "native":
+                continue
+            run = last_json_line(out)
+            rc = (read(os.path.join(d, f"{model}.{name}.rc")) or "").strip()
+            if run is None:
+                err = (read(os.path.join(d, f"{model}.{name}.err")) or "").strip().splitlines()
+                rows[name] = {"status": "no result", "rc": rc, "stderr_tail": err[-3:]}
+                ok = False
+                continue
+            dev = device0(os.path.join(d, f"{model}.{name}.report.json"))
+            row = {"rc": rc, "step_ms_median": run.get("step_ms_median"),
+                   "peak_reserved_bytes": dev.get("peak_reserved_bytes"),
+                   "device_limit_bytes": dev.get("device_limit_bytes"),
+                   "pin_calls": dev.get("pin_calls"), "sync_pins": dev.get("sync_pins"),
+                   "host_cache_peak_bytes": dev.get("host_cache_peak_bytes"),
+                   "to_host_gbps": dev.get("to_host_gbps"), "to_device_gbps": dev.get("to_device_gbps"),
+                   "learned_period": dev.get("learned_period")}
+            for key in MOVE_KEYS:
+                if dev.get(key) is not None:
+                    row[key + "_per_step"] = dev[key] / steps
+            if base is not None:
+                row.update(loss_compare(base, run))
+                if base.get("step_ms_median"):
+                    row["step_time_vs_native"] = run["step_ms_median"] / base["step_ms_median"]
+                ok &= row["same_steps"] and row["max_rel_loss_diff"] is not None and row["max_rel_loss_diff"] <= 1e-4
+            limit = row["device_limit_bytes"]
+            if name != "none" and limit and row["peak_reserved_bytes"] and row["peak_reserved_bytes"] > limit:
+                row["over_budget"] = True
+                ok = False
+            rows[name] = row
+        if base is None:
+            ok = False
+        figures[model] = {"native": base and {k: base.get(k) for k in ("step_ms_median", "torch_version")},
+                          "runs": rows}
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
+def caffe_times(log_path):
+    """caffe time's averages, in ms, from its log."""
+    times = {}
+    for line in (read(log_path) or "").splitlines():
+        for key, label in (("forward_ms", "Average Forward pass:"), ("backward_ms", "Average Backward pass:"),
+                           ("forward_backward_ms", "Average Forward-Backward:")):
+            if label in line:
+                try:
+                    times[key] = float(line.split(label)[1].split()[0])
+                except (IndexError, ValueError):
+                    pass
+    return times
+
+
+def memory_peak(path):
+    """MiB above the first sample of an nvidia-smi memory.used series, or None."""
+    values = []
+    for line in (read(path) or "").splitlines():
+        try:
+            values.append(int(line.strip()))
+        except ValueError:
+            pass
+    return (max(values) - values[0]) * 1024 * 1024 if len(values) > 1 else None
+
+
+def caffe(d):
+    figures, ok = {}, True
+    if os.path.exists(os.path.join(d, "cpu.rc")):  # --sim: the bundle's CPU-mode self-test
+        rc = (read(os.path.join(d, "cpu.rc")) or "").strip()
+        losses = (read(os.path.join(d, "cpu", "train_losses.txt")) or "").splitlines()
+        figures["cpu_self_test"] = {"rc": rc, "losses": len(losses)}
+        print(json.dumps(figures))
+        return 0 if rc == "0" and losses else 1
+    runs = {}
+    for name in ("native", "preload"):
+        rc = (read(os.path.join(d, f"{name}.rc")) or "").strip()
+        runs[name] = {"rc": rc, "lenet": caffe_times(os.path.join(d, name, "time_lenet.log")),
+                      "vgg16": caffe_times(os.path.join(d, name, "time_vgg16.log")),
+                      "device_bytes_peak": memory_peak(os.path.join(d, f"{name}.memory.txt"))}
+        ok &= rc == "0"
+    n_losses = read(os.path.join(d, "native", "train_losses.txt"))
+    p_losses = read(os.path.join(d, "preload", "train_losses.txt"))
+    figures["lenet_losses_exact"] = bool(n_losses) and n_losses == p_losses
+    ok &= figures["lenet_losses_exact"]
+    nv, pv = runs["native"]["vgg16"].get("forward_backward_ms"), runs["preload"]["vgg16"].get("forward_backward_ms")
+    if nv and pv:
+        figures["vgg16_time_vs_native"] = pv / nv
+    figures["runs"] = runs
+    budgets = {}
+    none = device0(os.path.join(d, "vgg.none.report.json"))
+    none_ms = caffe_times(os.path.join(d, "vgg.none.log")).get("forward_backward_ms")
+    for name in ("none", "65", "50"):
+        log = os.path.join(d, f"vgg.{name}.log")
+        if not os.path.exists(log):
+            continue
+        dev = device0(os.path.join(d, f"vgg.{name}.report.json"))
+        row = {"rc": (read(os.path.join(d, f"vgg.{name}.rc")) or "").strip(), **caffe_times(log),
+               "peak_reserved_bytes": dev.get("peak_reserved_bytes"), "device_limit_bytes": dev.get("device_limit_bytes"),
+               "evicted_bytes": dev.get("evicted_bytes"), "prefetched_bytes": dev.get("prefetched_bytes"),
+               "host_resident_launches": dev.get("host_resident_launches")}
+        if name != "none" and none.get("peak_reserved_bytes") and row["peak_reserved_bytes"]:
+            row["memory_saved"] = 1 - row["peak_reserved_bytes"] / none["peak_reserved_bytes"]
+        if name != "none" and none_ms and row.get("forward_backward_ms"):
+            row["time_cost"] = row["forward_backward_ms"] / none_ms - 1
+        ok &= row["rc"] == "0"
+        budgets[name] = row
+    figures["vgg16_budgets"] = budgets
+    figures["seed_to_beat"] = "CPU offloading: VGG19 35% less memory for 21% more time (Titan X)"
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
 def record(out, part, rc, seconds, note=""):
     rc = int(rc)
     status = "passed" if rc == 0 else "skipped" if rc == 77 else "failed"
@@ -193,7 +343,7 @@ def record(out, part, rc, seconds, note=""):
 
 
 def summary(out, seconds):
-    order = ["probe", "correctness", "hotpath", "train", "trace", "residency"]
+    order = ["probe", "correctness", "hotpath", "train", "trace", "residency", "caffe"]
     parts = {}
     for path in sorted(glob.glob(os.path.join(out, "parts", "*.json")),
                        key=lambda p: order.index(os.path.basename(p)[:-5]) if os.path.basename(p)[:-5] in order else 99):
@@ -201,7 +351,8 @@ def summary(out, seconds):
     failed = [n for n, p in parts.items() if p.get("status") == "failed"]
     build_txt = read(os.path.join(os.path.dirname(os.path.abspath(__file__)), "BUILD.txt")) or ""
     bundle = [line for line in build_txt.splitlines() if line and not line.startswith("    ")]
-    s = {"schema": 1, "gpu": True, "status": "failed" if failed else "passed", "exit_code": 1 if failed else 0,
+    sim = os.environ.get("TIDEPOOL_GPU_SIM") == "1"  # run.sh --sim: the self-test, no GPU
+    s = {"schema": 1, "gpu": not sim, "sim": sim, "status": "failed" if failed else "passed", "exit_code": 1 if failed else 0,
          "failed_parts": failed, "seconds": round(float(seconds), 1), "host": os.uname().nodename,
          "bundle": bundle, "parts": parts}
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -214,7 +365,8 @@ def summary(out, seconds):
 def main(argv):
     cmd, args = argv[1], argv[2:]
     table = {"detect": detect, "probe": probe, "correctness": correctness, "hotpath": hotpath, "train": train,
-             "trace": trace, "record": record, "summary": summary}
+             "trace": trace, "peak": peak, "residency": residency, "caffe": caffe, "record": record,
+             "summary": summary}
     return table[cmd](*args)
 
 

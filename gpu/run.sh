@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# gpu/run.sh OUTDIR: the one-command GPU check (docs/gpu-check.md). Copied to
-# the root of out/gpu-bundle by scripts/gpu-bundle.sh and run there, on a GPU
-# machine. Writes OUTDIR/summary.json, OUTDIR/<part>.log and OUTDIR/<part>/,
-# recording every part's status even when one fails. Each part runs under
-# `timeout`, and the whole run stays under TIDEPOOL_GPU_DEADLINE_S (470 s).
-# Without a GPU it prints "no GPU", writes a summary saying so and exits 77.
+# gpu/run.sh [--sim] OUTDIR [PART...]: the one-command GPU check
+# (docs/gpu-check.md). Copied to the root of out/gpu-bundle by
+# scripts/gpu-bundle.sh and run there, on a GPU machine. Writes
+# OUTDIR/summary.json, OUTDIR/<part>.log and OUTDIR/<part>/, recording every
+# part's status even when one fails. Each part runs under `timeout`, and the
+# whole run stays under TIDEPOOL_GPU_DEADLINE_S (470 s); naming parts runs
+# only those (each fits alone in one 10-minute call). Without a GPU it prints
+# "no GPU", writes a summary saying so and exits 77.
+# --sim: the self-test on a machine without a GPU (tests/gpu runs it in CI):
+# every part runs what it can on the simulated driver and skips the rest
+# cleanly, so a part that rots fails here before it costs GPU time.
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PY=${PYTHON:-python3}
 LIB=$HERE/lib/libtidepool.so
 STEPS=${TIDEPOOL_GPU_STEPS:-30}
+RES_STEPS=${TIDEPOOL_GPU_RES_STEPS:-12}  # training steps of each residency run
+SIM=${TIDEPOOL_GPU_SIM:-0}
 export TIDEPOOL_LIBRARY=$LIB
 export PYTHONPATH=$HERE/lib/tidepool/python${PYTHONPATH:+:$PYTHONPATH}
 unset TIDEPOOL_CUDA_LIB TIDEPOOL_CONF
@@ -18,7 +25,16 @@ unset TIDEPOOL_CUDA_LIB TIDEPOOL_CONF
 # Each writes its files under OUT/NAME/ and its figures to stdout's last line
 # via check.py, and exits 0 (passed), 77 (skipped) or anything else (failed).
 
+# A part that needs what --sim does not have says so and skips.
+needs_gpu() {
+  if [ "$SIM" = 1 ]; then
+    echo "sim: skipped, a GPU is needed for $1"
+    exit 77
+  fi
+}
+
 part_probe() {
+  needs_gpu "the probe (cudart and real VMM timings)"
   "$HERE/cuda/probe" > "$1/probe.out"; echo "probe exit $?"; cat "$1/probe.out"
   "$PY" "$HERE/check.py" probe "$1" > "$1/../probe.figures.json"
 }
@@ -54,6 +70,7 @@ run_both() {
 
 part_correctness() {
   local d=$1 name
+  needs_gpu "the CUDA programs (cudart)"
   for name in basic_static driver_dlsym driver_procaddr streams graph; do run_both "$d" "$name"; done
   if [ -d "$HERE/cudart" ]; then
     run_both "$d" basic_shared LD_LIBRARY_PATH="$HERE/cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -70,6 +87,7 @@ part_correctness() {
 
 part_hotpath() {
   local d=$1
+  needs_gpu "the timings"
   timeout -k 5 60 "$HERE/cuda/hotpath" > "$d/native.out"; echo "native exit $?"
   timeout -k 5 60 env LD_PRELOAD="$LIB" "$HERE/cuda/hotpath" > "$d/preload.out"; echo "preload exit $?"
   timeout -k 5 90 "$PY" "$HERE/hotpath.py" > "$d/python.out"; echo "python exit $?"
@@ -79,6 +97,7 @@ part_hotpath() {
 
 part_train() {
   local d=$1 model mode
+  needs_gpu "PyTorch training"
   for model in gpt resnet50; do
     timeout -k 5 90 "$PY" "$HERE/train.py" --model $model --mode native --steps "$STEPS" \
       --snapshot "$d/$model.snapshot.pickle" > "$d/$model.native.out"
@@ -103,7 +122,13 @@ replay() {
 }
 
 part_trace() {
-  local d=$1 t=$1/../train model
+  local d=$1 t=$1/../train model csv
+  # --sim: the sample traces (TIDEPOOL_GPU_TRACES, a folder of RMM CSV files).
+  if [ "$SIM" = 1 ] && [ -d "${TIDEPOOL_GPU_TRACES:-}" ]; then
+    for csv in "$TIDEPOOL_GPU_TRACES"/*.csv*; do
+      [ -f "$csv" ] && replay "$d" "$(basename "${csv%%.csv*}")" "$csv"
+    done
+  fi
   for model in gpt resnet50; do
     if [ -f "$t/$model.snapshot.pickle" ]; then
       "$PY" "$HERE/bin/tidepool-snapshot2csv" "$t/$model.snapshot.pickle" -o "$d/$model.snapshot.csv"
@@ -114,9 +139,97 @@ part_trace() {
   "$PY" "$HERE/check.py" trace "$d" > "$d/../trace.figures.json"
 }
 
+# Residency under PyTorch, preloaded: the unconstrained peak reserved under
+# tidepool, then device_limit at 50% and 33% of it with prefetch off, launch
+# and learn; at 50% with learn also through the pluggable allocator. Each run
+# against the native run of the same steps: losses, step time.
+train_run() {  # OUT_BASE MODEL MODE [ENV...] -- [train.py args...]
+  local base=$1 model=$2 mode=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  timeout -k 5 120 env "${envs[@]}" "$PY" "$HERE/train.py" --model "$model" --mode "$mode" --steps "$RES_STEPS" "$@" \
+    > "$base.out" 2> "$base.err"
+  local rc=$?
+  echo $rc > "$base.rc"
+  echo "$(basename "$base"): exit $rc"
+}
+
 part_residency() {
-  echo "residency has not landed: nothing to check yet"
-  exit 77
+  local d=$1 model share mode peak
+  needs_gpu "PyTorch training"
+  "$PY" -c "import torch" 2> /dev/null || { echo "no PyTorch: skipped"; exit 77; }
+  for model in gpt resnet50; do
+    train_run "$d/$model.native" "$model" native
+    train_run "$d/$model.none" "$model" preload LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      TIDEPOOL_CONF="report:$d/$model.none.report.json"
+    peak=$("$PY" "$HERE/check.py" peak "$d/$model.none.report.json") || { echo "$model: no unconstrained peak"; continue; }
+    for share in 50 33; do
+      for mode in off launch learn; do
+        train_run "$d/$model.$share.$mode" "$model" preload LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+          TIDEPOOL_CONF="evict:on,prefetch:$mode,device_limit:$((peak * share / 100)),report:$d/$model.$share.$mode.report.json"
+      done
+    done
+    train_run "$d/$model.50.pluggable" "$model" tidepool -- \
+      --conf "evict:on,prefetch:learn,device_limit:$((peak / 2)),report:$d/$model.50.pluggable.report.json"
+  done
+  "$PY" "$HERE/check.py" residency "$d" "$RES_STEPS" > "$d/../residency.figures.json"
+}
+
+# Caffe, unmodified (caffe/caffe-bundle.tar.xz, ../shared/caffe): natively and
+# preloaded, LeNet's training losses must match exactly; VGG-16's
+# forward-backward time and the device memory it takes (nvidia-smi, sampled
+# every 50 ms, above what was used before). Then VGG-16 preloaded alone,
+# unconstrained (tidepool's peak) and at 65% and 50% of that peak with
+# eviction and learned prefetch: what memory it saves and what time it costs.
+# --sim: the bundle's own CPU-mode self-test (LeNet, no CUDA call).
+sample_memory() {  # FILE: samples until killed
+  command -v nvidia-smi > /dev/null 2>&1 || return 0
+  exec nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${CAFFE_GPU:-0}" -lms 50 > "$1" 2> /dev/null
+}
+
+caffe_run() {  # NAME [ENV...]: the bundle's run.sh, memory sampled around it
+  local d=$CAFFE_DIR name=$1
+  shift
+  sample_memory "$d/$name.memory.txt" &
+  local sampler=$!
+  timeout -k 5 200 env "$@" LOG_DIR="$d/$name" bash "$d/bundle/run.sh" > "$d/$name.out" 2>&1
+  echo $? > "$d/$name.rc"
+  kill "$sampler" 2> /dev/null
+  wait "$sampler" 2> /dev/null
+  echo "caffe $name: exit $(cat "$d/$name.rc")"
+}
+
+vgg_run() {  # NAME TIDEPOOL_CONF: caffe time on VGG-16, preloaded
+  local d=$CAFFE_DIR name=$1 dirs
+  dirs=$(sed -n 's/^== CUDA lib dirs: //p' "$d/native.out" | head -1)
+  (cd "$d/bundle" && timeout -k 5 150 env LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    LD_PRELOAD="$LIB" TIDEPOOL_CONF="$2" GLOG_logtostderr=1 bin/caffe time -model models/vgg16.prototxt \
+    -gpu "${CAFFE_GPU:-0}" -iterations "${CAFFE_VGG_ITERS:-10}") > "$d/$name.log" 2>&1
+  echo $? > "$d/$name.rc"
+  echo "caffe $name: exit $(cat "$d/$name.rc")"
+}
+
+part_caffe() {
+  local d=$1 bundle=$HERE/caffe/caffe-bundle.tar.xz share peak
+  CAFFE_DIR=$d
+  [ -f "$bundle" ] || { echo "no $bundle (scripts/gpu-bundle.sh ships ../shared/caffe's): skipped"; exit 77; }
+  tar -xJf "$bundle" -C "$d" || { echo "cannot unpack $bundle"; exit 1; }
+  if [ "$SIM" = 1 ]; then
+    caffe_run cpu GPU=cpu SKIP_VGG=1 LENET_ITERS=5 TRAIN_ITERS=5
+    "$PY" "$HERE/check.py" caffe "$d" > "$d/../caffe.figures.json"
+    return
+  fi
+  caffe_run native GPU="${CAFFE_GPU:-0}"
+  caffe_run preload GPU="${CAFFE_GPU:-0}" PRELOAD="$LIB"
+  vgg_run vgg.none "report:$d/vgg.none.report.json"
+  if peak=$("$PY" "$HERE/check.py" peak "$d/vgg.none.report.json"); then
+    for share in 65 50; do
+      vgg_run "vgg.$share" "evict:on,prefetch:learn,device_limit:$((peak * share / 100)),report:$d/vgg.$share.report.json"
+    done
+  fi
+  "$PY" "$HERE/check.py" caffe "$d" > "$d/../caffe.figures.json"
 }
 
 if [ "${1:-}" = "--part" ]; then
@@ -126,7 +239,21 @@ if [ "${1:-}" = "--part" ]; then
 fi
 
 # --- the driver -----------------------------------------------------------------
-OUT=${1:?usage: run.sh OUTDIR}
+if [ "${1:-}" = "--sim" ]; then
+  shift
+  export TIDEPOOL_GPU_SIM=1 TIDEPOOL_GPU_ASSUME=1
+  SIM=1
+fi
+OUT=${1:?usage: run.sh [--sim] OUTDIR [PART...]}
+shift
+ALL="probe:60 correctness:150 hotpath:120 train:330 trace:90 residency:450 caffe:450"
+SPECS=""
+for part in "$@"; do
+  spec=$(printf '%s\n' $ALL | grep "^$part:") ||
+    { echo "run.sh: no part '$part' (parts: $(printf '%s\n' $ALL | cut -d: -f1 | tr '\n' ' '))" >&2; exit 2; }
+  SPECS="$SPECS $spec"
+done
+SPECS=${SPECS:-$ALL}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 START=$(date +%s)
 
@@ -148,7 +275,7 @@ fi
 [ -x "$HERE/cuda/probe" ] || echo "warning: $HERE is not a built bundle (run scripts/gpu-bundle.sh)"
 
 DEADLINE=$((START + ${TIDEPOOL_GPU_DEADLINE_S:-470}))
-for spec in probe:60 correctness:150 hotpath:120 train:330 trace:90 residency:10; do
+for spec in $SPECS; do
   part=${spec%%:*} limit=${spec#*:}
   left=$((DEADLINE - $(date +%s)))
   [ "$limit" -gt "$left" ] && limit=$left
@@ -162,7 +289,7 @@ for spec in probe:60 correctness:150 hotpath:120 train:330 trace:90 residency:10
   fi
   t1=$(date +%s.%N)
   # A part cut short has written no figures: gather what it left.
-  if [ ! -f "$OUT/$part.figures.json" ] && [ "$part" != residency ] && [ -d "$OUT/$part" ]; then
+  if [ ! -f "$OUT/$part.figures.json" ] && [ $rc -ne 77 ] && [ -d "$OUT/$part" ]; then
     timeout 30 "$PY" "$HERE/check.py" "$part" "$OUT/$part" > "$OUT/$part.figures.json" 2>> "$OUT/$part.log"
   fi
   "$PY" "$HERE/check.py" record "$OUT" "$part" "$rc" "$(awk "BEGIN { print $t1 - $t0 }")" "$note"

@@ -72,6 +72,16 @@ if [ -e "$CUDA_HOME/lib64/libcudart.so.13" ]; then
   strip "$OUT/cudart/libcudart.so.13" 2> /dev/null || true
 fi
 
+# Caffe for run.sh's caffe part (../shared/caffe; CAFFE_BUNDLE overrides).
+CAFFE_BUNDLE=${CAFFE_BUNDLE:-$ROOT/../shared/caffe/caffe-bundle.tar.xz}
+if [ -f "$CAFFE_BUNDLE" ]; then
+  mkdir -p "$OUT/caffe"
+  cp "$CAFFE_BUNDLE" "$OUT/caffe/"
+  echo "caffe: $(basename "$CAFFE_BUNDLE")" >> "$OUT/BUILD.txt"
+else
+  echo "caffe: none ($CAFFE_BUNDLE missing): the caffe part will skip" >> "$OUT/BUILD.txt"
+fi
+
 cp gpu/run.sh gpu/check.py gpu/hotpath.py gpu/train.py "$OUT/"
 chmod +x "$OUT/run.sh"
 size=$(du -sm "$OUT" | cut -f1)

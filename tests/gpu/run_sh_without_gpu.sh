@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs gpu/run.sh (given as $1) in a temporary directory on a machine without
+# Runs gpu/run.sh (given as $1; a bash script) in a temporary directory on a machine without
 # a GPU, and checks: exit status 77, "no GPU" on stdout, and a summary.json
 # whose "gpu" is false. Skips (status 0, says so) where a GPU does answer.
 set -u
@@ -10,7 +10,7 @@ fi
 work=$(mktemp -d) || exit 1
 trap 'rm -rf "$work"' EXIT
 # No driver path of ours may leak in: the sim would answer like a driver.
-env -u TIDEPOOL_CUDA_LIB -u LD_PRELOAD sh "$run_sh" "$work/out" >"$work/stdout" 2>"$work/stderr"
+env -u TIDEPOOL_CUDA_LIB -u LD_PRELOAD bash "$run_sh" "$work/out" >"$work/stdout" 2>"$work/stderr"
 status=$?
 fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$work/stdout"; echo "--- stderr"; cat "$work/stderr"; exit 1; }
 [ "$status" -eq 77 ] || fail "exit status $status, expected 77"

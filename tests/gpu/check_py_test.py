@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""gpu/check.py's residency, caffe and peak commands, on files laid out as
+run.sh's parts leave them on a GPU machine: the figures come out, and a run
+that lost its losses, broke its budget or failed makes the part fail."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CHECK = os.path.join(sys.argv[1], "gpu", "check.py")
+
+
+def check(*args):
+    r = subprocess.run([sys.executable, CHECK, *args], capture_output=True, text=True)
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else r.stdout.strip())
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def train_line(losses, step_ms):
+    return "some log line\n" + json.dumps({"losses": [float.hex(v) for v in losses], "losses_decimal": losses,
+                                            "step_ms_median": step_ms, "torch_version": "2.x"}) + "\n"
+
+
+def report(peak, limit=0, **moves):
+    return json.dumps({"devices": [{"peak_reserved_bytes": peak, "device_limit_bytes": limit, **moves}]})
+
+
+def residency_dir(d, learn_losses, learn_peak):
+    losses = [2.5, 2.25, 2.0]
+    for model in ("gpt", "resnet50"):
+        write(f"{d}/{model}.native.out", train_line(losses, 100.0))
+        write(f"{d}/{model}.none.out", train_line(losses, 101.0))
+        write(f"{d}/{model}.none.rc", "0\n")
+        write(f"{d}/{model}.none.report.json", report(1000))
+        for share, limit in (("50", 500), ("33", 330)):
+            for mode in ("off", "launch", "learn"):
+                run = learn_losses if mode == "learn" else losses
+                write(f"{d}/{model}.{share}.{mode}.out", train_line(run, 150.0))
+                write(f"{d}/{model}.{share}.{mode}.rc", "0\n")
+                peak = learn_peak if mode == "learn" else limit
+                write(f"{d}/{model}.{share}.{mode}.report.json",
+                      report(peak, limit, evicted_bytes=3000, prefetched_bytes=3000, pin_calls=4))
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        assert check("peak", f"{d}/missing.json")[0] == 1
+        write(f"{d}/r.json", report(123456))
+        assert check("peak", f"{d}/r.json") == (0, "123456"), check("peak", f"{d}/r.json")
+
+    with tempfile.TemporaryDirectory() as d:
+        residency_dir(d, [2.5, 2.25, 2.0], 300)
+        rc, figures = check("residency", d, "3")
+        assert rc == 0, figures
+        row = figures["resnet50"]["runs"]["50.learn"]
+        assert row["losses_exact"] and row["step_time_vs_native"] == 1.5, row
+        assert row["evicted_bytes_per_step"] == 1000 and row["pin_calls"] == 4, row
+        assert set(figures["gpt"]["runs"]) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch",
+                                               "33.learn"}, figures["gpt"]["runs"]
+    with tempfile.TemporaryDirectory() as d:
+        residency_dir(d, [2.5, 2.3, 2.0], 300)  # learn changed a loss
+        rc, figures = check("residency", d, "3")
+        assert rc == 1 and not figures["gpt"]["runs"]["50.learn"]["losses_exact"], figures
+    with tempfile.TemporaryDirectory() as d:
+        residency_dir(d, [2.5, 2.25, 2.0], 600)  # learn held more than the 50% budget
+        rc, figures = check("residency", d, "3")
+        assert rc == 1 and figures["gpt"]["runs"]["50.learn"]["over_budget"], figures
+    with tempfile.TemporaryDirectory() as d:
+        residency_dir(d, [2.5, 2.25, 2.0], 300)
+        os.remove(f"{d}/gpt.33.off.out")
+        write(f"{d}/gpt.33.off.out", "Traceback: CUDA error\n")
+        rc, figures = check("residency", d, "3")
+        assert rc == 1 and figures["gpt"]["runs"]["33.off"]["status"] == "no result", figures
+
+    with tempfile.TemporaryDirectory() as d:
+        losses = "Iteration 0, loss = 2.7\nIteration 1, loss = 2.4\n"
+        for name, fb in (("native", 100.0), ("preload", 102.0)):
+            write(f"{d}/{name}.rc", "0\n")
+            write(f"{d}/{name}/train_losses.txt", losses)
+            write(f"{d}/{name}/time_vgg16.log", f"I1126 x] Average Forward-Backward: {fb} ms.\n")
+            write(f"{d}/{name}.memory.txt", "500\n4500\n6500\n600\n")
+        for name, fb, peak in (("none", 102.0, 6000), ("65", 110.0, 3900), ("50", 125.0, 3000)):
+            write(f"{d}/vgg.{name}.rc", "0\n")
+            write(f"{d}/vgg.{name}.log", f"Average Forward pass: 40 ms.\nAverage Forward-Backward: {fb} ms.\n")
+            write(f"{d}/vgg.{name}.report.json", report(peak, 0, evicted_bytes=10))
+        rc, figures = check("caffe", d)
+        assert rc == 0, figures
+        assert figures["lenet_losses_exact"] and abs(figures["vgg16_time_vs_native"] - 1.02) < 1e-9, figures
+        assert figures["runs"]["native"]["device_bytes_peak"] == 6000 * 1024 * 1024, figures
+        b50 = figures["vgg16_budgets"]["50"]
+        assert abs(b50["memory_saved"] - 0.5) < 1e-9 and abs(b50["time_cost"] - 23 / 102) < 1e-9, b50
+        write(f"{d}/preload/train_losses.txt", "Iteration 0, loss = 2.7\nIteration 1, loss = 2.5\n")
+        rc, figures = check("caffe", d)
+        assert rc == 1 and not figures["lenet_losses_exact"], figures
+    print("ok: check.py residency, caffe, peak")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
