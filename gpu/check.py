@@ -8,7 +8,7 @@
   check.py train DIR              losses per step against native, step times, peaks
   check.py trace DIR              replay results of the snapshot and tidepool's own trace
   check.py peak REPORT            prints device 0's peak_reserved_bytes; exit 1 when there is none
-  check.py residency DIR STEPS    training under budgets against native: losses, step time, moves
+  check.py residency DIR [STEPS]  training under budgets against native: losses, step time, moves
   check.py caffe DIR              LeNet losses native vs preloaded, VGG-16 time and memory, budgets
   check.py record OUT PART RC SECONDS [NOTE]   OUT/parts/PART.json
   check.py summary OUT SECONDS    OUT/summary.json from OUT/parts; exit 1 if a part failed
@@ -207,8 +207,8 @@ MOVE_KEYS = ("evicted_bytes", "prefetched_bytes", "host_resident_launches", "lau
              "precopies", "precopies_used")
 
 
-def residency(d, steps):
-    steps = int(steps)
+def residency(d, steps=None):
+    steps = int(steps or os.environ.get("TIDEPOOL_GPU_RES_STEPS") or 12)  # run.sh's RES_STEPS
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
         base = last_json_line(os.path.join(d, f"{model}.native.out"))
@@ -343,7 +343,7 @@ def record(out, part, rc, seconds, note=""):
 
 
 def summary(out, seconds):
-    order = ["probe", "correctness", "hotpath", "train", "trace", "residency", "caffe"]
+    order = ["probe", "residency", "caffe", "correctness", "train", "hotpath", "trace"]  # run.sh's order
     parts = {}
     for path in sorted(glob.glob(os.path.join(out, "parts", "*.json")),
                        key=lambda p: order.index(os.path.basename(p)[:-5]) if os.path.basename(p)[:-5] in order else 99):

@@ -32,7 +32,7 @@ out, with_caffe = sys.argv[1], sys.argv[2] == "1"
 s = json.load(open(os.path.join(out, "summary.json")))
 assert s["status"] == "passed" and s["gpu"] is False, s
 parts = s["parts"]
-every = ["probe", "correctness", "hotpath", "train", "trace", "residency", "caffe"]
+every = ["probe", "residency", "caffe", "correctness", "train", "hotpath", "trace"]
 assert list(parts) == every, list(parts)
 for name, p in parts.items():
     assert p["status"] in ("passed", "skipped"), (name, p)
