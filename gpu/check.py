@@ -247,8 +247,14 @@ def residency(d, steps=None):
             rows[name] = row
         if base is None:
             ok = False
+        # Launch visibility: what the hooks scanned per step (prefetch:launch at
+        # 50%) against the kernels the profiler counted in one native step.
+        scanned = (load_json(os.path.join(d, f"{model}.50.launch.report.json"), {}) or {}).get("launches") or {}
+        visibility = {"kernels_per_step": base and base.get("kernels_per_step"),
+                      "scanned_per_step": scanned.get("scanned", 0) / steps if scanned else None,
+                      "naming_blocks_per_step": scanned.get("naming_blocks", 0) / steps if scanned else None}
         figures[model] = {"native": base and {k: base.get(k) for k in ("step_ms_median", "torch_version")},
-                          "runs": rows}
+                          "launch_visibility": visibility, "runs": rows}
     print(json.dumps(figures))
     return 0 if ok else 1
 

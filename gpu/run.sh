@@ -161,7 +161,7 @@ part_residency() {
   needs_gpu "PyTorch training"
   "$PY" -c "import torch" 2> /dev/null || { echo "no PyTorch: skipped"; exit 77; }
   for model in gpt resnet50; do
-    train_run "$d/$model.native" "$model" native
+    train_run "$d/$model.native" "$model" native -- --count-kernels
     train_run "$d/$model.none" "$model" preload LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
       TIDEPOOL_CONF="report:$d/$model.none.report.json"
     peak=$("$PY" "$HERE/check.py" peak "$d/$model.none.report.json") || { echo "$model: no unconstrained peak"; continue; }

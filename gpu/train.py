@@ -2,7 +2,7 @@
 """gpu/train.py: a short deterministic PyTorch training run, one JSON line out.
 
   train.py --model resnet50|gpt --mode native|preload|tidepool [--steps N]
-           [--conf TIDEPOOL_CONF] [--snapshot PATH]
+           [--conf TIDEPOOL_CONF] [--snapshot PATH] [--count-kernels]
 
 native and preload run the same code (run.sh sets LD_PRELOAD and
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 for preload); tidepool calls
@@ -11,6 +11,9 @@ data drawn on the host. Prints the loss at every step (float.hex, exact),
 the median step time, and peak device use seen through cuMemGetInfo
 (torch.cuda.mem_get_info) and torch.cuda.max_memory_reserved. --snapshot
 records torch.cuda.memory._record_memory_history and dumps it there.
+--count-kernels runs one more step under torch.profiler and reports how many
+GPU kernels it ran (kernels_per_step), to set against the launches tidepool's
+hooks saw.
 """
 import argparse
 import json
@@ -61,6 +64,30 @@ def reserved(torch):
         return None
 
 
+def one_step(net, opt, loss_fn, shape, x, y):
+    opt.zero_grad(set_to_none=True)
+    out, target = shape(net(x), y)
+    loss = loss_fn(out, target)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def count_kernels(torch, step):
+    """GPU kernels one step runs, by torch.profiler (copies and sets left out); None when it cannot tell."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events()
+                   if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset")))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["resnet50", "gpt"], required=True)
@@ -68,6 +95,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--conf", default=None)
     ap.add_argument("--snapshot", default=None)
+    ap.add_argument("--count-kernels", action="store_true")
     args = ap.parse_args()
 
     if args.mode == "tidepool":
@@ -98,16 +126,15 @@ def main():
         x, y = data[step % len(data)]
         torch.cuda.synchronize()
         start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        out, target = shape(net(x), y)
-        loss = loss_fn(out, target)
-        loss.backward()
-        opt.step()
+        loss = one_step(net, opt, loss_fn, shape, x, y)
         losses.append(loss.item())
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         free, _ = torch.cuda.mem_get_info()
         peak_used = max(peak_used, total - free)
+    kernels = None
+    if args.count_kernels:
+        kernels = count_kernels(torch, lambda: one_step(net, opt, loss_fn, shape, *data[0]))
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -118,6 +145,7 @@ def main():
         "first_step_ms": 1000 * times[0],
         "peak_used_bytes_meminfo": peak_used, "total_bytes": total,
         "max_memory_reserved": reserved(torch),
+        "kernels_per_step": kernels,
         "torch_version": torch.__version__,
     }))
     return 0

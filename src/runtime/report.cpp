@@ -175,6 +175,10 @@ std::string report_json(const Report& report) {
   root["run"] = run_json(report.run);
   root["policy"] = report.policy;
   root["passthrough"] = report.passthrough;
+  Json launches = Json::object();
+  launches["scanned"] = report.launches.scanned;
+  launches["naming_blocks"] = report.launches.naming_blocks;
+  root["launches"] = std::move(launches);
   Json devices = Json::array();
   for (const DeviceReport& d : report.devices) devices.push_back(device_json(d));
   root["devices"] = std::move(devices);

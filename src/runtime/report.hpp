@@ -4,7 +4,7 @@
 // released; later features add keys of their own. Layout, in this order:
 //   {"version": 1, "tidepool_version": "...",
 //    "run": {"pid": ..., "argv": [...], ..., "config": {...}},
-//    "policy": "...", "passthrough": false,
+//    "policy": "...", "passthrough": false, "launches": {...},
 //    "devices": [{"device": 0, <headline>, <budget>, <counts>, <bytes>,
 //                 <fragmentation>, <driver work>, <stream safety>,
 //                 <residency>, "complete": true, "size_classes": [...]}]}
@@ -39,10 +39,18 @@ struct DeviceReport {
   residency::ResidencyStats residency;
 };
 
+// Kernel launches as launch prefetch saw them (prefetch:launch or learn,
+// with eviction on some device); zero otherwise.
+struct LaunchCounts {
+  std::uint64_t scanned = 0;        // launches the hooks scanned for pool pointers
+  std::uint64_t naming_blocks = 0;  // of those, launches that named a pool block
+};
+
 struct Report {
   RunInfo run;
   std::string policy;
   bool passthrough = false;  // the whole process ran with tidepool passing calls through
+  LaunchCounts launches;
   std::vector<DeviceReport> devices;
 };
 

@@ -298,6 +298,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     return false;
   });
   if (count == 0) return;
+  launches_scanned_.fetch_add(1, std::memory_order_relaxed);
   Allocator* owner = nullptr;
   LaunchUse use;
   LaunchUse elsewhere;
@@ -317,7 +318,9 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     }
     if (more) (void)find_allocator([&](Allocator* a) { return offer(a, word); });
   });
-  if (owner != nullptr) owner->end_launch(function, use, stream);
+  if (owner == nullptr) return;
+  launches_naming_blocks_.fetch_add(1, std::memory_order_relaxed);
+  owner->end_launch(function, use, stream);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {
@@ -340,6 +343,8 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
   run_ended(report.run);
   report.policy = config_.policy;
   report.passthrough = passthrough_;
+  report.launches.scanned = launches_scanned_.load(std::memory_order_relaxed);
+  report.launches.naming_blocks = launches_naming_blocks_.load(std::memory_order_relaxed);
   for (int device = 0; device < kMaxDevices; ++device) {
     const Allocator* a = allocators_[device].load(std::memory_order_acquire);
     const std::uint64_t passed = passthrough_allocations_[device].load(std::memory_order_relaxed);

@@ -164,6 +164,10 @@ class Runtime {
   static constexpr unsigned kCreateAttempts = 3;
   std::array<std::atomic<unsigned>, kMaxDevices> create_attempts_{};
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
+  // Launch prefetch's view of the program's launches, for the report: how
+  // many the hooks scanned, and how many of those named a pool block.
+  std::atomic<std::uint64_t> launches_scanned_{0};
+  std::atomic<std::uint64_t> launches_naming_blocks_{0};
   std::atomic<bool> finished_{false};
   const pid_t owner_pid_;  // the process that created this Runtime
 

@@ -22,19 +22,21 @@ def write(path, text):
         f.write(text)
 
 
-def train_line(losses, step_ms):
+def train_line(losses, step_ms, kernels=None):
     return "some log line\n" + json.dumps({"losses": [float.hex(v) for v in losses], "losses_decimal": losses,
-                                            "step_ms_median": step_ms, "torch_version": "2.x"}) + "\n"
+                                            "step_ms_median": step_ms, "torch_version": "2.x",
+                                            "kernels_per_step": kernels}) + "\n"
 
 
-def report(peak, limit=0, **moves):
-    return json.dumps({"devices": [{"peak_reserved_bytes": peak, "device_limit_bytes": limit, **moves}]})
+def report(peak, limit=0, launches=None, **moves):
+    return json.dumps({"launches": launches or {"scanned": 0, "naming_blocks": 0},
+                       "devices": [{"peak_reserved_bytes": peak, "device_limit_bytes": limit, **moves}]})
 
 
 def residency_dir(d, learn_losses, learn_peak):
     losses = [2.5, 2.25, 2.0]
     for model in ("gpt", "resnet50"):
-        write(f"{d}/{model}.native.out", train_line(losses, 100.0))
+        write(f"{d}/{model}.native.out", train_line(losses, 100.0, kernels=160))
         write(f"{d}/{model}.none.out", train_line(losses, 101.0))
         write(f"{d}/{model}.none.rc", "0\n")
         write(f"{d}/{model}.none.report.json", report(1000))
@@ -45,7 +47,8 @@ def residency_dir(d, learn_losses, learn_peak):
                 write(f"{d}/{model}.{share}.{mode}.rc", "0\n")
                 peak = learn_peak if mode == "learn" else limit
                 write(f"{d}/{model}.{share}.{mode}.report.json",
-                      report(peak, limit, evicted_bytes=3000, prefetched_bytes=3000, pin_calls=4))
+                      report(peak, limit, launches={"scanned": 480, "naming_blocks": 450}, evicted_bytes=3000,
+                             prefetched_bytes=3000, pin_calls=4))
 
 
 def main():
@@ -61,6 +64,8 @@ def main():
         row = figures["resnet50"]["runs"]["50.learn"]
         assert row["losses_exact"] and row["step_time_vs_native"] == 1.5, row
         assert row["evicted_bytes_per_step"] == 1000 and row["pin_calls"] == 4, row
+        assert figures["gpt"]["launch_visibility"] == {"kernels_per_step": 160, "scanned_per_step": 160,
+                                                       "naming_blocks_per_step": 150}, figures["gpt"]
         assert set(figures["gpt"]["runs"]) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch",
                                                "33.learn"}, figures["gpt"]["runs"]
     with tempfile.TemporaryDirectory() as d:

@@ -28,6 +28,7 @@ struct ProgramRun {
   std::string out;
   std::string err;
   nlohmann::json report;  // devices[0] of the exit report, when one was written
+  nlohmann::json whole;   // the whole exit report
 };
 
 class Preload : public ::testing::Test {
@@ -64,9 +65,16 @@ class Preload : public ::testing::Test {
       const auto whole = nlohmann::json::parse(report_in, nullptr, false);
       if (!whole.is_discarded() && whole.contains("devices") && !whole["devices"].empty()) {
         r.report = whole["devices"][0];
+        r.whole = whole;
       }
     }
     return r;
+  }
+
+  // The report's launches.<key>, or -1 without one.
+  static long launches(const ProgramRun& r, const char* key) {
+    if (!r.whole.is_object() || !r.whole.contains("launches")) return -1;
+    return r.whole.at("launches").value(key, -1L);
   }
 
   // The value of `key=N` in a probe's "counts:" line on stderr.
@@ -149,6 +157,7 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
 TEST_F(Preload, EvictionKeepsLiveDataFourTimesTheBudgetIntact) {
   const ProgramRun r = both(PROBE_LINKED, "evict", nullptr, "device_limit:16MiB,evict:on,prefetch:off");
   expect_all_returned(r, 16);
+  EXPECT_EQ(launches(r, "scanned"), 0) << "prefetch:off scans no launch";
   EXPECT_GT(r.report.value("evictions", 0), 0);
   EXPECT_GT(r.report.value("residency_gates", 0), 0) << "moves under the preload are gated on the device";
   EXPECT_EQ(r.report.value("residency_fallbacks", -1), 0);
@@ -163,6 +172,10 @@ TEST_F(Preload, LaunchPrefetchBringsEvictedBlocksBackBeforeTheKernel) {
   EXPECT_GT(r.report.value("launch_prefetches", 0), 0);
   EXPECT_GT(r.report.value("prefetched_bytes", 0), 0);
   EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
+  // The probe's launches: 8 fills, 40 rounds of a check and a fill, 4 of two
+  // more fills, 8 checks, each naming a pool block; then one on host memory.
+  EXPECT_EQ(launches(r, "scanned"), 105);
+  EXPECT_EQ(launches(r, "naming_blocks"), 104);
 }
 
 // prefetch:learn on a program that never repeats (blocks touched in random

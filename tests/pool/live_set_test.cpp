@@ -67,12 +67,13 @@ TEST(Segments, TheSpanCoversEverySegmentAndOnlyGrows) {
   EXPECT_TRUE(segments.may_contain(kBase + 10 * kPage)) << "the span is a pre-check: the gap is inside it";
   EXPECT_FALSE(segments.contains(kBase + 10 * kPage)) << "but no segment holds the gap";
   EXPECT_TRUE(segments.contains(kBase + 65 * kPage));
-  EXPECT_EQ(segments.of(high.segment()->reservation), high.segment());
-  segments.remove(high.segment());
+  const space::Reservation* high_reservation = high.segment()->reservation;
+  EXPECT_EQ(segments.of(high_reservation), high.segment());
+  segments.remove(high.segment());  // the Segment is gone; its reservation is the caller's
   EXPECT_EQ(segments.count(), 1U);
   EXPECT_FALSE(segments.contains(kBase + 65 * kPage));
   EXPECT_TRUE(segments.may_contain(kBase + 65 * kPage)) << "a removed segment leaves the span wide";
-  EXPECT_EQ(segments.of(high.segment()->reservation), nullptr);
+  EXPECT_EQ(segments.of(high_reservation), nullptr);
 }
 
 TEST(Segments, EveryAddressOfASegmentFallsInExactlyTheBlockThatTilesIt) {

@@ -115,8 +115,8 @@ TEST(Report, KeysComeInADeliberateOrderNotAlphabetically) {
   Report report;
   report.devices.push_back(DeviceReport{});
   const auto j = Json::parse(report_json(report));
-  EXPECT_EQ(keys_of(j),
-            (std::vector<std::string>{"version", "tidepool_version", "run", "policy", "passthrough", "devices"}));
+  EXPECT_EQ(keys_of(j), (std::vector<std::string>{"version", "tidepool_version", "run", "policy", "passthrough",
+                                                  "launches", "devices"}));
   const std::vector<std::string> device = keys_of(j["devices"][0]);
   ASSERT_GE(device.size(), 5u);
   EXPECT_EQ(std::vector<std::string>(device.begin(), device.begin() + 5),
