@@ -10,6 +10,7 @@
   check.py peak REPORT            prints device 0's peak_reserved_bytes; exit 1 when there is none
   check.py residency DIR [STEPS]  training under budgets against native: losses, step time, moves
   check.py caffe DIR              LeNet losses native vs preloaded, VGG-16 time and memory, budgets
+  check.py graphs DIR             CUDA graph capture and replay: each mode works or fails as native does
   check.py record OUT PART RC SECONDS [NOTE]   OUT/parts/PART.json
   check.py summary OUT SECONDS    OUT/summary.json from OUT/parts; exit 1 if a part failed
 
@@ -134,6 +135,7 @@ def train(d):
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
         runs = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("native", "preload", "tidepool")}
+        peers = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("expandable", "async")}
         base = runs["native"]
         rows = {}
         for mode, run in runs.items():
@@ -156,6 +158,26 @@ def train(d):
                 # Exact is the expectation; up to 1e-4 relative passes, flagged by losses_exact.
                 ok &= row["same_steps"] and row["max_rel_loss_diff"] is not None and row["max_rel_loss_diff"] <= 1e-4
             rows[mode] = row
+        # Each tidepool figure against each peer of the same run: PyTorch's
+        # caching allocator (native), with expandable segments, and its
+        # cudaMallocAsync backend (reserved bytes through cuMemGetInfo, the
+        # one measure every allocator shares).
+        against = {"native": base, **peers}
+        for mode in ("preload", "tidepool"):
+            run = runs[mode]
+            if run is None:
+                continue
+            for peer, ref in against.items():
+                if ref is None:
+                    rows[mode][f"vs_{peer}"] = None
+                    continue
+                rows[mode][f"vs_{peer}"] = {
+                    "step_time": run["step_ms_median"] / ref["step_ms_median"] if ref.get("step_ms_median") else None,
+                    "peak_used": (run["peak_used_bytes_meminfo"] / ref["peak_used_bytes_meminfo"]
+                                  if ref.get("peak_used_bytes_meminfo") else None)}
+        for peer, ref in peers.items():
+            rows[peer] = ref and {k: ref.get(k) for k in ("step_ms_median", "peak_used_bytes_meminfo",
+                                                          "max_memory_reserved")}
         figures[model] = rows
     print(json.dumps(figures))
     return 0 if ok else 1
@@ -331,6 +353,31 @@ def caffe(d):
     return 0 if ok else 1
 
 
+def graphs(d):
+    """Each mode against its native counterpart: same capture outcome, same losses; no crash anywhere."""
+    runs = {}
+    for name in ("native", "native_nocache", "preload", "preload_nocache", "tidepool"):
+        run = last_json_line(os.path.join(d, f"{name}.out"))
+        rc = (read(os.path.join(d, f"{name}.rc")) or "").strip()
+        runs[name] = {"rc": rc, "ran": run is not None, "captured": run and run.get("captured"),
+                      "error": run and run.get("error"), "eager": run and run.get("eager_losses"),
+                      "graph": run and run.get("graph_losses")}
+    figures, ok = {"runs": {n: {k: v for k, v in r.items() if k not in ("eager", "graph")} for n, r in runs.items()}}, True
+    for name, base in (("preload", "native"), ("preload_nocache", "native_nocache"), ("tidepool", "native")):
+        run, ref = runs[name], runs[base]
+        row = {"against": base, "no_crash": run["rc"] == "0" and run["ran"]}
+        row["same_eager"] = run["eager"] is not None and run["eager"] == ref["eager"]
+        if name == "tidepool":  # no native counterpart: working with native's losses, or failing cleanly
+            row["as_native"] = not run["captured"] or run["graph"] == ref["graph"]
+        else:
+            row["as_native"] = run["captured"] == ref["captured"] and (not run["captured"] or run["graph"] == ref["graph"])
+        ok &= row["no_crash"] and row["same_eager"] and row["as_native"]
+        figures[name] = row
+    ok &= runs["native"]["ran"]
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
 def record(out, part, rc, seconds, note=""):
     rc = int(rc)
     status = "passed" if rc == 0 else "skipped" if rc == 77 else "failed"
@@ -349,7 +396,7 @@ def record(out, part, rc, seconds, note=""):
 
 
 def summary(out, seconds):
-    order = ["probe", "residency", "caffe", "correctness", "train", "hotpath", "trace"]  # run.sh's order
+    order = ["probe", "residency", "caffe", "graphs", "correctness", "train", "hotpath", "trace"]  # run.sh's order
     parts = {}
     for path in sorted(glob.glob(os.path.join(out, "parts", "*.json")),
                        key=lambda p: order.index(os.path.basename(p)[:-5]) if os.path.basename(p)[:-5] in order else 99):
@@ -371,7 +418,7 @@ def summary(out, seconds):
 def main(argv):
     cmd, args = argv[1], argv[2:]
     table = {"detect": detect, "probe": probe, "correctness": correctness, "hotpath": hotpath, "train": train,
-             "trace": trace, "peak": peak, "residency": residency, "caffe": caffe, "record": record,
+             "trace": trace, "peak": peak, "residency": residency, "caffe": caffe, "graphs": graphs, "record": record,
              "summary": summary}
     return table[cmd](*args)
 

@@ -109,8 +109,41 @@ part_train() {
     timeout -k 5 90 "$PY" "$HERE/train.py" --model $model --mode tidepool --steps "$STEPS" \
       --conf "report:$d/$model.tidepool.report.json" > "$d/$model.tidepool.out"
     echo "$model tidepool exit $?"
+    # The peers: PyTorch's own allocator with expandable segments, and its
+    # cudaMallocAsync backend.
+    timeout -k 5 90 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+      "$PY" "$HERE/train.py" --model $model --mode native --steps "$STEPS" > "$d/$model.expandable.out"
+    echo "$model expandable exit $?"
+    timeout -k 5 90 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
+      "$PY" "$HERE/train.py" --model $model --mode native --steps "$STEPS" > "$d/$model.async.out"
+    echo "$model async exit $?"
   done
   "$PY" "$HERE/check.py" train "$d" > "$d/../train.figures.json"
+}
+
+# CUDA graphs (graphs.py: a training step captured with torch.cuda.graph and
+# replayed): natively and preloaded, with PyTorch's caching allocator on top
+# and without it (PYTORCH_NO_CUDA_MEMORY_CACHING=1), and through the pluggable
+# allocator. Each must work, or fail as native fails; never crash or differ.
+part_graphs() {
+  local d=$1 name
+  needs_gpu "CUDA graphs"
+  "$PY" -c "import torch" 2> /dev/null || { echo "no PyTorch: skipped"; exit 77; }
+  graphs_run() {  # NAME MODE [ENV...]
+    local name=$1 mode=$2
+    shift 2
+    timeout -k 5 60 env "$@" "$PY" "$HERE/graphs.py" --mode "$mode" > "$d/$name.out" 2> "$d/$name.err"
+    echo $? > "$d/$name.rc"
+    echo "$name: exit $(cat "$d/$name.rc")"
+  }
+  graphs_run native native
+  graphs_run native_nocache native PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  graphs_run preload native LD_PRELOAD="$LIB"
+  graphs_run preload_nocache native LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  timeout -k 5 60 "$PY" "$HERE/graphs.py" --mode tidepool > "$d/tidepool.out" 2> "$d/tidepool.err"
+  echo $? > "$d/tidepool.rc"
+  echo "tidepool: exit $(cat "$d/tidepool.rc")"
+  "$PY" "$HERE/check.py" graphs "$d" > "$d/../graphs.figures.json"
 }
 
 # Replays one trace under every policy (on the sim, no GPU needed).
@@ -248,7 +281,7 @@ OUT=${1:?usage: run.sh [--sim] OUTDIR [PART...]}
 shift
 # What has never run on a GPU comes first: a run cut short by its deadline
 # still brings back residency and Caffe. Named parts get the whole deadline.
-ALL="probe:60 residency:200 caffe:150 correctness:150 train:330 hotpath:120 trace:90"
+ALL="probe:60 residency:200 caffe:150 graphs:60 correctness:150 train:400 hotpath:120 trace:90"
 SPECS=""
 for part in "$@"; do
   spec=$(printf '%s\n' $ALL | grep "^$part:") ||

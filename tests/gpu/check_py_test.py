@@ -103,7 +103,45 @@ def main():
         write(f"{d}/preload/train_losses.txt", "Iteration 0, loss = 2.7\nIteration 1, loss = 2.5\n")
         rc, figures = check("caffe", d)
         assert rc == 1 and not figures["lenet_losses_exact"], figures
-    print("ok: check.py residency, caffe, peak")
+    def graphs_dir(d, preload_graph, tidepool_captured, preload_rc="0"):
+        eager, graph = ["0x1.4p+1", "0x1.2p+1"], ["0x1.4p+1", "0x1.1p+1"]
+        for name in ("native", "native_nocache", "preload", "preload_nocache", "tidepool"):
+            captured = not name.endswith("nocache") and (name != "tidepool" or tidepool_captured)
+            line = {"eager_losses": eager, "captured": captured}
+            if captured:
+                line["graph_losses"] = preload_graph if name == "preload" else graph
+            else:
+                line["error"] = "RuntimeError: not supported"
+            write(f"{d}/{name}.out", json.dumps(line) + "\n")
+            write(f"{d}/{name}.rc", (preload_rc if name == "preload" else "0") + "\n")
+        return graph
+
+    with tempfile.TemporaryDirectory() as d:
+        graph = graphs_dir(d, ["0x1.4p+1", "0x1.1p+1"], tidepool_captured=False)
+        rc, figures = check("graphs", d)
+        assert rc == 0 and figures["tidepool"]["as_native"] and figures["preload_nocache"]["as_native"], figures
+    with tempfile.TemporaryDirectory() as d:
+        graphs_dir(d, ["0x1.4p+1", "0x1.0p+1"], tidepool_captured=True)  # a replay under the preload differs
+        rc, figures = check("graphs", d)
+        assert rc == 1 and not figures["preload"]["as_native"], figures
+    with tempfile.TemporaryDirectory() as d:
+        graphs_dir(d, graph, tidepool_captured=True, preload_rc="139")  # crashed
+        rc, figures = check("graphs", d)
+        assert rc == 1 and not figures["preload"]["no_crash"], figures
+
+    with tempfile.TemporaryDirectory() as d:  # train: tidepool against each peer
+        for mode, ms, used in (("native", 100.0, 8e9), ("preload", 98.0, 6e9), ("tidepool", 99.0, 6.2e9),
+                               ("expandable", 101.0, 7e9), ("async", 105.0, 7.5e9)):
+            line = json.loads(train_line([2.5, 2.0], ms).splitlines()[1])
+            line["peak_used_bytes_meminfo"] = used
+            for model in ("gpt", "resnet50"):
+                write(f"{d}/{model}.{mode}.out", json.dumps(line) + "\n")
+        rc, figures = check("train", d)
+        assert rc == 0, figures
+        vs = figures["resnet50"]["preload"]
+        assert abs(vs["vs_expandable"]["peak_used"] - 6 / 7) < 1e-9 and abs(vs["vs_async"]["step_time"] - 98 / 105) < 1e-9, vs
+        assert figures["gpt"]["expandable"]["step_ms_median"] == 101.0, figures["gpt"]
+    print("ok: check.py residency, caffe, graphs, train, peak")
     return 0
 
 
