@@ -395,6 +395,49 @@ def record(out, part, rc, seconds, note=""):
     return 0
 
 
+def figure_lines(value, depth=0):
+    """Nested figures as an indented Markdown list: every figure, none dropped."""
+    pad = "  " * depth
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines.append(f"{pad}- {key}:")
+                lines += figure_lines(item, depth + 1)
+            else:
+                lines.append(f"{pad}- {key}: {scalar(item)}")
+        return lines
+    if isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value):
+            return [f"{pad}- {', '.join(scalar(v) for v in value)}"]
+        lines = []
+        for i, item in enumerate(value):
+            lines.append(f"{pad}- [{i}]:")
+            lines += figure_lines(item, depth + 1)
+        return lines
+    return [f"{pad}- {scalar(value)}"]
+
+
+def scalar(v):
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "—" if v is None else str(v)
+
+
+def summary_markdown(s):
+    """summary.json for a reader: the parts' statuses in a table, then every part's figures."""
+    kind = "the sim self-test (no GPU)" if s.get("sim") else "GPU"
+    lines = [f"# tidepool GPU check: {s['status']}", "",
+             f"{kind}, host {s['host']}, {s['seconds']} s. Bundle: {'; '.join(s['bundle']) or 'unknown'}", "",
+             "| part | status | seconds | note |", "|---|---|---|---|"]
+    for name, p in s["parts"].items():
+        lines.append(f"| {name} | {p.get('status')} | {p.get('seconds', 0)} | {p.get('note', '')} |")
+    for name, p in s["parts"].items():
+        lines += ["", f"## {name}", ""]
+        lines += figure_lines(p.get("figures")) if p.get("figures") is not None else ["No figures."]
+    return "\n".join(lines) + "\n"
+
+
 def summary(out, seconds):
     order = ["probe", "residency", "caffe", "graphs", "correctness", "train", "hotpath", "trace"]  # run.sh's order
     parts = {}
@@ -410,6 +453,8 @@ def summary(out, seconds):
          "bundle": bundle, "parts": parts}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(summary_markdown(s))
     for name, p in parts.items():
         print(f"{name:12} {p.get('status'):8} {p.get('seconds', 0):7.1f}s  {p.get('note', '')}")
     return s["exit_code"]

@@ -2,7 +2,8 @@
 # gpu/run.sh [--sim] OUTDIR [PART...]: the one-command GPU check
 # (docs/gpu-check.md). Copied to the root of out/gpu-bundle by
 # scripts/gpu-bundle.sh and run there, on a GPU machine. Writes
-# OUTDIR/summary.json, OUTDIR/<part>.log and OUTDIR/<part>/, recording every
+# OUTDIR/summary.json (and summary.md, the same for a reader),
+# OUTDIR/<part>.log and OUTDIR/<part>/, recording every
 # part's status even when one fails. Each part runs under `timeout`, and the
 # whole run stays under TIDEPOOL_GPU_DEADLINE_S (470 s); naming parts runs
 # only those (each fits alone in one 10-minute call). Without a GPU it prints
@@ -281,7 +282,7 @@ OUT=${1:?usage: run.sh [--sim] OUTDIR [PART...]}
 shift
 # What has never run on a GPU comes first: a run cut short by its deadline
 # still brings back residency and Caffe. Named parts get the whole deadline.
-ALL="probe:60 residency:200 caffe:150 graphs:60 correctness:150 train:400 hotpath:120 trace:90"
+ALL="probe:60 residency:200 caffe:150 graphs:60 correctness:150 train:330 hotpath:120 trace:90"
 SPECS=""
 for part in "$@"; do
   spec=$(printf '%s\n' $ALL | grep "^$part:") ||

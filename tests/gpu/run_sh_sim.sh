@@ -46,6 +46,9 @@ assert replays and all(r["rc"] == "0" and r["rows"] for r in replays.values()), 
 assert parts["caffe"]["status"] == ("passed" if with_caffe else "skipped"), parts["caffe"]
 if with_caffe:
     assert parts["caffe"]["figures"]["cpu_self_test"]["losses"] > 0, parts["caffe"]
+md = open(os.path.join(out, "summary.md")).read()
+assert all(f"## {name}" in md for name in every) and "| trace | passed |" in md, md
+assert all(name in md for name in replays), md  # the trace part's figures are there
 print("ok:", ", ".join(f"{n} {p['status']}" for n, p in parts.items()))
 PY
 # One part named: only it runs.
