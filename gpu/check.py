@@ -229,12 +229,16 @@ MOVE_KEYS = ("evicted_bytes", "prefetched_bytes", "host_resident_launches", "lau
              "precopies", "precopies_used")
 
 
+# The runs part_residency makes per model, beside the native one.
+RESIDENCY_RUNS = ("none", "50.off", "50.launch", "50.learn", "33.off", "33.launch", "33.learn", "50.pluggable")
+
+
 def residency(d, steps=None):
     steps = int(steps or os.environ.get("TIDEPOOL_GPU_RES_STEPS") or 12)  # run.sh's RES_STEPS
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
         base = last_json_line(os.path.join(d, f"{model}.native.out"))
-        rows = {}
+        rows = {name: {"status": "not run"} for name in RESIDENCY_RUNS}
         for out in sorted(glob.glob(os.path.join(d, f"{model}.*.out"))):
             name = os.path.basename(out)[len(model) + 1: -len(".out")]
             if name == "native":
@@ -267,7 +271,8 @@ def residency(d, steps=None):
                 row["over_budget"] = True
                 ok = False
             rows[name] = row
-        if base is None:
+        missing = [name for name, row in rows.items() if row.get("status") == "not run"]
+        if base is None or missing:
             ok = False
         # Launch visibility: what the hooks scanned per step (prefetch:launch at
         # 50%) against the kernels the profiler counted in one native step.
@@ -348,9 +353,18 @@ def caffe(d):
         ok &= row["rc"] == "0"
         budgets[name] = row
     figures["vgg16_budgets"] = budgets
+    ok &= all(name in budgets for name in ("none", "65", "50"))  # no peak: no budget run, nothing tested
     figures["seed_to_beat"] = "CPU offloading: VGG19 35% less memory for 21% more time (Titan X)"
     print(json.dumps(figures))
     return 0 if ok else 1
+
+
+def same_losses(a, b):
+    """Two float.hex loss series equal within 1e-4 relative, step by step (train's tolerance)."""
+    if a is None or b is None or len(a) != len(b) or not a:
+        return False
+    x, y = [float.fromhex(v) for v in a], [float.fromhex(v) for v in b]
+    return all(abs(p - q) <= 1e-4 * max(abs(p), 1e-12) for p, q in zip(x, y))
 
 
 def graphs(d):
@@ -366,11 +380,17 @@ def graphs(d):
     for name, base in (("preload", "native"), ("preload_nocache", "native_nocache"), ("tidepool", "native")):
         run, ref = runs[name], runs[base]
         row = {"against": base, "no_crash": run["rc"] == "0" and run["ran"]}
-        row["same_eager"] = run["eager"] is not None and run["eager"] == ref["eager"]
+        row["same_eager"] = same_losses(run["eager"], ref["eager"])
+        row["eager_exact"] = run["eager"] is not None and run["eager"] == ref["eager"]
         if name == "tidepool":  # no native counterpart: working with native's losses, or failing cleanly
-            row["as_native"] = not run["captured"] or run["graph"] == ref["graph"]
+            row["as_native"] = not run["captured"] or same_losses(run["graph"], ref["graph"])
         else:
-            row["as_native"] = run["captured"] == ref["captured"] and (not run["captured"] or run["graph"] == ref["graph"])
+            row["as_native"] = run["captured"] == ref["captured"] and (
+                not run["captured"] or same_losses(run["graph"], ref["graph"]))
+            if run["captured"] and not ref["captured"]:
+                # Native refused an allocation inside the capture; tidepool served it, and
+                # memory freed after the capture may be what the replays then use.
+                row["note"] = "captured where native could not: an allocation inside the capture was served"
         ok &= row["no_crash"] and row["same_eager"] and row["as_native"]
         figures[name] = row
     ok &= runs["native"]["ran"]
@@ -380,7 +400,8 @@ def graphs(d):
 
 def record(out, part, rc, seconds, note=""):
     rc = int(rc)
-    status = "passed" if rc == 0 else "skipped" if rc == 77 else "failed"
+    # 75: run.sh did not start it (the deadline had passed): not a failure.
+    status = "passed" if rc == 0 else "skipped" if rc == 77 else "not run" if rc == 75 else "failed"
     entry = {"status": status, "exit_code": rc, "seconds": round(float(seconds), 1), "log": f"{part}.log"}
     if rc in (124, 137):
         entry["timed_out"] = True

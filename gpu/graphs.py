@@ -8,12 +8,17 @@ static tensors) with torch.cuda.graph, replays it 10 times on fixed inputs,
 then runs the same steps eagerly from the same start; prints both loss
 series (float.hex) and whether the capture worked. run.sh compares the
 modes: each must work, or fail as native fails; never crash or differ.
-Fixed seed; the graph is captured on a side stream after warm-up, as
-PyTorch's documentation does it.
+Fixed seed, deterministic algorithms. As PyTorch documents whole-network
+capture: the model and optimizer are warmed up on a side stream, then the
+step is captured; here the weights are put back after the warm-up, so the
+replays start where the eager run did.
 """
 import argparse
 import json
+import os
 import sys
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def main():
@@ -28,6 +33,7 @@ def main():
 
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
 
     def make():
         torch.manual_seed(0)
@@ -55,16 +61,20 @@ def main():
     # Captured: warm up on a side stream, capture one step, replay per batch.
     try:
         net, opt = make()
-        static_x = torch.zeros_like(batches[0][0])
-        static_y = torch.zeros_like(batches[0][1])
+        start = [p.detach().clone() for p in net.parameters()]
+        static_x = batches[0][0].clone()
+        static_y = batches[0][1].clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(3):  # warm-up (cuBLAS, autograd); the model is made again after
+            for _ in range(3):
                 opt.zero_grad(set_to_none=True)
                 loss_fn(net(static_x), static_y).backward()
+                opt.step()
         torch.cuda.current_stream().wait_stream(side)
-        net, opt = make()
+        with torch.no_grad():  # the warm-up's steps undone (SGD without momentum keeps no state)
+            for p, p0 in zip(net.parameters(), start):
+                p.copy_(p0)
         graph = torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)  # the gradients are the graph's: each replay writes them afresh
         with torch.cuda.graph(graph):

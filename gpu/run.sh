@@ -208,7 +208,7 @@ part_residency() {
     train_run "$d/$model.50.pluggable" "$model" tidepool -- \
       --conf "evict:on,prefetch:learn,device_limit:$((peak / 2)),report:$d/$model.50.pluggable.report.json"
   done
-  "$PY" "$HERE/check.py" residency "$d" > "$d/../residency.figures.json"
+  "$PY" "$HERE/check.py" residency "$d" "$RES_STEPS" > "$d/../residency.figures.json"
 }
 
 # Caffe, unmodified (caffe/caffe-bundle.tar.xz, ../shared/caffe): natively and
@@ -280,9 +280,11 @@ if [ "${1:-}" = "--sim" ]; then
 fi
 OUT=${1:?usage: run.sh [--sim] OUTDIR [PART...]}
 shift
-# What has never run on a GPU comes first: a run cut short by its deadline
-# still brings back residency and Caffe. Named parts get the whole deadline.
-ALL="probe:60 residency:200 caffe:150 graphs:60 correctness:150 train:330 hotpath:120 trace:90"
+# What has never run on a GPU comes first: the first call brings back the
+# probe and residency, a second `run.sh OUT caffe graphs` Caffe and graphs.
+# Named parts run in the order named, sharing the run's deadline, each with
+# the whole of what is left.
+ALL="probe:60 residency:400 caffe:300 graphs:120 correctness:150 train:330 hotpath:120 trace:90"
 SPECS=""
 for part in "$@"; do
   spec=$(printf '%s\n' $ALL | grep "^$part:") ||
@@ -320,8 +322,9 @@ for spec in $SPECS; do
   left=$((DEADLINE - $(date +%s)))
   [ "$limit" -gt "$left" ] && limit=$left
   t0=$(date +%s.%N)
+  rm -f "$OUT/$part.figures.json"  # a second call into the folder: never the first call's figures
   if [ "$limit" -le 0 ]; then
-    rc=124 note="not started: the run's deadline had passed"
+    rc=75 note="not started: the run's deadline had passed (run.sh OUT $part runs it)"
   else
     timeout -k 5 "$limit" bash "$HERE/run.sh" --part "$part" "$OUT" > "$OUT/$part.log" 2>&1
     rc=$? note=""
@@ -329,7 +332,7 @@ for spec in $SPECS; do
   fi
   t1=$(date +%s.%N)
   # A part cut short has written no figures: gather what it left.
-  if [ ! -f "$OUT/$part.figures.json" ] && [ $rc -ne 77 ] && [ -d "$OUT/$part" ]; then
+  if [ ! -f "$OUT/$part.figures.json" ] && [ $rc -ne 77 ] && [ $rc -ne 75 ] && [ -d "$OUT/$part" ]; then
     timeout 30 "$PY" "$HERE/check.py" "$part" "$OUT/$part" > "$OUT/$part.figures.json" 2>> "$OUT/$part.log"
   fi
   "$PY" "$HERE/check.py" record "$OUT" "$part" "$rc" "$(awk "BEGIN { print $t1 - $t0 }")" "$note"

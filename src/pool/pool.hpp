@@ -336,7 +336,7 @@ class Pool {
   };
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
   // While bring_back_for_launch makes room: blocks used at or after this
-  // point of use_clock_ are not evicted (0: none spared).
+  // point of the live set's use clock are not evicted (0: none spared).
   std::uint64_t spared_from_ = 0;
 
   mutable util::SpinLock lock_;

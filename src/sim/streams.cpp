@@ -49,8 +49,9 @@
 // bytes / TIDEPOOL_SIM_COPY_GBPS of their stream's time when a bandwidth is
 // set. Which way a copy goes is decided when it runs, as on a GPU, not when
 // it is queued: a copy queued into a page that is remapped from the host to
-// the device before the copy runs crosses the link and is counted so. A kernel whose arguments hold an address in host-located VMM memory
-// is counted (tidepool_sim_host_resident_launches) when it runs.
+// the device before the copy runs crosses the link and is counted so. A
+// kernel whose arguments hold an address in host-located VMM memory is
+// counted (tidepool_sim_host_resident_launches) when it runs.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -1046,9 +1047,12 @@ struct Link {
   double gbps = 0;                                // 0: unlimited
 };
 
-Link link_of(const void* dst, const void* src) {
+// `from_host`: the source's side, when the caller knows it (a staged copy's
+// source is host memory, whatever the program did with its own buffer since).
+Link link_of(const void* dst, const void* src, int from_host_known = -1) {
   State& s = state();
-  const bool from_host = host_located(reinterpret_cast<std::uintptr_t>(src));
+  const bool from_host =
+      from_host_known >= 0 ? from_host_known != 0 : host_located(reinterpret_cast<std::uintptr_t>(src));
   const bool to_host = host_located(reinterpret_cast<std::uintptr_t>(dst));
   if (from_host == to_host) return {};
   return Link{from_host ? &s.copied_to_device : &s.copied_to_host, s.copy_gbps.load()};
@@ -1088,8 +1092,9 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
   if (from_pageable && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
-    // `src` is pageable host memory: it only names the link's end here.
-    sub = submit(stream, [dst, src, staged, n] { copy(dst, staged->data(), n, link_of(dst, src)); });
+    // The source was read into host memory now; only the destination's side
+    // is decided when the copy runs.
+    sub = submit(stream, [dst, staged, n] { copy(dst, staged->data(), n, link_of(dst, nullptr, 1)); });
   } else {
     sub = submit(stream, [dst, src, n] { copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{}); });
   }

@@ -49,6 +49,9 @@ def residency_dir(d, learn_losses, learn_peak):
                 write(f"{d}/{model}.{share}.{mode}.report.json",
                       report(peak, limit, launches={"scanned": 480, "naming_blocks": 450}, evicted_bytes=3000,
                              prefetched_bytes=3000, pin_calls=4))
+        write(f"{d}/{model}.50.pluggable.out", train_line(losses, 140.0))
+        write(f"{d}/{model}.50.pluggable.rc", "0\n")
+        write(f"{d}/{model}.50.pluggable.report.json", report(450, 500))
 
 
 def main():
@@ -67,7 +70,14 @@ def main():
         assert figures["gpt"]["launch_visibility"] == {"kernels_per_step": 160, "scanned_per_step": 160,
                                                        "naming_blocks_per_step": 150}, figures["gpt"]
         assert set(figures["gpt"]["runs"]) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch",
-                                               "33.learn"}, figures["gpt"]["runs"]
+                                               "33.learn", "50.pluggable"}, figures["gpt"]["runs"]
+    with tempfile.TemporaryDirectory() as d:  # no unconstrained peak: only native and none ran
+        residency_dir(d, [2.5, 2.25, 2.0], 300)
+        for path in os.listdir(d):
+            if not path.split(".")[1] in ("native", "none"):
+                os.remove(os.path.join(d, path))
+        rc, figures = check("residency", d, "3")
+        assert rc == 1 and figures["gpt"]["runs"]["33.learn"] == {"status": "not run"}, figures
     with tempfile.TemporaryDirectory() as d:
         residency_dir(d, [2.5, 2.3, 2.0], 300)  # learn changed a loss
         rc, figures = check("residency", d, "3")
@@ -103,6 +113,11 @@ def main():
         write(f"{d}/preload/train_losses.txt", "Iteration 0, loss = 2.7\nIteration 1, loss = 2.5\n")
         rc, figures = check("caffe", d)
         assert rc == 1 and not figures["lenet_losses_exact"], figures
+        write(f"{d}/preload/train_losses.txt", losses)
+        assert check("caffe", d)[0] == 0
+        for name in ("65", "50"):  # no peak: no budget run, nothing tested
+            os.remove(f"{d}/vgg.{name}.log")
+        assert check("caffe", d)[0] == 1
     def graphs_dir(d, preload_graph, tidepool_captured, preload_rc="0"):
         eager, graph = ["0x1.4p+1", "0x1.2p+1"], ["0x1.4p+1", "0x1.1p+1"]
         for name in ("native", "native_nocache", "preload", "preload_nocache", "tidepool"):
@@ -120,6 +135,11 @@ def main():
         graph = graphs_dir(d, ["0x1.4p+1", "0x1.1p+1"], tidepool_captured=False)
         rc, figures = check("graphs", d)
         assert rc == 0 and figures["tidepool"]["as_native"] and figures["preload_nocache"]["as_native"], figures
+        # Without PyTorch's cache native cannot capture; a preload that can is not as native.
+        write(f"{d}/preload_nocache.out", json.dumps({"eager_losses": ["0x1.4p+1", "0x1.2p+1"], "captured": True,
+                                                      "graph_losses": graph}) + "\n")
+        rc, figures = check("graphs", d)
+        assert rc == 1 and "note" in figures["preload_nocache"], figures
     with tempfile.TemporaryDirectory() as d:
         graphs_dir(d, ["0x1.4p+1", "0x1.0p+1"], tidepool_captured=True)  # a replay under the preload differs
         rc, figures = check("graphs", d)

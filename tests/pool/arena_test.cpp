@@ -134,7 +134,15 @@ TEST_F(ArenaTest, NeighboursWithWorkPendingOnDifferentStreamsStayApartUntilOneIs
   expect_tiled();
   EXPECT_EQ(c->size, 2 * kPage) << "d merged into c";
   EXPECT_EQ(c->stream, key_of(second_));
-  EXPECT_EQ(b->next, c) << "b (second stream, not known finished) stays apart from c, now on the same stream";
+  // The guard freed on the second stream joins c (same stream, no fence
+  // asked) and the idle free tail beyond it.
+  Block* guard = blocks[4];
+  guard->stream = key_of(second_);
+  guard->free_epoch = fences_->freed();
+  arena_->release(guard);
+  expect_tiled();
+  EXPECT_EQ(c->address + c->size, kBase + reservation_.size()) << "same pending stream, then the idle tail: merged";
+  EXPECT_EQ(c->stream, key_of(second_));
   EXPECT_EQ(first_cell, 1);
   EXPECT_EQ(second_cell, 1);
 }

@@ -127,6 +127,25 @@ TEST(LiveSet, ACachedAnswerIsDroppedOnceItsBlockIsNoLongerLive) {
   EXPECT_EQ(b->buffer_id, id);
 }
 
+TEST(LiveSet, ACachedAnswerIsTrustedOnlyWhileTheMapStillHoldsItsBlock) {
+  // The metadata of a block taken out of the set (its range absorbed by its
+  // free neighbour, as a merge does) may still look live: the cache must not
+  // answer with it.
+  Segments segments;
+  LiveSet live(segments);
+  Tiling tiling(segments, kBase, 1, {4096, 4096});
+  Block* low = tiling[0];
+  Block* b = tiling[1];
+  low->is_free = true;
+  make_live(live, b);
+  ASSERT_EQ(live.containing(b->address + 100), b);  // now cached
+  ASSERT_EQ(live.remove(b->address), b);
+  low->size += b->size;  // low absorbs b's range; b's own fields are left as they were
+  low->next = b->next;
+  if (b->next != nullptr) b->next->prev = low;
+  EXPECT_EQ(live.containing(b->address + 100), nullptr) << "the address is in a free block now";
+}
+
 TEST(LiveSet, BufferIdsAreUniqueAcrossPoolsAndNeverLookLikeTheDriversOwn) {
   Segments segments;
   LiveSet first(segments);
