@@ -191,6 +191,28 @@ TEST_F(Preload, LearnedPrefetchOnAProgramWithoutStepsActsAsLaunchPrefetch) {
   EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
 }
 
+// Kernels from one host thread on a block another thread's allocations keep
+// evicting (PyTorch's autograd thread launches the backward pass while the
+// main thread allocates), with the first thread's stream non-blocking,
+// blocking or the legacy stream, under launch and learned prefetch: every
+// word its kernels check is right, and the block moved out and back.
+TEST_F(Preload, KernelsOfAnotherThreadKeepTheirBlockIntactWhileItIsEvictedAndBroughtBack) {
+  time_limit_s_ = 120;  // a hang is a failure, not a stuck suite
+  for (const char* kind : {"nonblocking", "blocking", "legacy"}) {
+    for (const char* mode : {"launch", "learn"}) {
+      SCOPED_TRACE(std::string(kind) + ", prefetch:" + mode);
+      extra_env_ = std::string("PROBE_STREAM_KIND=") + kind + " ";
+      const std::string conf = std::string("device_limit:16MiB,evict:on,prefetch:") + mode;
+      const ProgramRun r = run(PROBE_LINKED, "evict_threads", conf.c_str());
+      EXPECT_EQ(r.status, 42) << r.err;
+      EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+      ASSERT_TRUE(r.report.is_object()) << r.err;
+      EXPECT_GT(r.report.value("evictions", 0), 0);
+      EXPECT_EQ(r.report.value("residency_fallbacks", -1), 0);
+    }
+  }
+}
+
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
   const ProgramRun r = both(PROBE_LINKED, "fork");
   expect_all_returned(r, 2);

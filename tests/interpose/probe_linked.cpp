@@ -508,6 +508,93 @@ int evict_route() {
   return probe::finish("evict");
 }
 
+// Kernels from one host thread on a block that another thread's allocations
+// keep evicting, as PyTorch's autograd thread launches the backward pass
+// while the main thread allocates: thread A checks and rewrites its block
+// with kernels on its own stream, over and over, never waiting; thread B
+// allocates, fills and frees blocks that push A's block out to the host. A
+// word of A's block wrong at any check, or a kernel touching a page
+// mid-remap, is a failure. `kind` (PROBE_STREAM_KIND): A's stream,
+// "nonblocking", "blocking" or "legacy".
+int evict_threads_route(const char* kind) {
+  make_context_current();
+  CUcontext context = nullptr;
+  cuCtxGetCurrent(&context);
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two of them
+  constexpr int kRounds = 200;
+  CUfunction fill_kernel = nullptr;
+  CUfunction check_kernel = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  std::atomic<std::uint64_t> errors{0};
+  std::atomic<std::uint64_t>* errors_at = &errors;
+  const auto launch = [&](CUfunction f, CUstream stream, CUdeviceptr p, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(p);
+    std::size_t count = bytes / 4;
+    void* params[] = {&words, &count, &seed, &errors_at};
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  };
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  CUdeviceptr mine = 0;
+  std::uint32_t seed = 1;
+  PROBE_CHECK(cuMemAlloc(&mine, kBlock) == CUDA_SUCCESS);
+  std::thread a([&] {
+    cuCtxSetCurrent(context);
+    CUstream stream = nullptr;
+    if (std::strcmp(kind, "legacy") != 0) {
+      const unsigned flags = std::strcmp(kind, "blocking") == 0 ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
+      if (cuStreamCreate(&stream, flags) != CUDA_SUCCESS) failures++;
+    }
+    if (launch(fill_kernel, stream, mine, kBlock, seed) != CUDA_SUCCESS) failures++;
+    for (int round = 0; round < kRounds; ++round) {
+      if (launch(check_kernel, stream, mine, kBlock, seed) != CUDA_SUCCESS) failures++;
+      ++seed;
+      if (launch(fill_kernel, stream, mine, kBlock, seed) != CUDA_SUCCESS) failures++;
+      // Now and then the host waits for its own stream (a loss read back),
+      // so that A's launches go on for as long as B evicts.
+      if (round % 4 == 3 && cuStreamSynchronize(stream) != CUDA_SUCCESS) failures++;
+    }
+    if (launch(check_kernel, stream, mine, kBlock, seed) != CUDA_SUCCESS) failures++;
+    if (cuStreamSynchronize(stream) != CUDA_SUCCESS) failures++;
+    if (stream != nullptr) cuStreamDestroy(stream);
+    done.store(true);
+  });
+  std::thread b([&] {
+    cuCtxSetCurrent(context);
+    CUstream stream = nullptr;
+    if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) failures++;
+    while (!done.load()) {
+      CUdeviceptr p = 0;
+      CUdeviceptr q = 0;
+      if (cuMemAlloc(&p, kBlock) != CUDA_SUCCESS || cuMemAlloc(&q, kBlock) != CUDA_SUCCESS) failures++;
+      if (p != 0 && launch(fill_kernel, stream, p, kBlock, 7) != CUDA_SUCCESS) failures++;
+      if (q != 0 && launch(fill_kernel, stream, q, kBlock, 8) != CUDA_SUCCESS) failures++;
+      if (p != 0 && launch(check_kernel, stream, p, kBlock, 7) != CUDA_SUCCESS) failures++;
+      if (p != 0) cuMemFree(p);
+      if (q != 0) cuMemFree(q);
+      // A real device's launch queue is bounded: a host never runs unboundedly ahead.
+      if (cuStreamSynchronize(stream) != CUDA_SUCCESS) failures++;
+    }
+    if (cuStreamSynchronize(stream) != CUDA_SUCCESS) failures++;
+    cuStreamDestroy(stream);
+  });
+  a.join();
+  b.join();
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  std::fprintf(stderr, "evict_threads %s: %llu wrong words, %d failed calls\n", kind,
+               static_cast<unsigned long long>(errors.load()), failures.load());
+  PROBE_CHECK(failures.load() == 0);
+  PROBE_CHECK(errors.load() == 0);
+  const auto* words = reinterpret_cast<const std::uint32_t*>(mine);
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < kBlock / 4; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
+  PROBE_CHECK(bad == 0);
+  PROBE_CHECK(cuMemFree(mine) == CUDA_SUCCESS);
+  return probe::finish("evict_threads");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -520,6 +607,10 @@ int main(int argc, char** argv) {
   if (mode == "sidestream") return sidestream_route(false);
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "evict") return evict_route();
+  if (mode == "evict_threads") {
+    const char* kind = std::getenv("PROBE_STREAM_KIND");
+    return evict_threads_route(kind != nullptr ? kind : "nonblocking");
+  }
   std::fprintf(stderr, "usage: probe_linked runtime|driver|threads|fork [report-path]\n");
   return 2;
 }
