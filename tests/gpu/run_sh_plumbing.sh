@@ -1,0 +1,45 @@
+#!/bin/sh
+# The GPU-only parts of gpu/run.sh (residency, graphs), run here with a
+# stand-in python (fake_python.sh) that answers as train.py and graphs.py
+# would on a GPU: the plumbing the self-test cannot reach (the budgets
+# derived from the unconstrained peak, every run named and recorded, the
+# figures gathered) is checked before it costs GPU time.
+# Usage: run_sh_plumbing.sh SOURCE_DIR
+set -u
+src=$1
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
+b=$work/bundle
+mkdir -p "$b/lib"
+cp "$src/gpu/run.sh" "$src/gpu/check.py" "$src/gpu/train.py" "$src/gpu/graphs.py" "$b/"
+# Preloaded into the stand-in: any harmless library does.
+lib=$(ldconfig -p 2> /dev/null | sed -n 's/.*libm\.so\.6 (libc6,x86-64) => //p' | head -1)
+ln -s "${lib:-/lib/x86_64-linux-gnu/libm.so.6}" "$b/lib/libtidepool.so"
+fail() { echo "FAIL: $*"; for f in "$work"/out/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
+env -u LD_PRELOAD TIDEPOOL_GPU_ASSUME=1 PYTHON="$src/tests/gpu/fake_python.sh" TIDEPOOL_GPU_RES_STEPS=2 \
+  bash "$b/run.sh" "$work/out" residency graphs > "$work/stdout" 2>&1
+status=$?
+cat "$work/stdout"
+[ "$status" -eq 0 ] || fail "run.sh exited $status"
+python3 - "$work/out" <<'PY' || fail "the figures do not hold"
+import json, os, sys
+out = sys.argv[1]
+s = json.load(open(os.path.join(out, "summary.json")))
+parts = s["parts"]
+assert list(parts) == ["residency", "graphs"], list(parts)
+assert all(p["status"] == "passed" for p in parts.values()), parts
+res = parts["residency"]["figures"]
+for model in ("gpt", "resnet50"):
+    runs = res[model]["runs"]
+    assert set(runs) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch", "33.learn",
+                         "50.pluggable"}, runs
+    # The budgets come from the unconstrained peak (1 GB).
+    assert runs["50.learn"]["device_limit_bytes"] == 500000000, runs["50.learn"]
+    assert runs["33.off"]["device_limit_bytes"] == 330000000, runs["33.off"]
+    assert runs["50.pluggable"]["device_limit_bytes"] == 500000000, runs["50.pluggable"]
+    assert runs["50.learn"]["evicted_bytes_per_step"] == 1000000, runs["50.learn"]
+    assert res[model]["launch_visibility"]["kernels_per_step"] == 120, res[model]
+g = parts["graphs"]["figures"]
+assert all(g[m]["as_native"] and g[m]["no_crash"] for m in ("preload", "preload_nocache", "tidepool")), g
+print("ok: residency and graphs plumbing")
+PY
