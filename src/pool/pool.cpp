@@ -153,7 +153,7 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
         break;
       case 1:  // no block fits: more address space (or, without VMM, a new chunk)
         if (!no_fit) continue;
-        step = add_segment(arena, arena_id, rounded);
+        step = add_segment(arena, rounded);
         if (!step) {
           *error = step;
           continue;
@@ -173,7 +173,7 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
       case 4:  // without VMM: give back empty chunks and retry with a new one
         if (space_.uses_vmm()) continue;
         if (trim_chunks() == 0) continue;
-        step = add_segment(arena, arena_id, rounded);
+        step = add_segment(arena, rounded);
         if (!step) {
           *error = step;
           continue;
@@ -366,14 +366,14 @@ bool Pool::promote_deferred(DeferredFrees::Wait wait) {
 
 // --- segments and pages -----------------------------------------------------------
 
-util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes) {
+util::Status Pool::add_segment(Arena& arena, std::size_t min_bytes) {
   const std::size_t page = space_.page_size();
   std::size_t bytes = 0;
   if (space_.uses_vmm()) {
     // VA is cheap: reserve enough that one segment normally serves the run.
     const std::size_t whole = options_.segment_bytes != 0 ? options_.segment_bytes : 2 * space_.device_limit();
     bytes = std::max(util::align_up(whole, page), util::align_up(min_bytes, page));
-  } else if (arena_id == 0) {
+  } else if (arena.id() == 0) {
     bytes = util::align_up(std::max<std::size_t>(min_bytes, 2 * util::MiB), page);
   } else {
     bytes = min_bytes <= 10 * util::MiB ? 20 * util::MiB : util::align_up(min_bytes, page);
@@ -385,7 +385,7 @@ util::Status Pool::add_segment(Arena& arena, int arena_id, std::size_t min_bytes
   whole->size = reservation.value()->size();
   whole->stream = kNoPendingWork;
   whole->is_free = true;
-  arena.add(segments_.add(reservation.value(), whole, arena_id));
+  arena.add(segments_.add(reservation.value(), whole, arena.id()));
   return util::Status::success();
 }
 

@@ -276,7 +276,7 @@ class Pool {
   // not promoted again.
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                    Miss* miss, bool promoted = false);
-  util::Status add_segment(Arena& arena, int arena_id, std::size_t min_bytes);
+  util::Status add_segment(Arena& arena, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
