@@ -279,14 +279,17 @@ class Workload {
     std::size_t bytes = bytes_;
     std::uint64_t sleep_ns = sleep_ns_;
     void* params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns};
+    pool::Pins pins;
     if (scan_launches_) {
       // What the preload's launch hooks do before the real launch.
       runtime::LaunchUse use;
-      scanner_.for_each_word(kernel_, params, nullptr,
-                             [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+      scanner_.for_each_word(kernel_, params, nullptr, [&](std::uintptr_t word) {
+        (void)allocator_->use_in_launch(word, stream_, &use, &pins, pool::Pool::OnHost::bring_back_later);
+      });
       allocator_->end_launch(kernel_, use, stream_);
     }
     const CUresult launched = api().launchKernel(kernel_, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
+    allocator_->release_pins(pins);
     if (launched != CUDA_SUCCESS) r->failure = where + ": launch failed: " + std::to_string(launched);
     return launched == CUDA_SUCCESS;
   }

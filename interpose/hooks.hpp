@@ -21,9 +21,41 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                             unsigned bz, unsigned shared, CUstream stream, void** params, void** extra);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned shared, CUstream stream, void** params, void** extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+// The per-thread-stream copies and sets (copy_hooks.cpp).
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, std::size_t n);
+CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, std::size_t n);
+CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, std::size_t n, CUstream s);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, std::size_t n, CUstream s);
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s);
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t n);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, std::size_t n,
+                                CUstream s);
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* d);
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* d);
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* d, CUstream s);
+CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* d);
+CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* d, CUstream s);
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, std::size_t n);
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, std::size_t n, CUstream s);
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dst, std::size_t pitch, unsigned char v, std::size_t w, std::size_t h);
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dst, std::size_t pitch, unsigned char v, std::size_t w, std::size_t h,
+                                CUstream s);
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short v, std::size_t n);
+CUresult cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short v, std::size_t n, CUstream s);
+CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dst, std::size_t pitch, unsigned short v, std::size_t w, std::size_t h);
+CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dst, std::size_t pitch, unsigned short v, std::size_t w, std::size_t h,
+                                 CUstream s);
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int v, std::size_t n);
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, std::size_t n, CUstream s);
+CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dst, std::size_t pitch, unsigned int v, std::size_t w, std::size_t h);
+CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dst, std::size_t pitch, unsigned int v, std::size_t w, std::size_t h,
+                                 CUstream s);
 // The destroy of CUDA before 4.0, which cuda.h renames away; drivers still
 // export it and cuGetProcAddress hands it out for old versions.
 CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy");
@@ -40,7 +72,26 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuPointerGetAttribute)     \
   X(cuPointerGetAttributes) X(cuStreamCreate) X(cuStreamCreateWithPriority)  \
   X(cuGreenCtxStreamCreate) X(cuStreamDestroy_v2) X(cuLaunchKernel)         \
-  X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)
+  X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)      \
+  X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) \
+  X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) \
+  X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) \
+  X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoDAsync_v2_ptsz) \
+  X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoHAsync_v2_ptsz) \
+  X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemcpyPeer) \
+  X(cuMemcpyPeer_ptds) X(cuMemcpyPeerAsync) X(cuMemcpyPeerAsync_ptsz) \
+  X(cuMemcpy2D_v2) X(cuMemcpy2D_v2_ptds) X(cuMemcpy2DUnaligned_v2) \
+  X(cuMemcpy2DUnaligned_v2_ptds) X(cuMemcpy2DAsync_v2) \
+  X(cuMemcpy2DAsync_v2_ptsz) X(cuMemcpy3D_v2) X(cuMemcpy3D_v2_ptds) \
+  X(cuMemcpy3DAsync_v2) X(cuMemcpy3DAsync_v2_ptsz) X(cuMemsetD8_v2) \
+  X(cuMemsetD8_v2_ptds) X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) \
+  X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds) X(cuMemsetD2D8Async) \
+  X(cuMemsetD2D8Async_ptsz) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds) \
+  X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz) X(cuMemsetD2D16_v2) \
+  X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) \
+  X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD32Async) \
+  X(cuMemsetD32Async_ptsz) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) \
+  X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {

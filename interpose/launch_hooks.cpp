@@ -1,42 +1,24 @@
 // Kernel-launch hooks: cuLaunchKernel, cuLaunchKernelEx and their _ptsz
-// forms. With prefetch:launch (and eviction on) each launch's arguments go to
-// the runtime first, which marks the pool blocks they point at used and
-// brings their host pages back; otherwise the launch goes straight to the
-// driver. The runtime API's cudaLaunchKernel reaches the driver through
+// forms. With eviction on, each launch's arguments go to the runtime first,
+// which pins the pool blocks they point at until the launch is queued, marks
+// them used and, under prefetch:launch or learn, brings their host pages
+// back (submission.hpp); otherwise the launch goes straight to the driver.
+// The runtime API's cudaLaunchKernel reaches the driver through
 // cuGetProcAddress, where these same hooks are substituted.
 #include <cuda.h>
 
 #include "hooks.hpp"
 #include "real_symbols.hpp"
-#include "route.hpp"
-#include "runtime/runtime.hpp"
+#include "submission.hpp"
 
-namespace tidepool::interpose {
-
-namespace {
-
-void before_launch(CUfunction function, void** params, void** extra, CUstream stream) noexcept {
-  try {
-    if (!serving()) return;
-    runtime::Runtime& rt = runtime::Runtime::get();
-    if (rt.launch_prefetch()) rt.before_launch(function, params, extra, stream);
-  } catch (...) {
-    // A scan that cannot run (out of host memory) leaves the launch as it was.
-  }
-}
-
-}  // namespace
-
-}  // namespace tidepool::interpose
-
-using tidepool::interpose::before_launch;
+using tidepool::interpose::guarded_launch;
 
 TIDEPOOL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                       unsigned bz, unsigned shared, CUstream stream, void** params, void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernel);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  before_launch(f, params, extra, stream);
-  return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  return guarded_launch(f, params, extra, stream,
+                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra); });
 }
 
 TIDEPOOL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -44,22 +26,21 @@ TIDEPOOL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned g
                                            void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernel_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  before_launch(f, params, extra, stream == nullptr ? CU_STREAM_PER_THREAD : stream);
-  return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  return guarded_launch(f, params, extra, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
+                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra); });
 }
 
 TIDEPOOL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernelEx);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  if (config != nullptr) before_launch(f, params, extra, config->hStream);
-  return real(config, f, params, extra);
+  if (config == nullptr) return real(config, f, params, extra);
+  return guarded_launch(f, params, extra, config->hStream, [&] { return real(config, f, params, extra); });
 }
 
 TIDEPOOL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernelEx_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  if (config != nullptr) {
-    before_launch(f, params, extra, config->hStream == nullptr ? CU_STREAM_PER_THREAD : config->hStream);
-  }
-  return real(config, f, params, extra);
+  if (config == nullptr) return real(config, f, params, extra);
+  return guarded_launch(f, params, extra, config->hStream == nullptr ? CU_STREAM_PER_THREAD : config->hStream,
+                        [&] { return real(config, f, params, extra); });
 }

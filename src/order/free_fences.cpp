@@ -16,13 +16,7 @@ FreeFences::~FreeFences() {
   }
 }
 
-bool FreeFences::capture_in_progress() const {
-  if (driver::capturing(api_, nullptr)) return true;  // a blocking stream captures
-  std::vector<CUstream> streams;
-  std::vector<std::shared_ptr<RetiredStream>> retired;
-  registry_.fence_targets(context_, &streams, &retired);
-  return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return driver::capturing(api_, s); });
-}
+bool FreeFences::capture_in_progress() const { return registry_.capture_in_progress(context_); }
 
 void FreeFences::close_batch(bool needs_sync) {
   if (held_ == fenced_) return;

@@ -105,6 +105,18 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool()>&
   return true;
 }
 
+bool StreamRegistry::capture_in_progress(CUcontext context) {
+  if (driver::capturing(api_, nullptr)) return true;  // the legacy stream, or a blocking stream
+  std::vector<CUstream> streams;
+  {
+    std::lock_guard<std::mutex> guard(lock_);
+    for (const auto& [stream, entry] : streams_) {
+      if (entry.non_blocking && entry.context == context) streams.push_back(stream);
+    }
+  }
+  return std::any_of(streams.begin(), streams.end(), [&](CUstream s) { return driver::capturing(api_, s); });
+}
+
 bool StreamRegistry::destroying(CUstream stream) {
   if (special_handle(stream)) return false;
   Entry entry;

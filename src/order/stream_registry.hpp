@@ -109,6 +109,11 @@ class StreamRegistry {
   // stops the gate (false returned).
   bool device_gate(CUcontext context, const std::function<bool()>& on_legacy);
   static constexpr std::size_t kMaxBarrierStreams = 32;
+  // Whether a stream of `context` (the current one) may be capturing: the
+  // legacy stream (or a blocking stream, which it reports), or a live
+  // non-blocking one. While one does, nothing may synchronise the context
+  // or touch a capturing stream: either would invalidate the capture.
+  [[nodiscard]] bool capture_in_progress(CUcontext context);
 
   // Whether `stream` is registered as alive (tests, diagnostics).
   [[nodiscard]] bool alive(CUstream stream) const;

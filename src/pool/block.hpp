@@ -33,6 +33,17 @@ struct Block {
   std::uint64_t buffer_id = 0;   // while live: unique for the life of the process
   std::uint64_t last_use = 0;    // while live: the pool's use clock at its last known use (residency)
   bool keep_resident = false;    // while live: never evicted (TIDEPOOL_ADVICE_KEEP_RESIDENT)
+  // While live, for the residency rule (pool.hpp, "When a page may move"):
+  // submissions (launches, copies, sets) that named the block and may not be
+  // queued yet; its pages do not move while any does.
+  std::uint32_t pins = 0;
+  // A submission was queued to touch the block while pages of it were on
+  // the host: until a gated move has waited for that work, only a gated
+  // move may bring those pages back.
+  bool read_on_host = false;
+  // Named by a submission of another device, whose streams no gate of this
+  // pool orders: its pages stay on the device until it is freed.
+  bool peer_held = false;
   bool is_free = false;
   bool in_index = false;
 

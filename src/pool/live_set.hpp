@@ -30,6 +30,9 @@ class LiveSet {
     map_.insert(block->address, block);
     block->last_use = ++use_clock_;
     block->keep_resident = false;
+    block->pins = 0;
+    block->read_on_host = false;
+    block->peer_held = false;
   }
   // The live block starting at `address`, out of the set; null when none.
   Block* remove(std::uintptr_t address) { return map_.erase(address); }

@@ -7,6 +7,38 @@
 // the pool. The pool keeps the use bookkeeping (a use clock per live block,
 // keep-resident marks) and hands the mover its candidates, so the mover's
 // view of what is live is always the pool's.
+//
+// When a page may move: the residency rule. A page of a live block changes
+// residency (is unmapped and mapped again, device to host or back) only
+// under the pool's lock, and only when both hold:
+//
+//  1. No submission that named the block is on its way to the driver. A
+//     submission (a kernel launch, a copy, a set, by any route the preload
+//     hooks) pins the blocks it names, under the pool's lock, before the
+//     driver call, and releases them once the call has returned (Pins,
+//     Pool::use_for_submission). So every submission naming the block is
+//     either in a stream before the move is decided, where (2) orders it, or
+//     scanned after the move, and finds the page where the move left it.
+//     A block pinned by others is not a candidate, and is not brought back
+//     for anyone else: its pages stay where they are, and every access still
+//     reads the right bytes there.
+//  2. All work queued that may touch the page runs before the remap, and all
+//     work queued later runs after it. A gated move (transit.hpp) drains
+//     every stream of the context first and holds every stream's later work
+//     behind a host-written flag; by (1) nothing that names the block can be
+//     queued in the window while the gate's calls are made. A tracked move
+//     (prefetch:learn, learned_prefetch.hpp) trusts the scan instead: a copy
+//     out is queued behind a device barrier and committed only if nothing
+//     named the block since; a block comes back without a gate only if
+//     nothing named it while its pages were on the host (`read_on_host`),
+//     and the next submission naming it waits for the copy in (before_use).
+//
+// No move synchronises the context while a capture is in progress, and no
+// gate touches a capturing stream: the pages stay where they are instead.
+// Outside the rule: kernels that reach pool memory through pointers held in
+// device memory rather than in their parameters (ordered by gates only, and
+// not in a gate's window), graph launches (cuGraphLaunch is not hooked),
+// and work another device queues on this pool's pages.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +57,8 @@ struct EvictionCandidate {
   space::Reservation* reservation = nullptr;
   std::uint64_t last_use = 0;   // the pool's use clock: allocation, hints, prefetches; larger is more recent
   std::uint64_t buffer_id = 0;  // unique per allocation
+  // Work may be reading its host pages: they come back only through a gate.
+  bool read_on_host = false;
 };
 
 // A block a kernel launch named in its parameters.
@@ -32,6 +66,27 @@ struct LaunchedBlock {
   std::uintptr_t address = 0;
   std::uint64_t buffer_id = 0;
   std::uint64_t used_at = 0;  // the pool's use clock when the launch scan marked it
+};
+
+// The blocks one submission (a kernel launch, a copy, a set) pinned while it
+// is on its way to the driver (Pool::use_for_submission), released together
+// once the driver call has returned (Pool::release_pins). Lives in the
+// hook's frame: the array is left uninitialised, only `count` entries are set.
+struct Pins {
+  static constexpr std::size_t kMax = 128;
+  struct Pin {
+    std::uintptr_t address;
+    std::uint64_t buffer_id;
+  };
+  Pin pins[kMax];  // NOLINT(cppcoreguidelines-avoid-c-arrays,modernize-avoid-c-arrays): left uninitialised on purpose
+  std::size_t count = 0;
+  bool overflow = false;  // more blocks than kMax were named: those beyond are not pinned
+  [[nodiscard]] bool holds(std::uint64_t buffer_id) const noexcept {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pins[i].buffer_id == buffer_id) return true;
+    }
+    return false;
+  }
 };
 
 // The pool's live blocks, as a mover asks about them from inside a call the
@@ -82,6 +137,8 @@ class PageMover {
   // A launch on `stream` is about to use the block: order it after any copy
   // still bringing the block's pages back.
   virtual void before_use(std::uint64_t /*buffer_id*/, std::uintptr_t /*stream*/) {}
+  // The host waits for every copy still bringing pages back.
+  virtual void wait_for_copies_in() {}
   // The block is being freed: nothing of it is moved or predicted any more.
   virtual void forget(std::uint64_t /*buffer_id*/) {}
 };

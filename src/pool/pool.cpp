@@ -92,7 +92,7 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   // Memory handed out lives on the device: host pages left under a freed
   // block come back before the new owner can queue work on them.
   if (mover_ != nullptr && space_.host_pages() > 0) {
-    (void)bring_back_locked(*block->segment->reservation, block->address, block->size, stream);
+    (void)bring_back_locked(*block, block->address, block->size, stream, 0);
   }
   stats_.allocations++;
   stats_.live_bytes += size;
@@ -404,14 +404,19 @@ util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std:
   const std::uintptr_t last = bytes > end - address ? end : address + bytes;
   if (last <= address) return util::Status::success();
   driver::ScopedContext scope(api_, context_);
-  return bring_back_locked(*block->segment->reservation, address, last - address, stream);
+  return bring_back_locked(*block, address, last - address, stream, 0);
 }
 
-util::Status Pool::bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                     std::uintptr_t stream) {
+util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
+                                     std::uint32_t own_pins) {
+  space::Reservation& r = *block.segment->reservation;
   if (r.is_chunk() || length == 0) return util::Status::success();
   const std::size_t on_host = host_pages_in(r, begin, length);
   if (on_host == 0) return util::Status::success();
+  // Another submission named the block and may not be queued yet: it could
+  // land beside the gate rather than behind it. The pages stay on the host,
+  // where every access still reads the right bytes.
+  if (block.pins > own_pins) return util::Status::success();
   driver::ScopedContext scope(api_, context_);
   if (space_.available_pages() < on_host) {
     // Free memory first, live memory last: idle pages of free blocks, then
@@ -421,6 +426,9 @@ util::Status Pool::bring_back_locked(space::Reservation& r, std::uintptr_t begin
   }
   if (space_.available_pages() < on_host) evict_locked(on_host - space_.available_pages(), begin, begin + length);
   util::Status s = mover_->bring_back(r, begin, length, stream);
+  // A whole bring-back is a gate (or a context synchronisation): whatever
+  // read the host pages before it has finished.
+  if (host_pages_in(r, block.address, block.size) == 0) block.read_on_host = false;
   stats_.host_pages = space_.host_pages();
   return s;
 }
@@ -434,29 +442,53 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   return on_host;
 }
 
-bool Pool::use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                          std::size_t* still_on_host, LaunchedBlock* used, bool bring_back) {
+bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnHost on_host, Pins* pins,
+                              LaunchedBlock* used, std::size_t* host_pages, std::size_t* still_on_host) {
   *host_pages = 0;
   *still_on_host = 0;
   std::lock_guard<util::SpinLock> guard(lock_);
   Block* block = live_.at(address);
   if (block == nullptr) return false;
   live_.mark_used(block);
-  if (used != nullptr) *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
+  if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
+  if (!pins->holds(block->buffer_id)) {
+    if (pins->count < Pins::kMax) {
+      pins->pins[pins->count++] = Pins::Pin{block->address, block->buffer_id};
+      block->pins++;
+    } else {
+      pins->overflow = true;
+    }
+  }
+  *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   mover_->before_use(block->buffer_id, stream);
   if (space_.host_pages() == 0) return true;
   space::Reservation& r = *block->segment->reservation;
   *host_pages = host_pages_in(r, block->address, block->size);
   if (*host_pages == 0) return true;
-  if (!bring_back) {
+  if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
+    driver::ScopedContext scope(api_, context_);
+    (void)bring_back_locked(*block, block->address, block->size, stream, 1);
+    // Another device's stream is in no gate of this pool: it must find the
+    // bytes in place before it is queued.
+    if (on_host == OnHost::bring_back_for_peer) mover_->wait_for_copies_in();
+    *still_on_host = host_pages_in(r, block->address, block->size);
+  } else {
     *still_on_host = *host_pages;
-    return true;
   }
-  driver::ScopedContext scope(api_, context_);
-  (void)bring_back_locked(r, block->address, block->size, stream);
-  *still_on_host = host_pages_in(r, block->address, block->size);
+  // bring_back_later: bring_back_for_launch decides.
+  if (*still_on_host > 0 && on_host != OnHost::bring_back_later) block->read_on_host = true;
   return true;
+}
+
+void Pool::release_pins(const Pins& pins) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  for (std::size_t i = 0; i < pins.count; ++i) {
+    // Another pool's block, or freed since (another thread's free, and the
+    // pin went with it).
+    Block* block = live_.starting_at(pins.pins[i].address);
+    if (block != nullptr && block->buffer_id == pins.pins[i].buffer_id && block->pins > 0) block->pins--;
+  }
 }
 
 Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream,
@@ -475,8 +507,10 @@ Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::
     const std::size_t on_host = host_pages_in(r, block->address, block->size);
     if (on_host == 0) continue;
     pages.before += on_host;
-    (void)bring_back_locked(r, block->address, block->size, stream);
-    pages.after += host_pages_in(r, block->address, block->size);
+    (void)bring_back_locked(*block, block->address, block->size, stream, 1);
+    const std::size_t left = host_pages_in(r, block->address, block->size);
+    if (left > 0) block->read_on_host = true;
+    pages.after += left;
   }
   spared_from_ = 0;
   stats_.host_pages = space_.host_pages();
@@ -495,8 +529,8 @@ void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::siz
 bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const {
   const Block* b = pool_.live_.at(address);
   if (b == nullptr || b->address != address || b->segment->reservation->is_chunk()) return false;
-  *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id};
-  return !b->keep_resident;
+  *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id, b->read_on_host};
+  return !b->keep_resident && b->pins == 0 && !b->peer_held;
 }
 
 std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,
@@ -544,8 +578,7 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
       case Advice::will_need:
         live_.mark_used(b);
         if (mover_ != nullptr && space_.host_pages() > 0) {
-          if (auto s = bring_back_locked(*b->segment->reservation, b->address, b->size, kNoPendingWork);
-              !s && result.ok()) {
+          if (auto s = bring_back_locked(*b, b->address, b->size, kNoPendingWork, 0); !s && result.ok()) {
             result = s;
           }
         }

@@ -195,15 +195,28 @@ class Pool {
   [[nodiscard]] bool may_own(std::uintptr_t address) const noexcept { return segments_.may_contain(address); }
   // [begin, end) of may_own as of now (the span only grows).
   [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> span() const noexcept { return segments_.span(); }
-  // A kernel launch passes `address`: the live block holding it is marked
-  // used. `bring_back`: its pages on the host come back now, before work
-  // queued later (on any stream); otherwise the caller brings them back with
-  // the launch's other blocks (bring_back_for_launch). `host_pages` receives
-  // how many of its pages were on the host, `still_on_host` how many stayed
-  // there (no room, or not brought back yet). False when no live block holds
-  // `address`. `used` (optional) receives the block.
-  bool use_for_launch(std::uintptr_t address, std::uintptr_t stream, std::size_t* host_pages,
-                      std::size_t* still_on_host, LaunchedBlock* used = nullptr, bool bring_back = true);
+  // A submission (a kernel launch, a copy, a set) about to be queued on
+  // `stream` names `address`: the live block holding it is marked used and
+  // pinned (once per submission: `pins` lists them), and `used` receives
+  // it; the caller releases the pins with release_pins() once the driver
+  // call has returned. Its pages on the host come back now
+  // (bring_back_now), before work queued later on any stream; with the
+  // launch's other blocks (bring_back_later: the caller calls
+  // bring_back_for_launch); or stay there and are read there (read_there).
+  // bring_back_for_peer: the submission is another device's, which no gate
+  // of this pool orders: the pages come back now, the host waits for their
+  // copies, and the block is never evicted again (Block::peer_held).
+  // `host_pages` receives how many of its pages were on the host,
+  // `still_on_host` how many stayed there (no room, another submission's
+  // pin, or not brought back yet). False when no live block holds
+  // `address`: nothing is pinned.
+  enum class OnHost { bring_back_now, bring_back_later, read_there, bring_back_for_peer };
+  bool use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnHost on_host, Pins* pins,
+                          LaunchedBlock* used, std::size_t* host_pages, std::size_t* still_on_host);
+  // The submission that took `pins` is queued: from here its work is
+  // ordered in its stream, where gates and barriers see it. Pins of another
+  // pool's blocks, or of blocks freed since, are skipped.
+  void release_pins(const Pins& pins);
   // The host pages of a launch's blocks (those use_for_launch found and left
   // on the host) come back before work queued later, as far as the budget
   // lets them. Room is never made by evicting a block used at or after
@@ -300,8 +313,10 @@ class Pool {
   // Host pages under [begin, begin + length) back to the device, making room
   // first (stitching, then eviction elsewhere). Best effort: pages that
   // cannot come back stay on the host, where they are still correct.
-  util::Status bring_back_locked(space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                 std::uintptr_t stream);
+  // Refused (the pages stay) while submissions other than the caller's
+  // `own_pins` pin the block.
+  util::Status bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
+                                 std::uint32_t own_pins);
   static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // Moves live blocks' pages to the host until `pages` device pages are
   // spare (sparing [keep_begin, keep_end)); returns how many it freed.

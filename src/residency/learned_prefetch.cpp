@@ -47,7 +47,9 @@ void LearnedPrefetch::prefetch_upcoming(pool::LiveBlocks& live) {
   schedule_.upcoming(ahead_, &upcoming_);
   for (const ScheduledBlock& b : upcoming_) {
     pool::EvictionCandidate c;
-    if (in_current_launch(b.id) || !live.find(b.address, &c) || c.buffer_id != b.id) continue;
+    // A block work may be reading on the host comes back only through a
+    // gate, at the launch that names it.
+    if (in_current_launch(b.id) || !live.find(b.address, &c) || c.buffer_id != b.id || c.read_on_host) continue;
     moves_.clear();
     const std::size_t last = c.reservation->page_of(c.address + c.size - 1);
     for (std::size_t p = c.reservation->page_of(c.address); p <= last; ++p) {

@@ -103,6 +103,7 @@ class Residency final : public pool::PageMover {
                 pool::LiveBlocks& live) override;
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream) override;
   void forget(std::uint64_t buffer_id) override;
+  void wait_for_copies_in() override { transit_->wait_for_copies_in(); }
 
   // Waits for the copies still in flight (before the pool unmaps its pages).
   void drain();

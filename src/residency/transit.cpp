@@ -135,7 +135,10 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
 }
 
 void Transit::fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
-  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
+  // A context synchronisation during any capture would invalidate it: the
+  // pages stay where they are, intact.
+  if (registry_.capture_in_progress(context_) || api_.ctxSynchronize == nullptr ||
+      api_.ctxSynchronize() != CUDA_SUCCESS) {
     return;  // nothing can be proven idle: nothing moves
   }
   stats_.fallbacks++;
@@ -229,8 +232,11 @@ std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space
 }
 
 void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
-  if (driver::capturing(api_, nullptr) || api_.ctxSynchronize == nullptr || api_.ctxSynchronize() != CUDA_SUCCESS) {
-    return;
+  // A context synchronisation during any capture would invalidate it: the
+  // pages stay where they are, intact.
+  if (registry_.capture_in_progress(context_) || api_.ctxSynchronize == nullptr ||
+      api_.ctxSynchronize() != CUDA_SUCCESS) {
+    return;  // nothing can be proven idle: nothing moves
   }
   stats_.fallbacks++;
   std::vector<space::HostPage*> released_pages = remap_and_fill(space, moves);

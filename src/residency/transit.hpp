@@ -104,6 +104,10 @@ class Transit {
     (void)api_.streamWaitEvent(reinterpret_cast<CUstream>(stream), done, 0);
   }
   void wait_for(CUevent done) const { (void)api_.eventSynchronize(done); }
+  void wait_for_copies_in() const {
+    driver::ScopedContext scope(api_, context_);
+    (void)api_.streamSynchronize(to_device_stream_);
+  }
   // Host pages whose outgoing copies have finished, ready for the cache.
   // `wait`: wait for all of them.
   std::vector<space::HostPage*> reap(bool wait);

@@ -150,14 +150,16 @@ Allocator::~Allocator() {
   }
 }
 
-bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, bool at_once) {
+bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, pool::Pins* pins,
+                              pool::Pool::OnHost on_host) {
   if (residency_ == nullptr || !pool_->may_own(word)) return false;
   const auto on = reinterpret_cast<std::uintptr_t>(stream);
   std::size_t host_pages = 0;
   std::size_t left = 0;
   pool::LaunchedBlock block;
-  if (!pool_->use_for_launch(word, on, &host_pages, &left, &block, at_once)) return false;
-  if (at_once) use->note_pages(host_pages, left);
+  if (!pool_->use_for_submission(word, on, on_host, pins, &block, &host_pages, &left)) return false;
+  const bool later = on_host == pool::Pool::OnHost::bring_back_later;
+  if (!later) use->note_pages(host_pages, left);
   const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
   if (std::any_of(use->blocks.begin(), listed,
                   [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; })) {
@@ -165,17 +167,26 @@ bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* u
   }
   if (use->count < use->blocks.size()) {
     use->blocks[use->count++] = block;
-    if (!at_once) use->deferred_pages += host_pages;
+    if (later) use->deferred_pages += host_pages;
     return true;
   }
   use->overflow = true;
-  if (!at_once && host_pages > 0) {
+  if (later && host_pages > 0) {
     // Beyond the list: brought back now, the launch's blocks spared all the
     // same (they were all used since the first).
     const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at);
     use->note_pages(pages.before, pages.after);
   }
   return true;
+}
+
+bool Allocator::use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins* pins, pool::Pool::OnHost on_host) {
+  if (residency_ == nullptr || !pool_->may_own(address)) return false;
+  std::size_t host_pages = 0;
+  std::size_t left = 0;
+  pool::LaunchedBlock block;
+  return pool_->use_for_submission(address, reinterpret_cast<std::uintptr_t>(stream), on_host, pins, &block,
+                                   &host_pages, &left);
 }
 
 void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream) {

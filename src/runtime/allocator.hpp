@@ -127,14 +127,23 @@ class Allocator {
     return oom_failures_.load(std::memory_order_relaxed);
   }
 
-  // prefetch:launch/learn. A launch on `stream` passes `word`: if it points
-  // into a live block, the block is marked used and added to `use`; false
-  // when this pool has no such block. Its host pages come back in
-  // end_launch, with the launch's other blocks spared from the eviction that
-  // makes room; `at_once`: now, for a pool whose end_launch is not called (a
-  // launch's blocks on another device). A block beyond `use`'s list comes
-  // back now too, the launch's blocks spared all the same.
-  bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, bool at_once = false);
+  // With eviction on. A launch on `stream` passes `word`: if it points into
+  // a live block, the block is marked used, pinned into `pins` until the
+  // launch is queued (release_pins) and added to `use`; false when this pool
+  // has no such block. Its host pages come back as `on_host` says:
+  // bring_back_later, in end_launch, with the launch's other blocks spared
+  // from the eviction that makes room (prefetch:launch/learn);
+  // bring_back_now, for a pool whose end_launch is not called (a launch's
+  // blocks on another device); read_there (prefetch off or hints). A block
+  // beyond `use`'s list comes back now too, the launch's blocks spared all
+  // the same.
+  bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, pool::Pins* pins,
+                     pool::Pool::OnHost on_host);
+  // A copy or set on `stream` touches `address`: as use_in_launch (never
+  // bring_back_later).
+  bool use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins* pins, pool::Pool::OnHost on_host);
+  // The submission that took `pins` has been queued.
+  void release_pins(const pool::Pins& pins) { pool_->release_pins(pins); }
   // Where words the launch scan passes to use_in_launch must lie: empty
   // without eviction. A launch takes it once, so that most of its words
   // (not this pool's) cost two compares.
@@ -167,6 +176,24 @@ class Allocator {
   TraceRecorder* trace_ = nullptr;
   const std::atomic<std::uint64_t>* passthrough_allocations_ = nullptr;
   std::atomic<std::uint64_t> oom_failures_{0};
+};
+
+// One submission (a kernel launch, a copy, a set) on its way to the driver,
+// in the hook's frame: the blocks it pinned and the allocators holding them,
+// released together once the driver call has returned
+// (Runtime::after_submission). Nothing here is initialised beyond the counts.
+struct Submission {
+  static constexpr std::size_t kMaxOwners = 64;  // Runtime's kMaxDevices
+  pool::Pins pins;
+  Allocator*
+      owner[kMaxOwners];  // NOLINT(cppcoreguidelines-avoid-c-arrays,modernize-avoid-c-arrays): the first `owners`
+  std::size_t owners = 0;
+  void note(Allocator* a) noexcept {
+    for (std::size_t i = 0; i < owners; ++i) {
+      if (owner[i] == a) return;
+    }
+    if (owners < kMaxOwners) owner[owners++] = a;
+  }
 };
 
 }  // namespace tidepool::runtime

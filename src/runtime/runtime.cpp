@@ -155,9 +155,11 @@ Runtime::Runtime(const Config& config)
                 recorder.status().message());
     }
   }
-  if (config_.evict && (config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn)) {
-    launch_scanner_ = std::make_unique<residency::LaunchScanner>(driver_->api());
-  }
+  // With eviction on, every launch, copy and set is scanned, so that the
+  // pages it names stay where they are until it is queued (pool::Pins);
+  // with prefetch:launch/learn the scan also brings their pages back.
+  if (config_.evict) launch_scanner_ = std::make_unique<residency::LaunchScanner>(driver_->api());
+  bring_back_at_launch_ = config_.prefetch == PrefetchMode::launch || config_.prefetch == PrefetchMode::learn;
   log_debug("tidepool {} on driver {} ({}), {}", "runtime", driver_->version(), path, describe(config_));
 }
 
@@ -271,7 +273,7 @@ Allocator* Runtime::allocator(int device) {
   return allocator;
 }
 
-void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream) {
+void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
   // The schedule (prefetch:learn) follows the device of the first pool
   // pointer; pointers into other devices' pools are still marked used and
@@ -302,12 +304,20 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   Allocator* owner = nullptr;
   LaunchUse use;
   LaunchUse elsewhere;
+  using OnHost = pool::Pool::OnHost;
+  const Allocator* launching = launching_allocator(stream);
   const auto offer = [&](Allocator* a, std::uintptr_t word) {
-    // Another device's blocks come back at once: only the owner's
-    // end_launch runs.
-    if (owner == nullptr || a == owner ? a->use_in_launch(word, stream, &use)
-                                       : a->use_in_launch(word, stream, &elsewhere, /*at_once=*/true)) {
+    // Another pool's blocks come back at once: only the owner's end_launch
+    // runs. Those of a pool of another device than the launch's are held
+    // there for good (OnHost::bring_back_for_peer).
+    const bool first = owner == nullptr || a == owner;
+    const OnHost on_host = launching != nullptr && a != launching ? OnHost::bring_back_for_peer
+                           : !bring_back_at_launch_               ? OnHost::read_there
+                           : first                                ? OnHost::bring_back_later
+                                                                  : OnHost::bring_back_now;
+    if (a->use_in_launch(word, stream, first ? &use : &elsewhere, &s->pins, on_host)) {
       if (owner == nullptr) owner = a;
+      s->note(a);
       return true;
     }
     return false;
@@ -320,7 +330,35 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   });
   if (owner == nullptr) return;
   launches_naming_blocks_.fetch_add(1, std::memory_order_relaxed);
-  owner->end_launch(function, use, stream);
+  if (bring_back_at_launch_) owner->end_launch(function, use, stream);
+}
+
+void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s) {
+  if (launch_scanner_ == nullptr) return;
+  const Allocator* launching = launching_allocator(stream);
+  for (const std::uintptr_t address : {first, second}) {
+    if (address == 0) continue;
+    (void)find_allocator([&](Allocator* a) {
+      using OnHost = pool::Pool::OnHost;
+      const OnHost on_host = launching != nullptr && a != launching ? OnHost::bring_back_for_peer
+                             : bring_back_at_launch_                ? OnHost::bring_back_now
+                                                                    : OnHost::read_there;
+      if (!a->use_in_copy(address, stream, &s->pins, on_host)) return false;
+      s->note(a);
+      return true;
+    });
+  }
+}
+
+const Allocator* Runtime::launching_allocator(CUstream stream) {
+  // With one pool, every submission that can reach it is taken as its
+  // device's (a device without a pool reaching it is not told apart).
+  if (created_.load(std::memory_order_acquire) < 2) return nullptr;
+  return allocator_of_stream(stream == CU_STREAM_PER_THREAD ? nullptr : stream);
+}
+
+void Runtime::after_submission(const Submission& s) {
+  for (std::size_t i = 0; i < s.owners; ++i) s.owner[i]->release_pins(s.pins);
 }
 
 Allocator* Runtime::owner_of(std::uintptr_t address) {

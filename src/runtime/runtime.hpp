@@ -118,12 +118,21 @@ class Runtime {
   // Null in pass-through mode.
   [[nodiscard]] order::StreamRegistry* streams() const noexcept { return streams_.get(); }
 
-  // Launch prefetch (TIDEPOOL_CONF prefetch:launch or learn, with eviction):
-  // the preload's launch hooks call before_launch() with each launch's
-  // arguments; the pool blocks it passes are marked used, and their pages
-  // on the host come back before it runs.
-  [[nodiscard]] bool launch_prefetch() const noexcept { return launch_scanner_ != nullptr; }
-  void before_launch(CUfunction function, void** params, void** extra, CUstream stream);
+  // Submissions under eviction (TIDEPOOL_CONF evict:on): the preload's hooks
+  // call before_launch() with each launch's arguments and before_copy()
+  // with each copy's and set's device addresses, then the driver, then
+  // after_submission(). The pool blocks named are marked used and pinned
+  // until after_submission (no page of theirs moves meanwhile: see
+  // pool/page_mover.hpp), and with prefetch:launch or learn their pages on
+  // the host come back before the submission runs.
+  [[nodiscard]] bool guards_submissions() const noexcept { return launch_scanner_ != nullptr; }
+  void before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s);
+  // `first` and `second`: the device addresses a copy or set touches (0: none).
+  void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
+  void after_submission(const Submission& s);
+  // The pool of the device `stream` (a handle as the hooks pass it) runs
+  // on; null with a single pool, or when it cannot be told.
+  const Allocator* launching_allocator(CUstream stream);
 
   // The report as of now; its run's end time is now. With `give_up_at`, a
   // device whose pool is still busy then is left out of the figures
@@ -143,7 +152,8 @@ class Runtime {
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
-  std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with prefetch:launch/learn and evict:on
+  std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
+  bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // The same allocators in the order they were made, the first `created_`

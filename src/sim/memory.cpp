@@ -465,6 +465,23 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   std::lock_guard<std::mutex> guard(s.lock);
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
+  {
+    // A running kernel that names an address here, or a running copy
+    // whose range meets it, would touch a page with nothing mapped: on a
+    // GPU it faults.
+    std::lock_guard<std::mutex> running(s.running_lock);
+    const auto begin = static_cast<std::uintptr_t>(ptr);
+    for (const auto& [id, touches] : s.running) {
+      const bool named = std::any_of(touches.begin(), touches.end(),
+                                     [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
+      if (named && s.remap_faults.fetch_add(1) == 0) {
+        std::fprintf(stderr,
+                     "tidepool sim: cuMemUnmap(%#llx, %zu) under a running kernel or copy that touches it: on a GPU "
+                     "it faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
+                     static_cast<unsigned long long>(ptr), size);
+      }
+    }
+  }
   // Back to an inaccessible reservation at the same addresses.
   map_fixed(static_cast<std::uintptr_t>(ptr), size, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   for (auto it : pieces) {
@@ -515,6 +532,8 @@ bool pageable(std::uintptr_t address) {
   return allocation_at(s, address, &base) == nullptr && mapping_at(s, address, &base) == nullptr &&
          !in_reservation(s, address, 1);
 }
+
+CUresult after_faults(CUresult result) { return state().remap_faults.load() > 0 ? CUDA_ERROR_ILLEGAL_ADDRESS : result; }
 
 bool any_host_mapped(const std::uint64_t* values, std::size_t count) {
   State& s = state();

@@ -230,6 +230,20 @@ struct State {
   // need not scan its parameters for pointers into them.
   std::atomic<std::size_t> host_mappings{0};
   std::atomic<std::uint64_t> host_resident_launches{0};
+  // The kernels and copies running now, by the address ranges they may
+  // touch (a kernel: one byte at each 8-byte word of its arguments; a copy:
+  // its source and destination): a cuMemUnmap of a range one of them
+  // touches is a fault on a GPU (a page with nothing mapped:
+  // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context). The sim counts it
+  // and answers every later synchronisation with that error (remap_faults).
+  struct Touch {
+    std::uintptr_t begin;
+    std::uintptr_t end;
+  };
+  std::mutex running_lock;
+  std::uint64_t next_running = 0;
+  std::vector<std::pair<std::uint64_t, std::vector<Touch>>> running;
+  std::atomic<std::uint64_t> remap_faults{0};
   // Signalled whenever any stream finishes an item; waiters re-check.
   std::mutex progress_lock;
   std::condition_variable progress;
@@ -289,6 +303,21 @@ bool pageable(std::uintptr_t address);
 // Whether any of `values`, read as an address, lies in a VA range mapped to
 // host-located physical memory.
 bool any_host_mapped(const std::uint64_t* values, std::size_t count);
+// Registers the ranges a kernel or copy touches in State::running for as
+// long as it runs.
+class Running {
+ public:
+  explicit Running(std::vector<State::Touch> touches);
+  ~Running();
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  std::uint64_t id_ = 0;
+};
+// CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults),
+// else `result`: what a synchronisation answers.
+CUresult after_faults(CUresult result);
 // Whether [address, address + bytes) lies inside one allocation or VMM
 // mapping the device can reach: device, pinned host, or mapped memory.
 bool device_reachable(std::uintptr_t address, std::size_t bytes);

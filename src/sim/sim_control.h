@@ -57,7 +57,8 @@ void tidepool_sim_set_capturing(CUstream stream, int capturing);
  * non-finite value) is unlimited, the default unless TIDEPOOL_SIM_COPY_GBPS
  * says otherwise. A copy between host memory (pageable, pinned, or VA mapped
  * to host-located physical memory) and device memory enqueued after this call
- * takes at least bytes / bandwidth of its stream's time. Each stream copies at
+ * takes at least bytes / bandwidth of its stream's time, its bytes landing a
+ * slice at a time over it. Each stream copies at
  * the full bandwidth: concurrent copies do not share the link. Copies within
  * the device or within the host are never slowed. */
 void tidepool_sim_set_copy_gbps(double gbps);
@@ -69,6 +70,14 @@ uint64_t tidepool_sim_copied_bytes(int to_device);
  * of some parameter, an address inside VA mapped to host-located physical
  * memory (what a GPU would read over the bus). Counted as the kernels run. */
 uint64_t tidepool_sim_host_resident_launches(void);
+
+/* cuMemUnmap calls made while a running kernel named (in an 8-byte word of
+ * its arguments) an address in the range unmapped, or a running copy's
+ * source or destination met it. On a GPU that kernel or copy would fault;
+ * the sim prints one line to stderr at the first, and from then on
+ * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
+ * CUDA_ERROR_ILLEGAL_ADDRESS, as the context's sticky error. */
+uint64_t tidepool_sim_remap_faults(void);
 
 #ifdef __cplusplus
 }

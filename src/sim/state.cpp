@@ -374,13 +374,13 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) 
 
 TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize() {
   if (CUresult r = enter_initialized("cuCtxSynchronize"); r != CUDA_SUCCESS) return r;
-  return context_synchronize(current_context());
+  return after_faults(context_synchronize(current_context()));
 }
 
 // What cuGetProcAddress("cuCtxSynchronize") hands out at CUDA 13.0 and later.
 TIDEPOOL_SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (CUresult r = enter_initialized("cuCtxSynchronize_v2"); r != CUDA_SUCCESS) return r;
-  return context_synchronize(named_or_current(ctx));
+  return after_faults(context_synchronize(named_or_current(ctx)));
 }
 
 // --- errors ----------------------------------------------------------------------------------
@@ -495,6 +495,8 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_copied_bytes(int to_device) {
   const State& s = state();
   return (to_device != 0 ? s.copied_to_device : s.copied_to_host).load();
 }
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_remap_faults(void) { return state().remap_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
   return state().host_resident_launches.load();

@@ -538,7 +538,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamSynchronize(CUstream handle) {
   std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
   if (CUresult r = sync_targets(stream, &targets); r != CUDA_SUCCESS) return r;
   for (const auto& [target, sequence] : targets) target->wait_for(sequence);
-  return CUDA_SUCCESS;
+  return after_faults(CUDA_SUCCESS);
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamQuery(CUstream handle) {
@@ -843,7 +843,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventSynchronize(CUevent event) {
   const EventView v = view(*e);
   if (v.captured) return CUDA_ERROR_CAPTURED_EVENT;
   if (v.stream) v.stream->wait_for(v.sequence);
-  return CUDA_SUCCESS;
+  return after_faults(CUDA_SUCCESS);
 }
 
 namespace {
@@ -924,8 +924,7 @@ namespace {
 // Whether a launch's arguments hold an address in host-located VMM memory:
 // every 8-byte-aligned word of every parameter counts, so a pointer inside a
 // struct argument does too. The kernel would read that memory over the bus.
-bool reaches_host_memory(const std::vector<std::vector<unsigned char>>& arguments) {
-  if (state().host_mappings.load() == 0) return false;  // the common case: nothing to find
+std::vector<std::uint64_t> argument_words(const std::vector<std::vector<unsigned char>>& arguments) {
   std::vector<std::uint64_t> words;
   for (const auto& argument : arguments) {
     for (std::size_t at = 0; at + sizeof(std::uint64_t) <= argument.size(); at += sizeof(std::uint64_t)) {
@@ -934,7 +933,39 @@ bool reaches_host_memory(const std::vector<std::vector<unsigned char>>& argument
       words.push_back(word);
     }
   }
+  return words;
+}
+
+bool reaches_host_memory(const std::vector<std::uint64_t>& words) {
+  if (state().host_mappings.load() == 0) return false;  // the common case: nothing to find
   return any_host_mapped(words.data(), words.size());
+}
+
+}  // namespace
+
+Running::Running(std::vector<State::Touch> touches) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.running_lock);
+  id_ = ++s.next_running;
+  s.running.emplace_back(id_, std::move(touches));
+}
+
+Running::~Running() {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.running_lock);
+  std::erase_if(s.running, [&](const auto& r) { return r.first == id_; });
+}
+
+namespace {
+
+// Each argument word as the one byte a kernel may touch there.
+std::vector<State::Touch> word_touches(const std::vector<std::uint64_t>& words) {
+  std::vector<State::Touch> touches;
+  touches.reserve(words.size());
+  for (const std::uint64_t w : words) {
+    if (w != 0) touches.push_back({static_cast<std::uintptr_t>(w), static_cast<std::uintptr_t>(w) + 1});
+  }
+  return touches;
 }
 
 // The byte size of the kernel's packed parameter buffer: the end of its last
@@ -992,8 +1023,10 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   return submit(stream,
                 [k, copies = std::move(copies)]() mutable {
+                  std::vector<std::uint64_t> words = argument_words(copies);
                   // Judged when the kernel runs: what is mapped then is what it would read.
-                  if (reaches_host_memory(copies)) state().host_resident_launches.fetch_add(1);
+                  if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
+                  const Running running(word_touches(words));
                   std::vector<void*> pointers;
                   for (auto& c : copies) pointers.push_back(c.data());
                   k->fn(pointers.data(), k->user_data);
@@ -1062,17 +1095,31 @@ Link link_of(const void* dst, const void* src, int from_host_known = -1) {
 // a slow copy holds up its own stream only. Each stream's copies get the
 // whole bandwidth; concurrent copies do not share the link.
 void copy(void* dst, const void* src, std::size_t n, Link link) {
-  const std::int64_t start = now_ns();
-  std::memmove(dst, src, n);
-  if (link.counter == nullptr) return;
-  link.counter->fetch_add(n);
-  if (link.gbps <= 0) return;
+  const auto to = reinterpret_cast<std::uintptr_t>(dst);
+  const auto from = reinterpret_cast<std::uintptr_t>(src);
+  const Running running({{to, to + n}, {from, from + n}});
+  if (link.counter != nullptr) link.counter->fetch_add(n);
+  if (link.counter == nullptr || link.gbps <= 0) {
+    std::memmove(dst, src, n);
+    return;
+  }
   // bytes / (gbps * 1e9 bytes/s), in nanoseconds; a century at most, so that
-  // an absurd bandwidth cannot overflow the clock.
+  // an absurd bandwidth cannot overflow the clock. The bytes land over that
+  // time, a slice at a time, as a GPU's do: a reader that is not ordered
+  // after the copy sees some of the old bytes, a writer has some of its own
+  // overwritten. (Overlapping copies within one buffer are not slowed.)
   constexpr double kLongest = 3.2e18;
+  const std::int64_t start = now_ns();
   const auto duration = static_cast<std::int64_t>(std::min(static_cast<double>(n) / link.gbps, kLongest));
-  const std::int64_t left = start + duration - now_ns();
-  if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+  constexpr std::size_t kSlices = 8;
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (std::size_t i = 0; i < kSlices; ++i) {
+    const std::int64_t due = start + duration * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(kSlices);
+    if (const std::int64_t left = due - now_ns(); left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+    const std::size_t begin = n * i / kSlices;
+    std::memmove(out + begin, in + begin, n * (i + 1) / kSlices - begin);
+  }
 }
 
 // Pageable host memory, as the driver treats it: an asynchronous copy to it

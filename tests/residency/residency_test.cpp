@@ -292,10 +292,14 @@ class Residency : public ::testing::Test {
   // parameters are scanned for pool blocks first.
   CUresult launch_scanned(CUfunction f, void** params) {
     runtime::LaunchUse use;
-    scanner_.for_each_word(f, params, nullptr,
-                           [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+    pool::Pins pins;
+    scanner_.for_each_word(f, params, nullptr, [&](std::uintptr_t word) {
+      (void)allocator_->use_in_launch(word, stream_, &use, &pins, pool::Pool::OnHost::bring_back_later);
+    });
     allocator_->end_launch(f, use, stream_);
-    return api().launchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
+    const CUresult launched = api().launchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream_, params, nullptr);
+    allocator_->release_pins(pins);
+    return launched;
   }
   CUresult scanned_fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
     auto* words = reinterpret_cast<std::uint32_t*>(block);
@@ -616,14 +620,20 @@ TEST_F(Residency, AnInteriorLaunchWordNamesItsBlockOnlyWhileItLives) {
   const std::uintptr_t inside = a.value() + 4 * MiB + 8;
   for (int launch = 0; launch < 3; ++launch) {
     runtime::LaunchUse use;
-    EXPECT_TRUE(allocator_->use_in_launch(inside, stream_, &use));
+    pool::Pins pins;
+    EXPECT_TRUE(allocator_->use_in_launch(inside, stream_, &use, &pins, pool::Pool::OnHost::bring_back_later));
     ASSERT_EQ(use.count, 1u);
     EXPECT_EQ(use.blocks[0].address, a.value());
+    ASSERT_EQ(pins.count, 1u);
+    allocator_->release_pins(pins);
   }
   ASSERT_TRUE(allocator_->deallocate(a.value(), 0, false).ok());
   runtime::LaunchUse after;
-  EXPECT_FALSE(allocator_->use_in_launch(inside, stream_, &after)) << "a freed block was named by a launch";
+  pool::Pins pins;
+  EXPECT_FALSE(allocator_->use_in_launch(inside, stream_, &after, &pins, pool::Pool::OnHost::bring_back_later))
+      << "a freed block was named by a launch";
   EXPECT_EQ(after.count, 0u);
+  EXPECT_EQ(pins.count, 0u);
 }
 
 TEST_F(Residency, AnEvictedBlockKeepsItsAddressAndComesBackWhenHinted) {
@@ -849,14 +859,17 @@ TEST_F(Residency, APackedLaunchIsScannedAndItsEvictedBlockComesBackFirst) {
   std::size_t size = sizeof packed;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
   runtime::LaunchUse use;
-  scanner_.for_each_word(check_function(), nullptr, extra,
-                         [&](std::uintptr_t word) { (void)allocator_->use_in_launch(word, stream_, &use); });
+  pool::Pins pins;
+  scanner_.for_each_word(check_function(), nullptr, extra, [&](std::uintptr_t word) {
+    (void)allocator_->use_in_launch(word, stream_, &use, &pins, pool::Pool::OnHost::bring_back_later);
+  });
   ASSERT_EQ(use.count, 1u) << "the packed buffer's pointer names the block";
   EXPECT_EQ(use.blocks[0].address, a.value());
   allocator_->end_launch(check_function(), use, stream_);
   EXPECT_TRUE(use.brought_back);
   EXPECT_FALSE(use.still_on_host);
   ASSERT_EQ(api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, extra), CUDA_SUCCESS);
+  allocator_->release_pins(pins);
   ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
   EXPECT_EQ(errors_.load(), 0u);
   EXPECT_EQ(host_mismatches(a.value(), 6 * MiB, 5), 0u);

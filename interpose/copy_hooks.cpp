@@ -1,0 +1,181 @@
+// Copy and set hooks: cuMemcpy*, cuMemset* (synchronous and async, their
+// per-thread-stream forms, peer, 2D and 3D). With eviction on, the device
+// addresses each one touches go to the runtime before the driver is called,
+// exactly as a launch's arguments do (launch_hooks.cpp): the pool blocks
+// they fall in are marked used and pinned until the call has returned, and
+// under prefetch:launch or learn their host pages come back first. The
+// runtime API's cudaMemcpy and cudaMemset reach the driver through
+// cuGetProcAddress, where these same hooks are substituted.
+//
+// The stream a call is ordered on: the one it names; for the synchronous
+// forms the legacy stream, or the calling thread's default stream for the
+// _ptds forms (CU_STREAM_PER_THREAD), as the driver orders them.
+#include <cuda.h>
+
+#include "hooks.hpp"
+#include "real_symbols.hpp"
+#include "submission.hpp"
+
+namespace {
+
+CUstream per_thread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
+
+CUdeviceptr device_side(CUmemorytype type, CUdeviceptr device) {
+  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED ? device : 0;
+}
+
+template <typename Descriptor>
+CUdeviceptr destination(const Descriptor* d) {
+  return d == nullptr ? 0 : device_side(d->dstMemoryType, d->dstDevice);
+}
+
+template <typename Descriptor>
+CUdeviceptr source(const Descriptor* d) {
+  return d == nullptr ? 0 : device_side(d->srcMemoryType, d->srcDevice);
+}
+
+}  // namespace
+
+using tidepool::interpose::guarded_submission;
+
+// Calls the real driver's `symbol` with the hook's arguments, the device
+// addresses `first` and `second` guarded on `stream` around it.
+#define TIDEPOOL_GUARDED_COPY(symbol, first, second, stream, ...)                                      \
+  auto real = TIDEPOOL_REAL_DRIVER(symbol);                                                            \
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                                                    \
+  return guarded_submission(static_cast<CUdeviceptr>(first), static_cast<CUdeviceptr>(second), stream, \
+                            [&] { return real(__VA_ARGS__); })
+
+// One-dimensional copies.
+TIDEPOOL_HOOK CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy, dst, src, nullptr, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy_ptds, dst, src, CU_STREAM_PER_THREAD, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyAsync, dst, src, s, dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyAsync_ptsz, dst, src, per_thread(s), dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoD_v2, dst, 0, nullptr, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoD_v2_ptds, dst, 0, CU_STREAM_PER_THREAD, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoH_v2, src, 0, nullptr, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoH_v2_ptds, src, 0, CU_STREAM_PER_THREAD, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoD_v2, dst, src, nullptr, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoD_v2_ptds, dst, src, CU_STREAM_PER_THREAD, dst, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2, dst, 0, s, dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2_ptsz, dst, 0, per_thread(s), dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2, src, 0, s, dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2_ptsz, src, 0, per_thread(s), dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoDAsync_v2, dst, src, s, dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoDAsync_v2_ptsz, dst, src, per_thread(s), dst, src, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                    std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyPeer, dst, src, nullptr, dst, dst_ctx, src, src_ctx, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                         std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyPeer_ptds, dst, src, CU_STREAM_PER_THREAD, dst, dst_ctx, src, src_ctx, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                         std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyPeerAsync, dst, src, s, dst, dst_ctx, src, src_ctx, n, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                              std::size_t n, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyPeerAsync_ptsz, dst, src, per_thread(s), dst, dst_ctx, src, src_ctx, n, s);
+}
+
+// Two- and three-dimensional copies: the device sides their descriptors name.
+TIDEPOOL_HOOK CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2D_v2, destination(d), source(d), nullptr, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2D_v2_ptds, destination(d), source(d), CU_STREAM_PER_THREAD, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2DUnaligned_v2, destination(d), source(d), nullptr, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2DUnaligned_v2_ptds, destination(d), source(d), CU_STREAM_PER_THREAD, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2DAsync_v2, destination(d), source(d), s, d, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2DAsync_v2_ptsz, destination(d), source(d), per_thread(s), d, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3D_v2, destination(d), source(d), nullptr, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3D_v2_ptds, destination(d), source(d), CU_STREAM_PER_THREAD, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2, destination(d), source(d), s, d, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2_ptsz, destination(d), source(d), per_thread(s), d, s);
+}
+
+// Sets. One macro per width: the synchronous, per-thread, async and
+// per-thread async forms, 1D and 2D.
+#define TIDEPOOL_SET_HOOKS(width, value_type)                                                                          \
+  TIDEPOOL_HOOK CUresult cuMemsetD##width##_v2(CUdeviceptr dst, value_type v, std::size_t n) {                         \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##_v2, dst, 0, nullptr, dst, v, n);                                          \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD##width##_v2_ptds(CUdeviceptr dst, value_type v, std::size_t n) {                    \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##_v2_ptds, dst, 0, CU_STREAM_PER_THREAD, dst, v, n);                        \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD##width##Async(CUdeviceptr dst, value_type v, std::size_t n, CUstream s) {           \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##Async, dst, 0, s, dst, v, n, s);                                           \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD##width##Async_ptsz(CUdeviceptr dst, value_type v, std::size_t n, CUstream s) {      \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##Async_ptsz, dst, 0, per_thread(s), dst, v, n, s);                          \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD2D##width##_v2(CUdeviceptr dst, std::size_t pitch, value_type v, std::size_t w,      \
+                                                 std::size_t h) {                                                      \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##_v2, dst, 0, nullptr, dst, pitch, v, w, h);                              \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD2D##width##_v2_ptds(CUdeviceptr dst, std::size_t pitch, value_type v, std::size_t w, \
+                                                      std::size_t h) {                                                 \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##_v2_ptds, dst, 0, CU_STREAM_PER_THREAD, dst, pitch, v, w, h);            \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD2D##width##Async(CUdeviceptr dst, std::size_t pitch, value_type v, std::size_t w,    \
+                                                   std::size_t h, CUstream s) {                                        \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##Async, dst, 0, s, dst, pitch, v, w, h, s);                               \
+  }                                                                                                                    \
+  TIDEPOOL_HOOK CUresult cuMemsetD2D##width##Async_ptsz(CUdeviceptr dst, std::size_t pitch, value_type v,              \
+                                                        std::size_t w, std::size_t h, CUstream s) {                    \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##Async_ptsz, dst, 0, per_thread(s), dst, pitch, v, w, h, s);              \
+  }
+
+TIDEPOOL_SET_HOOKS(8, unsigned char)
+TIDEPOOL_SET_HOOKS(16, unsigned short)
+TIDEPOOL_SET_HOOKS(32, unsigned int)

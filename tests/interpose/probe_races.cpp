@@ -1,0 +1,306 @@
+// Races between a program's submissions and tidepool's page moves, each
+// forced into one exact interleaving, for preload_test's residency-rule
+// tests. Every byte is checked through the device path (kernels and
+// cuMemcpy*), never through a host pointer.
+//
+//   probe_races window [report-path]
+//     Thread A's launch on a non-blocking stream names its block X and is
+//     held inside the driver call (a signal the sim raises as cuLaunchKernel
+//     is entered, after the preload's scan) while thread B's allocation
+//     makes room; B is held in turn inside its move's gate
+//     (cuStreamWaitValue32) until A's kernel runs: A's launch lands between
+//     its stream's join and its wait, the gate's window. With
+//     evict_policy:largest X is the block eviction would take. The kernel
+//     writes X slowly, so a move of X under it loses words or faults.
+//   probe_races copies [report-path]
+//     Under a repeating step, each step copies its next batch into a
+//     persistent input block with cuMemcpyHtoD, reads it with kernels, and
+//     reads a persistent block back with cuMemcpyDtoH after synchronising
+//     its stream: the program's own copies, which no launch names.
+//   probe_races capture [report-path]
+//     A global-mode capture on one thread while another thread's allocation
+//     needs room and a launch into the capture names a block on the host.
+//
+// stderr's last line before the verdict: "races: W wrong words, F failed calls".
+#include <cuda.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "probe_linked_common.hpp"
+#include "sim/sim_control.h"
+
+namespace {
+
+using probe::word_pattern;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+std::atomic<std::uint64_t> wrong{0};
+std::atomic<int> failed{0};
+
+void expect(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "races: %s failed with %d\n", what, static_cast<int>(r));
+    failed.fetch_add(1);
+  }
+}
+
+void pause_us(long us) {
+  timespec t{0, us * 1000};
+  nanosleep(&t, nullptr);
+}
+
+std::atomic<int> slow_started{0};
+
+// A sim kernel that writes word_pattern(seed, i) in 32 slices with a pause
+// after each, so that it is still writing while another thread moves pages.
+// params: words, count, seed
+void slow_fill(void** params, void* /*user*/) {
+  slow_started.store(1);
+  auto* words = *static_cast<std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  const auto seed = *static_cast<std::uint32_t*>(params[2]);
+  constexpr std::size_t kSlices = 32;
+
+  for (std::size_t s = 0; s < kSlices; ++s) {
+    for (std::size_t i = count * s / kSlices; i < count * (s + 1) / kSlices; ++i) words[i] = word_pattern(seed, i);
+    pause_us(500);
+  }
+}
+
+struct Kernels {
+  CUfunction fill = nullptr;
+  CUfunction slow = nullptr;
+  CUfunction check = nullptr;
+  Kernels() {
+    const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
+    PROBE_CHECK(tidepool_sim_register_kernel(&fill, &probe::fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
+    PROBE_CHECK(tidepool_sim_register_kernel(&slow, &slow_fill, nullptr, 3, sizes) == CUDA_SUCCESS);
+    PROBE_CHECK(tidepool_sim_register_kernel(&check, &probe::check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  }
+  CUresult launch(CUfunction f, CUstream stream, CUdeviceptr p, std::size_t bytes, std::uint32_t seed) const {
+    auto* words = reinterpret_cast<std::uint32_t*>(p);
+    std::size_t count = bytes / 4;
+    std::atomic<std::uint64_t>* errors = &wrong;
+    void* params[] = {&words, &count, &seed, &errors};
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+};
+
+// Words of [p, p + bytes) that differ from word_pattern(seed, i), read with
+// a synchronous copy.
+std::uint64_t wrong_by_copy(CUdeviceptr p, std::size_t bytes, std::uint32_t seed) {
+  std::vector<std::uint32_t> host(bytes / 4);
+  expect(cuMemcpyDtoH(host.data(), p, bytes), "cuMemcpyDtoH");
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) bad += host[i] != word_pattern(seed, i) ? 1 : 0;
+  return bad;
+}
+
+// The two holds of `window`: each thread's handler runs in that thread, as
+// the sim raises it, and waits (at most 5 s) for the other thread's step.
+std::atomic<int> a_held{0};
+std::atomic<int> b_held{0};
+std::atomic<int> b_done{0};
+
+bool wait_for(const std::atomic<int>& flag, const std::atomic<int>& or_flag) {
+  for (int i = 0; i < 50000; ++i) {
+    if (flag.load() != 0 || or_flag.load() != 0) return flag.load() != 0;
+    pause_us(100);
+  }
+  return false;
+}
+
+void hold_a(int /*signal*/) {
+  a_held.store(1);
+  (void)wait_for(b_held, b_done);  // B inside its gate, or B done without one
+}
+
+// B holds the pool's lock here, which A's launch takes again once queued:
+// B waits for A's kernel to start instead.
+void hold_b(int /*signal*/) {
+  b_held.store(1);
+  (void)wait_for(slow_started, slow_started);
+}
+
+int window_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUcontext context = nullptr;
+  PROBE_CHECK(cuCtxGetCurrent(&context) == CUDA_SUCCESS);
+  struct sigaction a {};
+  a.sa_handler = &hold_a;
+  struct sigaction b {};
+  b.sa_handler = &hold_b;
+  PROBE_CHECK(sigaction(SIGUSR1, &a, nullptr) == 0 && sigaction(SIGUSR2, &b, nullptr) == 0);
+  // The budget (conf) holds X and Y: a new 4 MiB block needs one of them out.
+  constexpr std::size_t kX = 12 * MiB;
+  constexpr std::size_t kY = 4 * MiB;
+  CUdeviceptr x = 0;
+  CUdeviceptr y = 0;
+  expect(cuMemAlloc(&x, kX), "cuMemAlloc X");
+  expect(cuMemAlloc(&y, kY), "cuMemAlloc Y");
+  expect(k.launch(k.fill, nullptr, y, kY, 9), "fill Y");
+  expect(k.launch(k.fill, nullptr, x, kX, 1), "fill X");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  std::thread thread_a([&] {
+    (void)cuCtxSetCurrent(context);
+    CUstream stream = nullptr;
+    expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    tidepool_sim_raise_in("cuLaunchKernel", 1, SIGUSR1);
+    expect(k.launch(k.slow, stream, x, kX, 2), "slow fill X");
+    expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    expect(k.launch(k.check, stream, x, kX, 2), "check X");
+    expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  });
+  PROBE_CHECK(wait_for(a_held, a_held));
+  tidepool_sim_raise_in("cuStreamWaitValue32_v2", 1, SIGUSR2);
+  CUdeviceptr z = 0;
+  expect(cuMemAlloc(&z, 4 * MiB), "cuMemAlloc Z");
+  b_done.store(1);
+  thread_a.join();
+  tidepool_sim_clear_faults();
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::uint64_t x_wrong = wrong_by_copy(x, kX, 2);
+  const std::uint64_t y_wrong = wrong_by_copy(y, kY, 9);
+  wrong.fetch_add(x_wrong + y_wrong);
+  std::fprintf(stderr, "window: the gate %s held with A's launch in it; %llu remaps under a running kernel\n",
+               b_held.load() != 0 ? "was" : "was not", static_cast<unsigned long long>(tidepool_sim_remap_faults()));
+  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  for (CUdeviceptr p : {x, y, z}) expect(cuMemFree(p), "cuMemFree");
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("window");
+}
+
+int copies_route() {
+  probe::make_context_current();
+  const Kernels k;
+  constexpr int kLayers = 6;
+  constexpr int kSteps = 12;
+  constexpr std::size_t kBlock = 8 * MiB;
+  CUstream stream = nullptr;
+  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  // Persistent: the input batch and the weights; per step: an activation
+  // per layer, kept until the backward pass.
+  CUdeviceptr input = 0;
+  CUdeviceptr weights = 0;
+  expect(cuMemAlloc(&input, kBlock), "cuMemAlloc input");
+  expect(cuMemAlloc(&weights, kBlock), "cuMemAlloc weights");
+  expect(k.launch(k.fill, stream, weights, kBlock, 77), "fill weights");
+  std::vector<std::uint32_t> batch(kBlock / 4);
+  for (int step = 0; step < kSteps; ++step) {
+    const auto seed = static_cast<std::uint32_t>(1000 + step);
+    for (std::size_t i = 0; i < batch.size(); ++i) batch[i] = word_pattern(seed, i);
+    // The next batch, once the last step's work is done.
+    expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    expect(cuMemcpyHtoD(input, batch.data(), kBlock), "cuMemcpyHtoD");
+    expect(k.launch(k.check, stream, input, kBlock, seed), "check input");
+    std::vector<CUdeviceptr> activations(kLayers, 0);
+    for (int l = 0; l < kLayers; ++l) {
+      expect(cuMemAllocAsync(&activations[static_cast<std::size_t>(l)], kBlock, stream), "cuMemAllocAsync");
+      expect(k.launch(k.check, stream, weights, kBlock, 77), "check weights");
+      expect(k.launch(k.fill, stream, activations[static_cast<std::size_t>(l)], kBlock,
+                      seed + static_cast<std::uint32_t>(l)),
+             "forward");
+    }
+    for (int l = kLayers - 1; l >= 0; --l) {
+      const CUdeviceptr act = activations[static_cast<std::size_t>(l)];
+      expect(k.launch(k.check, stream, act, kBlock, seed + static_cast<std::uint32_t>(l)), "backward");
+      expect(cuMemFreeAsync(act, stream), "cuMemFreeAsync");
+    }
+    // The step's loss, read back on the host.
+    expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    wrong.fetch_add(wrong_by_copy(input, kBlock, seed));
+    wrong.fetch_add(wrong_by_copy(weights, kBlock, 77));
+  }
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  for (CUdeviceptr p : {input, weights}) expect(cuMemFree(p), "cuMemFree");
+  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("copies");
+}
+
+// A global-mode capture on thread A's non-blocking stream while thread B's
+// allocation needs room and a launch into the capture names a block on the
+// host: tidepool must neither synchronise the context nor touch the
+// capturing stream, so the capture ends with a graph.
+int capture_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUcontext context = nullptr;
+  PROBE_CHECK(cuCtxGetCurrent(&context) == CUDA_SUCCESS);
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two
+  CUdeviceptr x = 0;
+  CUdeviceptr y = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
+  expect(k.launch(k.fill, nullptr, y, kBlock, 2), "fill Y");
+  CUdeviceptr z = 0;
+  expect(cuMemAlloc(&z, kBlock), "cuMemAlloc Z");  // X (the least recent) goes to the host
+  expect(k.launch(k.fill, nullptr, z, kBlock, 3), "fill Z");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  std::atomic<int> capturing{0};
+  std::atomic<int> allocated{0};
+  CUresult ended = CUDA_SUCCESS;
+  CUgraph graph = nullptr;
+  std::thread thread_a([&] {
+    (void)cuCtxSetCurrent(context);
+    CUstream stream = nullptr;
+    expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    expect(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    capturing.store(1);
+    (void)wait_for(allocated, allocated);
+    // Captured, not run: X's pages are on the host, and stay there.
+    expect(k.launch(k.check, stream, x, kBlock, 1), "captured check X");
+    ended = cuStreamEndCapture(stream, &graph);
+    if (graph != nullptr) expect(cuGraphDestroy(graph), "cuGraphDestroy");
+    expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  });
+  PROBE_CHECK(wait_for(capturing, capturing));
+  // Needs room: the pool may not move a page now, so it fails for lack of
+  // memory or finds room another way; either way the capture stands.
+  CUdeviceptr w = 0;
+  const CUresult r = cuMemAllocAsync(&w, kBlock, nullptr);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) expect(r, "cuMemAllocAsync W");
+  allocated.store(1);
+  thread_a.join();
+  std::fprintf(stderr, "capture: ended with %d, %s graph; the allocation during it %s\n", static_cast<int>(ended),
+               graph != nullptr ? "a" : "no", r == CUDA_SUCCESS ? "succeeded" : "ran out of memory");
+  PROBE_CHECK(ended == CUDA_SUCCESS && graph != nullptr);
+  if (w != 0) expect(cuMemFree(w), "cuMemFree W");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  wrong.fetch_add(wrong_by_copy(x, kBlock, 1) + wrong_by_copy(y, kBlock, 2) + wrong_by_copy(z, kBlock, 3));
+  for (CUdeviceptr p : {x, y, z}) expect(cuMemFree(p), "cuMemFree");
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("capture");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (std::strcmp(mode, "window") == 0) return window_route();
+  if (std::strcmp(mode, "copies") == 0) return copies_route();
+  if (std::strcmp(mode, "capture") == 0) return capture_route();
+  std::fprintf(stderr, "usage: probe_races window|copies|capture [report-path]\n");
+  return 2;
+}
