@@ -24,6 +24,7 @@ cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned shared, CUstream stream, void** params, void** extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 // The per-thread-stream copies and sets (copy_hooks.cpp).
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s);
@@ -73,6 +74,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuPointerGetAttributes) X(cuStreamCreate) X(cuStreamCreateWithPriority)  \
   X(cuGreenCtxStreamCreate) X(cuStreamDestroy_v2) X(cuLaunchKernel)         \
   X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)      \
+  X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams)            \
+  X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuGraphExecDestroy)              \
   X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) \
   X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) \
   X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) \

@@ -81,6 +81,9 @@
   X(funcGetParamInfo,            "cuFuncGetParamInfo",           cuFuncGetParamInfo,            12040)        \
   X(launchKernel,                "cuLaunchKernel",               cuLaunchKernel,                 4000)        \
   X(launchHostFunc,              "cuLaunchHostFunc",             cuLaunchHostFunc,              10000)        \
+  X(graphGetNodes,               "cuGraphGetNodes",              cuGraphGetNodes,               10000)        \
+  X(graphNodeGetType,            "cuGraphNodeGetType",           cuGraphNodeGetType,            10000)        \
+  X(graphKernelNodeGetParams,    "cuGraphKernelNodeGetParams",   cuGraphKernelNodeGetParams_v2, 12000)        \
   X(getErrorName,                "cuGetErrorName",               cuGetErrorName,                 6000)        \
   X(getErrorString,              "cuGetErrorString",             cuGetErrorString,               6000)
 // clang-format on

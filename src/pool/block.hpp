@@ -44,6 +44,9 @@ struct Block {
   // Named by a submission of another device, whose streams no gate of this
   // pool orders: its pages stay on the device until it is freed.
   bool peer_held = false;
+  // Instantiated graphs whose kernels name the block: graph launches pass no
+  // hook, so its pages stay on the device while any such graph exists.
+  std::uint32_t graph_holds = 0;
   bool is_free = false;
   bool in_index = false;
 

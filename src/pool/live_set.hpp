@@ -33,6 +33,7 @@ class LiveSet {
     block->pins = 0;
     block->read_on_host = false;
     block->peer_held = false;
+    block->graph_holds = 0;
   }
   // The live block starting at `address`, out of the set; null when none.
   Block* remove(std::uintptr_t address) { return map_.erase(address); }

@@ -33,12 +33,18 @@
 //     nothing named it while its pages were on the host (`read_on_host`),
 //     and the next submission naming it waits for the copy in (before_use).
 //
+// Graph launches pass no launch hook: the blocks an instantiated graph's
+// kernels name are held on the device for as long as the graph exists
+// (Block::graph_holds), and each launch of it pins them as a launch does.
+// Blocks another device's submissions name are held on the device for good
+// (Block::peer_held): no gate of this pool orders that device's streams.
 // No move synchronises the context while a capture is in progress, and no
 // gate touches a capturing stream: the pages stay where they are instead.
 // Outside the rule: kernels that reach pool memory through pointers held in
 // device memory rather than in their parameters (ordered by gates only, and
-// not in a gate's window), graph launches (cuGraphLaunch is not hooked),
-// and work another device queues on this pool's pages.
+// not in a gate's window); kernels of child graphs, and graphs' memcpy and
+// memset nodes (not scanned); a submission naming more than Pins::kMax
+// blocks (the rest are not pinned).
 #pragma once
 
 #include <cstddef>

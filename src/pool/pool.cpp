@@ -481,6 +481,26 @@ bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnH
   return true;
 }
 
+bool Pool::hold_for_graph(std::uintptr_t address, std::uintptr_t stream, LaunchedBlock* held) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_.at(address);
+  if (block == nullptr) return false;
+  block->graph_holds++;
+  *held = LaunchedBlock{block->address, block->buffer_id, block->last_use};
+  if (mover_ == nullptr || space_.host_pages() == 0) return true;
+  driver::ScopedContext scope(api_, context_);
+  (void)bring_back_locked(*block, block->address, block->size, stream, 0);
+  return true;
+}
+
+void Pool::release_graph_holds(const LaunchedBlock* held, std::size_t count) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  for (std::size_t i = 0; i < count; ++i) {
+    Block* block = live_.starting_at(held[i].address);
+    if (block != nullptr && block->buffer_id == held[i].buffer_id && block->graph_holds > 0) block->graph_holds--;
+  }
+}
+
 void Pool::release_pins(const Pins& pins) {
   std::lock_guard<util::SpinLock> guard(lock_);
   for (std::size_t i = 0; i < pins.count; ++i) {
@@ -530,7 +550,7 @@ bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const 
   const Block* b = pool_.live_.at(address);
   if (b == nullptr || b->address != address || b->segment->reservation->is_chunk()) return false;
   *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id, b->read_on_host};
-  return !b->keep_resident && b->pins == 0 && !b->peer_held;
+  return !b->keep_resident && b->pins == 0 && !b->peer_held && b->graph_holds == 0;
 }
 
 std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,

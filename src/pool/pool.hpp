@@ -217,6 +217,14 @@ class Pool {
   // ordered in its stream, where gates and barriers see it. Pins of another
   // pool's blocks, or of blocks freed since, are skipped.
   void release_pins(const Pins& pins);
+  // An instantiated graph's kernel names `address`: the live block holding
+  // it is held on the device (never evicted) until release_graph_holds(),
+  // and its host pages come back now, ordered before work queued later on
+  // any stream (as far as the budget lets them: what stays is read on the
+  // host). `held` receives the block. False when no live block holds it.
+  bool hold_for_graph(std::uintptr_t address, std::uintptr_t stream, LaunchedBlock* held);
+  // The graph is destroyed: its holds end (blocks freed since are skipped).
+  void release_graph_holds(const LaunchedBlock* held, std::size_t count);
   // The host pages of a launch's blocks (those use_for_launch found and left
   // on the host) come back before work queued later, as far as the budget
   // lets them. Room is never made by evicting a block used at or after

@@ -8,7 +8,8 @@
 //     copies are done and the block is still live and unnamed since, an
 //     eviction remaps its pages to the host pages: nothing is copied in the
 //     gate, and no stream waits.
-//   - bring back: a block no launch has named since it was evicted is idle;
+//   - bring back: a block no launch has named since it was evicted is idle
+//     (one some submission read on the host, `read_on_host`, is not);
 //     its pages are remapped to device pages at once and filled on the
 //     host-to-device stream; the launch that names it next waits for that
 //     copy (before_use), and other streams run on.
@@ -17,9 +18,11 @@
 // a new owner: no kernel ever writes pages a copy is reading.
 //
 // The trust this takes: kernels reach pool memory through pointers in their
-// parameters (a pointer read from device memory is not seen), and no copy
-// or memset writes a block between its copy-out and its remap. Programs that
-// break it should use prefetch:launch, whose moves are gated.
+// parameters (a pointer read from device memory is not seen); copies and
+// sets are hooked and name their blocks as launches do. Submissions on their
+// way to the driver pin their blocks, which are then not moved at all (the
+// rule: pool/page_mover.hpp). Programs whose kernels find pool memory through
+// device memory should use prefetch:launch, whose moves are gated.
 //
 // Everything here runs under the pool's lock, except stats().
 #pragma once

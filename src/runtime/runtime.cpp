@@ -350,6 +350,53 @@ void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream 
   }
 }
 
+void Runtime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
+  if (launch_scanner_ == nullptr || exec == nullptr) return;
+  const driver::Api& api = driver_->api();
+  if (api.graphGetNodes == nullptr || api.graphNodeGetType == nullptr || api.graphKernelNodeGetParams == nullptr) {
+    return;
+  }
+  std::size_t count = 0;
+  if (api.graphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return;
+  std::vector<CUgraphNode> nodes(count);
+  if (api.graphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return;
+  nodes.resize(std::min(count, nodes.size()));
+  std::vector<GraphHolds::Held> held;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+    CUDA_KERNEL_NODE_PARAMS params{};
+    if (api.graphNodeGetType(node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL ||
+        api.graphKernelNodeGetParams(node, &params) != CUDA_SUCCESS || params.func == nullptr) {
+      continue;
+    }
+    launch_scanner_->for_each_word(params.func, params.kernelParams, params.extra, [&](std::uintptr_t word) {
+      (void)find_allocator([&](Allocator* a) {
+        GraphHolds::Held h{a, {}};
+        if (!a->pool().may_own(word) || !a->pool().hold_for_graph(word, 0, &h.block)) return false;
+        held.push_back(h);
+        return true;
+      });
+    });
+  }
+  if (!held.empty()) graph_holds_.add(exec, std::move(held));
+}
+
+void Runtime::before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s) {
+  if (launch_scanner_ == nullptr) return;
+  const Allocator* launching = launching_allocator(stream);
+  graph_holds_.for_each(exec, [&](const GraphHolds::Held& h) {
+    using OnHost = pool::Pool::OnHost;
+    const OnHost on_host = launching != nullptr && h.owner != launching ? OnHost::bring_back_for_peer
+                           : bring_back_at_launch_                      ? OnHost::bring_back_now
+                                                                        : OnHost::read_there;
+    if (h.owner->use_in_copy(h.block.address, stream, &s->pins, on_host)) s->note(h.owner);
+  });
+}
+
+void Runtime::graph_destroying(CUgraphExec exec) {
+  for (const GraphHolds::Held& h : graph_holds_.take(exec)) h.owner->pool().release_graph_holds(&h.block, 1);
+}
+
 const Allocator* Runtime::launching_allocator(CUstream stream) {
   // With one pool, every submission that can reach it is taken as its
   // device's (a device without a pool reaching it is not told apart).

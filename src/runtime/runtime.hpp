@@ -51,6 +51,7 @@
 #include "residency/residency.hpp"
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
+#include "runtime/graph_holds.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/memory_info.hpp"
 #include "runtime/report.hpp"
@@ -133,6 +134,12 @@ class Runtime {
   // The pool of the device `stream` (a handle as the hooks pass it) runs
   // on; null with a single pool, or when it cannot be told.
   const Allocator* launching_allocator(CUstream stream);
+  // CUDA graphs under eviction (see graph_holds.hpp): an instantiation's
+  // kernel nodes are scanned and their blocks held on the device until the
+  // graph is destroyed; each launch of it is guarded as a launch is.
+  void graph_instantiated(CUgraphExec exec, CUgraph graph);
+  void before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s);
+  void graph_destroying(CUgraphExec exec);
 
   // The report as of now; its run's end time is now. With `give_up_at`, a
   // device whose pool is still busy then is left out of the figures
@@ -154,6 +161,7 @@ class Runtime {
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
+  GraphHolds graph_holds_;
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // The same allocators in the order they were made, the first `created_`

@@ -47,6 +47,7 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* statu
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                              unsigned shared_bytes, CUstream stream, void** params, void** extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
 CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
 CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
@@ -67,6 +68,19 @@ struct Context {
 // CUgraphNode handles are Node pointers.
 struct Node {
   std::vector<CUgraphNode> dependencies;
+  // What the node runs when its graph is launched (empty: nothing, as an
+  // event node here), and for a kernel node its function and arguments.
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::function<void()> work;
+  CUfunction function = nullptr;
+  std::shared_ptr<std::vector<std::vector<unsigned char>>> arguments;
+  std::vector<void*> argument_pointers;  // into `arguments`, for cuGraphKernelNodeGetParams
+};
+
+// An instantiated graph: its nodes' work in capture order (a topological
+// order), run as one item of the stream it is launched on.
+struct GraphExec {
+  std::vector<std::function<void()>> work;
 };
 
 // What cuStreamEndCapture hands out. Memory nodes are kept so that
@@ -212,7 +226,8 @@ struct State {
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
   std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;  // ended captures' graphs
-  std::vector<std::shared_ptr<Capture>> captures;             // capture sequences in progress
+  std::unordered_map<GraphExec*, std::shared_ptr<GraphExec>> graph_execs;
+  std::vector<std::shared_ptr<Capture>> captures;  // capture sequences in progress
   std::uint64_t next_capture_id = 0;
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, Fault> signals;  // Fault::result holds the signal number
@@ -271,7 +286,8 @@ struct Submitted {
   Node* node = nullptr;
 };
 // Submits `work` to `stream`: enqueued with legacy-stream ordering applied,
-// or captured (not run) while the stream captures. Refused with
+// or captured while the stream captures (kept in the capture's node, run
+// only when its graph is launched). Refused with
 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED on an invalidated capture, and with
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (invalidating the captures) on the
 // legacy stream while a blocking stream of its context captures.

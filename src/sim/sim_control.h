@@ -20,6 +20,8 @@ typedef void (*tidepool_sim_kernel_fn)(void** params, void* user_data);
 /* Makes the `nth` call from now (1 = the next) of the driver function `name`
  * (its exported name, e.g. "cuMemCreate") fail with `result`. */
 void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result);
+/* Clears the injected faults and signals, and forgets a remap fault
+ * (tidepool_sim_remap_faults): for a test that provoked one on purpose. */
 void tidepool_sim_clear_faults(void);
 /* Makes the `nth` call from now of the driver function `name` raise `signal`
  * in the calling thread (raise(3)) as it enters, outside the sim's own locks,

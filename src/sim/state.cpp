@@ -443,6 +443,7 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
   std::lock_guard<std::mutex> guard(s.lock);
   s.faults.clear();
   s.signals.clear();
+  s.remap_faults.store(0);
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_raise_in(const char* name, unsigned nth, int signal) {

@@ -14,7 +14,9 @@
 // CU_STREAM_PER_THREAD names a blocking stream of the calling thread.
 //
 // Stream capture (cuStreamBeginCapture .. cuStreamEndCapture): work sent to a
-// capturing stream is not run but recorded as a node of the capture's graph.
+// capturing stream is not run but recorded as a node of the capture's graph,
+// and runs when the graph, instantiated (cuGraphInstantiateWithFlags), is
+// launched (cuGraphLaunch: its nodes in capture order, as one stream item).
 // What the sim enforces, after the driver's documentation:
 //  - cuStreamSynchronize / cuStreamQuery of a capturing stream fail with
 //    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate its capture; so does
@@ -271,7 +273,9 @@ Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> wo
     }
     out.capture = stream->capture;
     out.node = add_node(*stream);
-    return out;  // captured: the work is dropped, never run
+    out.node->work = std::move(work);  // captured: run only when its graph is launched
+    if (out.node->work) out.node->type = CU_GRAPH_NODE_TYPE_HOST;
+    return out;
   }
   // Collect what this work must wait for, per the legacy-stream rules.
   std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> waits;
@@ -738,6 +742,102 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   return CUDA_SUCCESS;
 }
 
+// Graphs from a capture, run: instantiation keeps each node's work in
+// capture order; a launch runs them all as one item of its stream (the
+// nodes of one graph never overlap here, which a GPU may do).
+TIDEPOOL_SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  if (CUresult r = enter_initialized("cuGraphInstantiateWithFlags"); r != CUDA_SUCCESS) return r;
+  if (exec == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  auto made = std::make_shared<GraphExec>();
+  for (const auto& node : it->second->nodes) {
+    if (node->work) made->work.push_back(node->work);
+  }
+  *exec = reinterpret_cast<CUgraphExec>(made.get());
+  s.graph_execs.emplace(made.get(), made);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+CUresult graph_launch(const char* name, CUgraphExec exec, CUstream handle) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<GraphExec> graph;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto it = s.graph_execs.find(reinterpret_cast<GraphExec*>(exec));
+    if (it == s.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
+    graph = it->second;
+  }
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  return submit(stream,
+                [graph] {
+                  for (const auto& work : graph->work) work();
+                })
+      .result;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  return graph_launch("cuGraphLaunch", exec, stream);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  return graph_launch("cuGraphLaunch_ptsz", exec, stream == nullptr ? CU_STREAM_PER_THREAD : stream);
+}
+
+// The graph's own work still queued keeps running: the stream holds it.
+TIDEPOOL_SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  if (CUresult r = enter_initialized("cuGraphExecDestroy"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  return s.graph_execs.erase(reinterpret_cast<GraphExec*>(exec)) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, std::size_t* count) {
+  if (CUresult r = enter_initialized("cuGraphGetNodes"); r != CUDA_SUCCESS) return r;
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  const auto& all = it->second->nodes;
+  if (nodes != nullptr) {
+    for (std::size_t i = 0; i < std::min(*count, all.size()); ++i)
+      nodes[i] = reinterpret_cast<CUgraphNode>(all[i].get());
+  }
+  *count = all.size();
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  if (CUresult r = enter_initialized("cuGraphNodeGetType"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  *type = node_of(node)->type;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* params) {
+  if (CUresult r = enter_initialized("cuGraphKernelNodeGetParams_v2"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  Node* n = node_of(node);
+  if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  *params = CUDA_KERNEL_NODE_PARAMS{};
+  params->func = n->function;
+  params->gridDimX = params->gridDimY = params->gridDimZ = 1;
+  params->blockDimX = params->blockDimY = params->blockDimZ = 1;
+  params->kernelParams = n->argument_pointers.data();
+  return CUDA_SUCCESS;
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuLaunchHostFunc(CUstream handle, CUhostFn fn, void* user_data) {
   if (CUresult r = enter_initialized("cuLaunchHostFunc"); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Stream> stream;
@@ -1021,17 +1121,26 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   }
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  return submit(stream,
-                [k, copies = std::move(copies)]() mutable {
-                  std::vector<std::uint64_t> words = argument_words(copies);
-                  // Judged when the kernel runs: what is mapped then is what it would read.
-                  if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
-                  const Running running(word_touches(words));
-                  std::vector<void*> pointers;
-                  for (auto& c : copies) pointers.push_back(c.data());
-                  k->fn(pointers.data(), k->user_data);
-                })
-      .result;
+  auto arguments = std::make_shared<std::vector<std::vector<unsigned char>>>(std::move(copies));
+  const Submitted sub = submit(stream, [k, arguments] {
+    std::vector<std::uint64_t> words = argument_words(*arguments);
+    // Judged when the kernel runs: what is mapped then is what it would read.
+    if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
+    const Running running(word_touches(words));
+    // Each run gets its own copies: a graph launched twice runs it twice.
+    std::vector<std::vector<unsigned char>> own = *arguments;
+    std::vector<void*> pointers;
+    for (auto& c : own) pointers.push_back(c.data());
+    k->fn(pointers.data(), k->user_data);
+  });
+  if (sub.node != nullptr) {
+    std::lock_guard<std::mutex> guard(state().lock);
+    sub.node->type = CU_GRAPH_NODE_TYPE_KERNEL;
+    sub.node->function = f;
+    sub.node->arguments = arguments;
+    for (auto& c : *arguments) sub.node->argument_pointers.push_back(c.data());
+  }
+  return sub.result;
 }
 
 CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool per_thread) {

@@ -11,7 +11,9 @@
 // move racing a kernel or a copy is counted.
 //
 // Usage: probe_chaos SEED [report-path]. PROBE_THREADS (default 4) and
-// PROBE_OPS (operations per thread, default 300) size the run.
+// PROBE_OPS (operations per thread, default 300) size the run; with
+// PROBE_DEVICES=2 the threads take the devices in turn (each thread's blocks
+// on its own device).
 // stderr's last line: "chaos: W wrong words, F failed calls, O out of memory".
 #include <cuda.h>
 
@@ -60,7 +62,7 @@ void check_expected(void** params, void* /*user*/) {
 enum class StreamKind { legacy, blocking, non_blocking, per_thread };
 
 struct Shared {
-  CUcontext context = nullptr;
+  std::vector<CUcontext> contexts;  // one per device, workers spread over them
   CUfunction fill = nullptr;
   CUfunction check = nullptr;
   std::atomic<std::uint64_t> wrong{0};
@@ -76,10 +78,11 @@ struct OwnedBlock {
 
 class Worker {
  public:
-  Worker(Shared& shared, unsigned seed, int ops) : shared_(shared), rng_(seed), ops_(ops) {}
+  Worker(Shared& shared, CUcontext context, unsigned seed, int ops)
+      : shared_(shared), context_(context), rng_(seed), ops_(ops) {}
 
   void run() {
-    (void)cuCtxSetCurrent(shared_.context);
+    (void)cuCtxSetCurrent(context_);
     kind_ = static_cast<StreamKind>(rng_() % 4);
     if (kind_ == StreamKind::blocking || kind_ == StreamKind::non_blocking) {
       const unsigned flags = kind_ == StreamKind::blocking ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING;
@@ -203,6 +206,7 @@ class Worker {
   }
 
   Shared& shared_;
+  CUcontext context_;
   std::mt19937 rng_;
   int ops_;
   StreamKind kind_ = StreamKind::legacy;
@@ -222,9 +226,16 @@ int main(int argc, char** argv) {
   const unsigned seed = argc > 1 ? static_cast<unsigned>(std::strtoul(argv[1], nullptr, 10)) : 1;
   const int threads = env_int("PROBE_THREADS", 4);
   const int ops = env_int("PROBE_OPS", 300);
+  const int devices = env_int("PROBE_DEVICES", 1);
   probe::make_context_current();
   Shared shared;
-  PROBE_CHECK(cuCtxGetCurrent(&shared.context) == CUDA_SUCCESS);
+  for (int d = 0; d < devices; ++d) {
+    CUdevice device = 0;
+    CUcontext context = nullptr;
+    PROBE_CHECK(cuDeviceGet(&device, d) == CUDA_SUCCESS);
+    PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
+    shared.contexts.push_back(context);
+  }
   const std::size_t fill_sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t)};
   const std::size_t check_sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(bool),
                                      sizeof(void*)};
@@ -233,10 +244,16 @@ int main(int argc, char** argv) {
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&shared, seed, t, ops] { Worker(shared, seed * 7919u + static_cast<unsigned>(t), ops).run(); });
+    CUcontext context = shared.contexts[static_cast<std::size_t>(t) % shared.contexts.size()];
+    pool.emplace_back([&shared, context, seed, t, ops] {
+      Worker(shared, context, seed * 7919u + static_cast<unsigned>(t), ops).run();
+    });
   }
   for (std::thread& t : pool) t.join();
-  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  for (CUcontext context : shared.contexts) {
+    PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
+    PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  }
   std::fprintf(stderr, "chaos: %llu wrong words, %d failed calls, %d out of memory\n",
                static_cast<unsigned long long>(shared.wrong.load()), shared.failed.load(), shared.out_of_memory.load());
   PROBE_CHECK(shared.wrong.load() == 0);

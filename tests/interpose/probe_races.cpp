@@ -20,6 +20,10 @@
 //   probe_races capture [report-path]
 //     A global-mode capture on one thread while another thread's allocation
 //     needs room and a launch into the capture names a block on the host.
+//   probe_races graph [report-path]
+//     A captured graph's kernel updates a block each round while other
+//     allocations keep evicting: its block must be on the device whenever
+//     the graph runs (the sim counts kernel runs that read host pages).
 //
 // stderr's last line before the verdict: "races: W wrong words, F failed calls".
 #include <cuda.h>
@@ -294,6 +298,72 @@ int capture_route() {
   return probe::finish("capture");
 }
 
+// A sim kernel that adds 1 to every word. params: words, count
+void add_one(void** params, void* /*user*/) {
+  auto* words = *static_cast<std::uint32_t**>(params[0]);
+  const auto count = *static_cast<std::size_t*>(params[1]);
+  for (std::size_t i = 0; i < count; ++i) ++words[i];
+}
+
+// A captured graph whose one kernel adds 1 to every word of X, launched each
+// round while other blocks' allocations keep evicting: the blocks a graph
+// names must be on the device whenever it runs, and keep their bytes.
+int graph_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUfunction add = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds three
+  constexpr int kRounds = 8;
+  CUstream stream = nullptr;
+  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, stream, x, kBlock, 1), "fill X");
+  expect(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  auto* words = reinterpret_cast<std::uint32_t*>(x);
+  std::size_t count = kBlock / 4;
+  void* params[] = {&words, &count};
+  expect(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "captured add");
+  CUgraph graph = nullptr;
+  expect(cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  CUgraphExec exec = nullptr;
+  expect(cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+  const std::uint64_t host_reads_before = tidepool_sim_host_resident_launches();
+  for (int round = 0; round < kRounds; ++round) {
+    CUdeviceptr y = 0;
+    CUdeviceptr z = 0;
+    CUdeviceptr w = 0;
+    expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
+    expect(k.launch(k.fill, stream, y, kBlock, 5), "fill Y");
+    expect(cuMemAlloc(&z, kBlock), "cuMemAlloc Z");
+    expect(k.launch(k.fill, stream, z, kBlock, 6), "fill Z");
+    expect(cuMemAlloc(&w, kBlock), "cuMemAlloc W");  // one of the others goes to the host
+    expect(k.launch(k.fill, stream, w, kBlock, 7), "fill W");
+    expect(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    expect(k.launch(k.check, stream, y, kBlock, 5), "check Y");
+    for (CUdeviceptr p : {y, z, w}) expect(cuMemFreeAsync(p, stream), "cuMemFreeAsync");
+  }
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  const std::uint64_t host_reads = tidepool_sim_host_resident_launches() - host_reads_before;
+  std::vector<std::uint32_t> host(kBlock / 4);
+  expect(cuMemcpyDtoH(host.data(), x, kBlock), "cuMemcpyDtoH");
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) bad += host[i] != word_pattern(1, i) + kRounds ? 1 : 0;
+  wrong.fetch_add(bad);
+  std::fprintf(stderr, "graph: %llu kernel runs read host pages\n", static_cast<unsigned long long>(host_reads));
+  expect(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  expect(cuGraphDestroy(graph), "cuGraphDestroy");
+  expect(cuMemFree(x), "cuMemFree");
+  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("graph");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,6 +371,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "window") == 0) return window_route();
   if (std::strcmp(mode, "copies") == 0) return copies_route();
   if (std::strcmp(mode, "capture") == 0) return capture_route();
-  std::fprintf(stderr, "usage: probe_races window|copies|capture [report-path]\n");
+  if (std::strcmp(mode, "graph") == 0) return graph_route();
+  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph [report-path]\n");
   return 2;
 }

@@ -113,6 +113,44 @@ TEST_F(Sim, UnmappedReservationFaults) {
   EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
 }
 
+// On a GPU a kernel touching a page between its unmap and its map faults,
+// and the context keeps the error. The sim counts an unmap of a range a
+// running kernel names and answers every synchronisation after it with
+// CUDA_ERROR_ILLEGAL_ADDRESS (tidepool_sim_clear_faults forgets it, for the
+// next test). Unmapping a page no running kernel names is no fault.
+TEST_F(Sim, UnmappingAPageARunningKernelNamesIsAStickyFault) {
+  const auto faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  map_rw(va, create_page());
+  map_rw(va + page_, create_page());
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(stream, &gate, reinterpret_cast<int*>(va), 5), CUDA_SUCCESS);
+  // The other page: not named by the kernel.
+  ASSERT_EQ(api().memUnmap(va + page_, page_), CUDA_SUCCESS);
+  EXPECT_EQ(faults(), 0u);
+  // Under the waiting kernel, once its worker runs it (the page mapped
+  // again each time, so that the kernel's write lands somewhere).
+  for (int i = 0; i < 2000 && faults() == 0; ++i) {
+    ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+    map_rw(va, create_page());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(faults(), 1u);
+  gate.release();
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  clear();
+  EXPECT_EQ(faults(), 0u);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, MappedButNotYetAccessibleFaults) {
   CUdeviceptr va = 0;
   ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
@@ -365,6 +403,7 @@ using AllocAsync = CUresult (*)(CUdeviceptr*, std::size_t, CUstream);
 using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
 // Per-thread-default-stream forms, typed like the plain ones.
 using LaunchKernelPtsz = decltype(&::cuLaunchKernel);
+using GraphLaunchPtsz = decltype(&::cuGraphLaunch);
 using LaunchKernelExPtsz = decltype(&::cuLaunchKernelEx);
 using WaitValue32Ptsz = decltype(&::cuStreamWaitValue32_v2);
 using WaitValue64Ptsz = decltype(&::cuStreamWaitValue64_v2);
@@ -702,6 +741,62 @@ TEST_F(Sim, CapturedWorkIsRecordedNotRun) {
   EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
   EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
   EXPECT_EQ(api().memFree(other), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+// An instantiated graph runs what was captured, in capture order, each time
+// it is launched; its kernel nodes give back their function and arguments.
+TEST_F(Sim, AnInstantiatedGraphRunsItsCapturedWorkEachTimeItIsLaunched) {
+  const auto instantiate = entry<decltype(&::cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags");
+  const auto launch = entry<decltype(&::cuGraphLaunch)>("cuGraphLaunch");
+  const auto destroy_exec = entry<decltype(&::cuGraphExecDestroy)>("cuGraphExecDestroy");
+  const auto get_nodes = entry<decltype(&::cuGraphGetNodes)>("cuGraphGetNodes");
+  const auto node_type = entry<decltype(&::cuGraphNodeGetType)>("cuGraphNodeGetType");
+  const auto kernel_params = entry<decltype(&::cuGraphKernelNodeGetParams_v2)>("cuGraphKernelNodeGetParams_v2");
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  int cell = 0;
+  Gate open;
+  open.release();
+  std::atomic<int> host_calls{0};
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(p, 0xAB, 16, stream), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_write(stream, &open, &cell, 7), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().launch_host_func(stream, count_call, &host_calls), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(capture_api().end(stream, &graph), CUDA_SUCCESS);
+  std::size_t count = 0;
+  ASSERT_EQ(get_nodes(graph, nullptr, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 3u);
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_EQ(get_nodes(graph, nodes.data(), &count), CUDA_SUCCESS);
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_EQ(node_type(nodes[1], &type), CUDA_SUCCESS);
+  ASSERT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_EQ(kernel_params(nodes[1], &params), CUDA_SUCCESS);
+  EXPECT_NE(params.func, nullptr);
+  ASSERT_NE(params.kernelParams, nullptr);
+  EXPECT_EQ(*static_cast<int**>(params.kernelParams[1]), &cell) << "the captured arguments";
+  EXPECT_EQ(kernel_params(nodes[0], &params), CUDA_ERROR_INVALID_VALUE) << "not a kernel node";
+  EXPECT_EQ(cell, 0) << "captured, not run";
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(instantiate(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(launch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 7);
+  EXPECT_EQ(host_calls.load(), 2);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p);
+  EXPECT_TRUE(std::all_of(bytes, bytes + 16, [](unsigned char c) { return c == 0xAB; }));
+  EXPECT_EQ(bytes[16], 0);
+  EXPECT_EQ(destroy_exec(exec), CUDA_SUCCESS);
+  EXPECT_EQ(launch(exec, stream), CUDA_ERROR_INVALID_VALUE) << "destroyed";
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
 }
 
@@ -1235,6 +1330,13 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuStreamGetCaptureInfo_v3, bogus, &status, &id, &graph, &deps, &edges, &size),
       TIDEPOOL_FAULT_CASE(cuThreadExchangeStreamCaptureMode, nullptr),
       TIDEPOOL_FAULT_CASE(cuGraphDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphInstantiateWithFlags, nullptr, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuGraphLaunch, nullptr, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuGraphLaunch_ptsz", GraphLaunchPtsz, nullptr, bogus),
+      TIDEPOOL_FAULT_CASE(cuGraphExecDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphGetNodes, nullptr, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphNodeGetType, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphKernelNodeGetParams_v2, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuLaunchHostFunc, bogus, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuEventCreate, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuEventDestroy_v2, nullptr),
