@@ -144,6 +144,19 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* d, CUstream 
   TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2_ptsz, destination(d), source(d), per_thread(s), d, s);
 }
 
+TIDEPOOL_HOOK CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeer, destination(d), source(d), nullptr, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* d) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeer_ptds, destination(d), source(d), CU_STREAM_PER_THREAD, d);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeerAsync, destination(d), source(d), s, d, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeerAsync_ptsz, destination(d), source(d), per_thread(s), d, s);
+}
+
 // Sets. One macro per width: the synchronous, per-thread, async and
 // per-thread async forms, 1D and 2D.
 #define TIDEPOOL_SET_HOOKS(width, value_type)                                                                          \

@@ -1,5 +1,7 @@
-// CUDA graph hooks: cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
-// cuGraphLaunch (and its _ptsz form), cuGraphExecDestroy. A graph's kernels
+// CUDA graph hooks: cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams
+// and CUDA 11's cuGraphInstantiate_v2, cuGraphExecUpdate and
+// cuGraphExecKernelNodeSetParams (both ABI versions), cuGraphLaunch (and its
+// _ptsz form), cuGraphExecDestroy. A graph's kernels
 // never pass the launch hooks, so with eviction on the runtime scans an
 // instantiated graph's kernel nodes and holds the blocks they name on the
 // device until the graph is destroyed, and guards each launch of it as a
@@ -7,6 +9,9 @@
 // cudaGraphLaunch and cudaGraphExecDestroy reach these through
 // cuGetProcAddress.
 #include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
 
 #include "hooks.hpp"
 #include "real_symbols.hpp"
@@ -23,12 +28,24 @@ void instantiated(CUresult r, const CUgraphExec* exec, CUgraph graph) noexcept {
   }
 }
 
+void kernel_set(CUresult r, CUgraphExec exec, CUfunction function, void** params, void** extra) noexcept {
+  if (r != CUDA_SUCCESS || !tidepool::interpose::guarding()) return;
+  try {
+    tidepool::runtime::Runtime::get().graph_kernel_set(exec, function, params, extra);
+  } catch (...) {
+  }
+}
+
 template <typename Call>
 CUresult guarded_graph_launch(CUgraphExec exec, CUstream stream, Call&& call) {
   if (!tidepool::interpose::guarding()) return call();
   tidepool::runtime::Runtime& rt = tidepool::runtime::Runtime::get();
   tidepool::runtime::Submission submission;
-  rt.before_graph_launch(exec, stream, &submission);
+  try {
+    rt.before_graph_launch(exec, stream, &submission);
+  } catch (...) {
+    // What was pinned before the throw is released below all the same.
+  }
   const CUresult r = call();
   rt.after_submission(submission);
   return r;
@@ -50,6 +67,62 @@ TIDEPOOL_HOOK CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph g
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = real(exec, graph, params);
   instantiated(r, exec, graph);
+  return r;
+}
+
+// The instantiation of CUDA 11 (cudart 11.x hands it out), which cuda.h
+// renames away.
+TIDEPOOL_HOOK CUresult tidepool_cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                                      char* log, std::size_t log_size) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = tidepool::interpose::real_driver<CUresult (*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, std::size_t)>(
+      "cuGraphInstantiate_v2", slot);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, graph, error_node, log, log_size);
+  instantiated(r, exec, graph);
+  return r;
+}
+
+// An update gives the graph's kernels new arguments: their blocks are held
+// too (those of the old ones until the graph is destroyed).
+TIDEPOOL_HOOK CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecUpdate_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, graph, info);
+  instantiated(r, &exec, graph);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult tidepool_cuGraphExecUpdate_v1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
+                                                     CUgraphExecUpdateResult* result) {
+  static std::atomic<void*> slot{nullptr};
+  auto real =
+      tidepool::interpose::real_driver<CUresult (*)(CUgraphExec, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*)>(
+          "cuGraphExecUpdate", slot);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, graph, error_node, result);
+  instantiated(r, &exec, graph);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                         const CUDA_KERNEL_NODE_PARAMS* params) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecKernelNodeSetParams_v2);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, params);
+  if (params != nullptr) kernel_set(r, exec, params->func, params->kernelParams, params->extra);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult tidepool_cuGraphExecKernelNodeSetParams_v1(CUgraphExec exec, CUgraphNode node,
+                                                                  const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  static std::atomic<void*> slot{nullptr};
+  auto real =
+      tidepool::interpose::real_driver<CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1*)>(
+          "cuGraphExecKernelNodeSetParams", slot);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, params);
+  if (params != nullptr) kernel_set(r, exec, params->func, params->kernelParams, params->extra);
   return r;
 }
 

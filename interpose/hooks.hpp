@@ -25,6 +25,19 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
                              unsigned shared, CUstream stream, void** params, void** extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params, void** extra);
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                        unsigned bz, unsigned shared, CUstream stream, void** params);
+CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* d);
+CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s);
+// Graph entry points of CUDA 11 that cuda.h renames away; drivers still
+// export them, and cudart 11.x asks for them.
+CUresult tidepool_cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                                        std::size_t log_size) __asm__("cuGraphInstantiate_v2");
+CUresult tidepool_cuGraphExecUpdate_v1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
+                                       CUgraphExecUpdateResult* result) __asm__("cuGraphExecUpdate");
+CUresult tidepool_cuGraphExecKernelNodeSetParams_v1(
+    CUgraphExec exec, CUgraphNode node,
+    const CUDA_KERNEL_NODE_PARAMS_v1* params) __asm__("cuGraphExecKernelNodeSetParams");
 // The per-thread-stream copies and sets (copy_hooks.cpp).
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s);
@@ -76,6 +89,10 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)      \
   X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams)            \
   X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuGraphExecDestroy)              \
+  X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2)              \
+  X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)            \
+  X(cuMemcpy3DPeer) X(cuMemcpy3DPeer_ptds) X(cuMemcpy3DPeerAsync)           \
+  X(cuMemcpy3DPeerAsync_ptsz)                                               \
   X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) \
   X(cuMemcpyHtoD_v2) X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) \
   X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) \

@@ -1,5 +1,5 @@
-// Kernel-launch hooks: cuLaunchKernel, cuLaunchKernelEx and their _ptsz
-// forms. With eviction on, each launch's arguments go to the runtime first,
+// Kernel-launch hooks: cuLaunchKernel, cuLaunchKernelEx,
+// cuLaunchCooperativeKernel and their _ptsz forms. With eviction on, each launch's arguments go to the runtime first,
 // which pins the pool blocks they point at until the launch is queued, marks
 // them used and, under prefetch:launch or learn, brings their host pages
 // back (submission.hpp); otherwise the launch goes straight to the driver.
@@ -28,6 +28,24 @@ TIDEPOOL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned g
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   return guarded_launch(f, params, extra, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
                         [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra); });
+}
+
+TIDEPOOL_HOOK CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                 unsigned by, unsigned bz, unsigned shared, CUstream stream,
+                                                 void** params) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuLaunchCooperativeKernel);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return guarded_launch(f, params, nullptr, stream,
+                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params); });
+}
+
+TIDEPOOL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                      unsigned by, unsigned bz, unsigned shared, CUstream stream,
+                                                      void** params) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuLaunchCooperativeKernel_ptsz);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return guarded_launch(f, params, nullptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
+                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params); });
 }
 
 TIDEPOOL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {

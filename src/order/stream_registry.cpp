@@ -59,7 +59,7 @@ void StreamRegistry::created(CUstream stream) {
   // without the registry.
   driver::ScopedContext scope(api_, entry.context);
   if (api_.eventSynchronize(barrier->second.after) == CUDA_SUCCESS) return;
-  if (api_.ctxSynchronize != nullptr && !driver::capturing(api_, nullptr) && api_.ctxSynchronize() == CUDA_SUCCESS) {
+  if (api_.ctxSynchronize != nullptr && !capture_in_progress(entry.context) && api_.ctxSynchronize() == CUDA_SUCCESS) {
     return;
   }
   set_complete(false);

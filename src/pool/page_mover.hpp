@@ -79,7 +79,9 @@ struct LaunchedBlock {
 // once the driver call has returned (Pool::release_pins). Lives in the
 // hook's frame: the array is left uninitialised, only `count` entries are set.
 struct Pins {
-  static constexpr std::size_t kMax = 128;
+  // PyTorch's multi_tensor_apply passes up to 110 tensors, and pointers to
+  // more chunks' metadata, in one launch.
+  static constexpr std::size_t kMax = 256;
   struct Pin {
     std::uintptr_t address;
     std::uint64_t buffer_id;

@@ -417,6 +417,9 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
   // land beside the gate rather than behind it. The pages stay on the host,
   // where every access still reads the right bytes.
   if (block.pins > own_pins) return util::Status::success();
+  // Another device may be reading these host pages, and no gate of this
+  // pool waits for its streams: they stay where they are for good.
+  if (block.peer_held && block.read_on_host) return util::Status::success();
   driver::ScopedContext scope(api_, context_);
   if (space_.available_pages() < on_host) {
     // Free memory first, live memory last: idle pages of free blocks, then
@@ -451,14 +454,16 @@ bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnH
   if (block == nullptr) return false;
   live_.mark_used(block);
   if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
-  if (!pins->holds(block->buffer_id)) {
-    if (pins->count < Pins::kMax) {
-      pins->pins[pins->count++] = Pins::Pin{block->address, block->buffer_id};
-      block->pins++;
-    } else {
-      pins->overflow = true;
-    }
+  bool pinned = pins->holds(block->buffer_id);
+  if (!pinned && pins->count < Pins::kMax) {
+    pins->pins[pins->count++] = Pins::Pin{block->address, block->buffer_id};
+    block->pins++;
+    pinned = true;
   }
+  // Beyond Pins::kMax the block is not pinned: it is not brought back
+  // either, since another submission's pin could not be told from ours.
+  pins->overflow = pins->overflow || !pinned;
+  const std::uint32_t own_pins = pinned ? 1 : 0;
   *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   mover_->before_use(block->buffer_id, stream);
@@ -468,7 +473,7 @@ bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnH
   if (*host_pages == 0) return true;
   if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
     driver::ScopedContext scope(api_, context_);
-    (void)bring_back_locked(*block, block->address, block->size, stream, 1);
+    (void)bring_back_locked(*block, block->address, block->size, stream, own_pins);
     // Another device's stream is in no gate of this pool: it must find the
     // bytes in place before it is queued.
     if (on_host == OnHost::bring_back_for_peer) mover_->wait_for_copies_in();
@@ -512,7 +517,7 @@ void Pool::release_pins(const Pins& pins) {
 }
 
 Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream,
-                                              std::uint64_t spared_from) {
+                                              std::uint64_t spared_from, const Pins& pins) {
   LaunchPages pages;
   std::lock_guard<util::SpinLock> guard(lock_);
   if (mover_ == nullptr || space_.host_pages() == 0) return pages;
@@ -527,7 +532,7 @@ Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::
     const std::size_t on_host = host_pages_in(r, block->address, block->size);
     if (on_host == 0) continue;
     pages.before += on_host;
-    (void)bring_back_locked(*block, block->address, block->size, stream, 1);
+    (void)bring_back_locked(*block, block->address, block->size, stream, pins.holds(block->buffer_id) ? 1 : 0);
     const std::size_t left = host_pages_in(r, block->address, block->size);
     if (left > 0) block->read_on_host = true;
     pages.after += left;

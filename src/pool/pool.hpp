@@ -237,8 +237,10 @@ class Pool {
     std::size_t before = 0;
     std::size_t after = 0;
   };
+  // `pins`: the launch's own (a block it did not pin is brought back only
+  // if no one else pins it).
   LaunchPages bring_back_for_launch(const LaunchedBlock* blocks, std::size_t count, std::uintptr_t stream,
-                                    std::uint64_t spared_from);
+                                    std::uint64_t spared_from, const Pins& pins);
   // A scanned launch of `kernel` named `blocks` (those use_for_launch found):
   // the mover learns the program's order from it (prefetch:learn).
   void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count, bool all_blocks);

@@ -158,6 +158,7 @@ bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* u
   std::size_t left = 0;
   pool::LaunchedBlock block;
   if (!pool_->use_for_submission(word, on, on_host, pins, &block, &host_pages, &left)) return false;
+  use->pins = pins;
   const bool later = on_host == pool::Pool::OnHost::bring_back_later;
   if (!later) use->note_pages(host_pages, left);
   const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
@@ -174,7 +175,7 @@ bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* u
   if (later && host_pages > 0) {
     // Beyond the list: brought back now, the launch's blocks spared all the
     // same (they were all used since the first).
-    const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at);
+    const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at, *pins);
     use->note_pages(pages.before, pages.after);
   }
   return true;
@@ -192,8 +193,8 @@ bool Allocator::use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins*
 void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream) {
   if (residency_ == nullptr) return;
   if (use.deferred_pages > 0) {
-    const auto pages = pool_->bring_back_for_launch(use.blocks.data(), use.count,
-                                                    reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at);
+    const auto pages = pool_->bring_back_for_launch(
+        use.blocks.data(), use.count, reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at, *use.pins);
     use.note_pages(pages.before, pages.after);
     use.deferred_pages = 0;
   }

@@ -65,10 +65,11 @@ struct LaunchUse {
   static constexpr std::size_t kMaxBlocks = 12;
   std::array<pool::LaunchedBlock, kMaxBlocks> blocks{};
   std::size_t count = 0;
-  bool brought_back = false;       // some pages came back before the launch
-  bool still_on_host = false;      // some stay on the host: the launch reads them there
-  std::size_t deferred_pages = 0;  // host pages of blocks[] that end_launch brings back
-  bool overflow = false;           // the launch named more blocks than blocks[] holds
+  bool brought_back = false;         // some pages came back before the launch
+  bool still_on_host = false;        // some stay on the host: the launch reads them there
+  std::size_t deferred_pages = 0;    // host pages of blocks[] that end_launch brings back
+  bool overflow = false;             // the launch named more blocks than blocks[] holds
+  const pool::Pins* pins = nullptr;  // the launch's pins (use_in_launch sets it)
   // A bring-back found `before` host pages and left `after` of them.
   void note_pages(std::size_t before, std::size_t after) noexcept {
     brought_back = brought_back || after < before;

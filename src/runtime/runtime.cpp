@@ -5,6 +5,7 @@
 #include <semaphore.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <exception>
@@ -305,19 +306,19 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   LaunchUse use;
   LaunchUse elsewhere;
   using OnHost = pool::Pool::OnHost;
-  const Allocator* launching = launching_allocator(stream);
+  LaunchingDevice launching(*this, stream);
   const auto offer = [&](Allocator* a, std::uintptr_t word) {
     // Another pool's blocks come back at once: only the owner's end_launch
     // runs. Those of a pool of another device than the launch's are held
     // there for good (OnHost::bring_back_for_peer).
     const bool first = owner == nullptr || a == owner;
-    const OnHost on_host = launching != nullptr && a != launching ? OnHost::bring_back_for_peer
-                           : !bring_back_at_launch_               ? OnHost::read_there
-                           : first                                ? OnHost::bring_back_later
-                                                                  : OnHost::bring_back_now;
+    const OnHost on_host = launching.other_than(a)  ? OnHost::bring_back_for_peer
+                           : !bring_back_at_launch_ ? OnHost::read_there
+                           : first                  ? OnHost::bring_back_later
+                                                    : OnHost::bring_back_now;
+    s->note(a);  // first: a pin taken before a throw is still released
     if (a->use_in_launch(word, stream, first ? &use : &elsewhere, &s->pins, on_host)) {
       if (owner == nullptr) owner = a;
-      s->note(a);
       return true;
     }
     return false;
@@ -335,19 +336,58 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
 
 void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  const Allocator* launching = launching_allocator(stream);
+  LaunchingDevice launching(*this, stream);
   for (const std::uintptr_t address : {first, second}) {
     if (address == 0) continue;
     (void)find_allocator([&](Allocator* a) {
+      if (!a->pool().may_own(address)) return false;
       using OnHost = pool::Pool::OnHost;
-      const OnHost on_host = launching != nullptr && a != launching ? OnHost::bring_back_for_peer
-                             : bring_back_at_launch_                ? OnHost::bring_back_now
-                                                                    : OnHost::read_there;
-      if (!a->use_in_copy(address, stream, &s->pins, on_host)) return false;
-      s->note(a);
-      return true;
+      const OnHost on_host = launching.other_than(a) ? OnHost::bring_back_for_peer
+                             : bring_back_at_launch_ ? OnHost::bring_back_now
+                                                     : OnHost::read_there;
+      s->note(a);  // first: a pin taken before a throw is still released
+      return a->use_in_copy(address, stream, &s->pins, on_host);
     });
   }
+}
+
+void Runtime::hold_for_graph(CUgraphExec exec, const std::vector<KernelNode>& kernels) {
+  std::vector<GraphHolds::Held> held;
+  // Every hold made here is undone if anything below throws.
+  struct Undo {
+    explicit Undo(std::vector<GraphHolds::Held>* h) : held(h) {}
+    Undo(const Undo&) = delete;
+    Undo& operator=(const Undo&) = delete;
+    std::vector<GraphHolds::Held>* held;
+    bool done = false;
+    ~Undo() {
+      if (done) return;
+      for (const GraphHolds::Held& h : *held) h.owner->pool().release_graph_holds(&h.block, 1);
+    }
+  } undo{&held};
+  for (const KernelNode& k : kernels) {
+    launch_scanner_->for_each_word(k.function, k.params, k.extra, [&](std::uintptr_t word) {
+      (void)find_allocator([&](Allocator* a) {
+        if (!a->pool().may_own(word)) return false;
+        held.reserve(held.size() + 1);  // so that the push below cannot throw with the hold made
+        GraphHolds::Held h{a, {}};
+        if (!a->pool().hold_for_graph(word, 0, &h.block)) return false;
+        // One hold per block: a graph launch then visits each block once.
+        const bool again = std::any_of(held.begin(), held.end(), [&](const GraphHolds::Held& o) {
+          return o.owner == a && o.block.buffer_id == h.block.buffer_id;
+        });
+        if (again) {
+          a->pool().release_graph_holds(&h.block, 1);
+        } else {
+          held.push_back(h);
+        }
+        return true;
+      });
+    });
+  }
+  if (held.empty()) return;
+  graph_holds_.add(exec, held);
+  undo.done = true;
 }
 
 void Runtime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
@@ -361,35 +401,33 @@ void Runtime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
   std::vector<CUgraphNode> nodes(count);
   if (api.graphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return;
   nodes.resize(std::min(count, nodes.size()));
-  std::vector<GraphHolds::Held> held;
+  std::vector<KernelNode> kernels;
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     CUDA_KERNEL_NODE_PARAMS params{};
-    if (api.graphNodeGetType(node, &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL ||
-        api.graphKernelNodeGetParams(node, &params) != CUDA_SUCCESS || params.func == nullptr) {
-      continue;
+    if (api.graphNodeGetType(node, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL &&
+        api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS && params.func != nullptr) {
+      kernels.push_back({params.func, params.kernelParams, params.extra});
     }
-    launch_scanner_->for_each_word(params.func, params.kernelParams, params.extra, [&](std::uintptr_t word) {
-      (void)find_allocator([&](Allocator* a) {
-        GraphHolds::Held h{a, {}};
-        if (!a->pool().may_own(word) || !a->pool().hold_for_graph(word, 0, &h.block)) return false;
-        held.push_back(h);
-        return true;
-      });
-    });
   }
-  if (!held.empty()) graph_holds_.add(exec, std::move(held));
+  hold_for_graph(exec, kernels);
+}
+
+void Runtime::graph_kernel_set(CUgraphExec exec, CUfunction function, void** params, void** extra) {
+  if (launch_scanner_ == nullptr || exec == nullptr || function == nullptr) return;
+  hold_for_graph(exec, {{function, params, extra}});
 }
 
 void Runtime::before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  const Allocator* launching = launching_allocator(stream);
+  LaunchingDevice launching(*this, stream);
   graph_holds_.for_each(exec, [&](const GraphHolds::Held& h) {
     using OnHost = pool::Pool::OnHost;
-    const OnHost on_host = launching != nullptr && h.owner != launching ? OnHost::bring_back_for_peer
-                           : bring_back_at_launch_                      ? OnHost::bring_back_now
-                                                                        : OnHost::read_there;
-    if (h.owner->use_in_copy(h.block.address, stream, &s->pins, on_host)) s->note(h.owner);
+    const OnHost on_host = launching.other_than(h.owner) ? OnHost::bring_back_for_peer
+                           : bring_back_at_launch_       ? OnHost::bring_back_now
+                                                         : OnHost::read_there;
+    s->note(h.owner);
+    (void)h.owner->use_in_copy(h.block.address, stream, &s->pins, on_host);
   });
 }
 
@@ -401,7 +439,16 @@ const Allocator* Runtime::launching_allocator(CUstream stream) {
   // With one pool, every submission that can reach it is taken as its
   // device's (a device without a pool reaching it is not told apart).
   if (created_.load(std::memory_order_acquire) < 2) return nullptr;
-  return allocator_of_stream(stream == CU_STREAM_PER_THREAD ? nullptr : stream);
+  const driver::Api& api = driver_->api();
+  CUcontext context = nullptr;
+  CUgreenCtx green = nullptr;
+  // The per-thread stream's context is the current one, as the legacy
+  // stream's is.
+  if (api.streamGetCtx == nullptr ||
+      api.streamGetCtx(stream == CU_STREAM_PER_THREAD ? nullptr : stream, &context, &green) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return find_allocator([&](Allocator* a) { return a->context() == context; });
 }
 
 void Runtime::after_submission(const Submission& s) {

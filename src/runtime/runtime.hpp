@@ -45,6 +45,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "driver/driver.hpp"
 #include "order/order.hpp"
@@ -132,12 +133,37 @@ class Runtime {
   void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
   void after_submission(const Submission& s);
   // The pool of the device `stream` (a handle as the hooks pass it) runs
-  // on; null with a single pool, or when it cannot be told.
+  // on; null with a single pool, or when it cannot be told (no pool is made
+  // for it). One driver call with several pools.
   const Allocator* launching_allocator(CUstream stream);
+  // launching_allocator(), asked once, when a submission first names a pool
+  // block.
+  class LaunchingDevice {
+   public:
+    LaunchingDevice(Runtime& runtime, CUstream stream) : runtime_(runtime), stream_(stream) {}
+    // Whether `a` is another device's pool than the submission's.
+    bool other_than(const Allocator* a) {
+      if (!asked_) {
+        launching_ = runtime_.launching_allocator(stream_);
+        asked_ = true;
+      }
+      return launching_ != nullptr && a != launching_;
+    }
+
+   private:
+    Runtime& runtime_;
+    CUstream stream_;
+    bool asked_ = false;
+    const Allocator* launching_ = nullptr;
+  };
   // CUDA graphs under eviction (see graph_holds.hpp): an instantiation's
   // kernel nodes are scanned and their blocks held on the device until the
   // graph is destroyed; each launch of it is guarded as a launch is.
+  // Also after cuGraphExecUpdate, with the graph it took: the new kernels'
+  // blocks are held too (the old holds last until the graph is destroyed).
   void graph_instantiated(CUgraphExec exec, CUgraph graph);
+  // cuGraphExecKernelNodeSetParams gave one of its kernels new arguments.
+  void graph_kernel_set(CUgraphExec exec, CUfunction function, void** params, void** extra);
   void before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s);
   void graph_destroying(CUgraphExec exec);
 
@@ -162,6 +188,12 @@ class Runtime {
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
   GraphHolds graph_holds_;
+  struct KernelNode {
+    CUfunction function;
+    void** params;
+    void** extra;
+  };
+  void hold_for_graph(CUgraphExec exec, const std::vector<KernelNode>& kernels);
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // The same allocators in the order they were made, the first `created_`

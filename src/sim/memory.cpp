@@ -190,7 +190,7 @@ CUresult alloc_async(const char* name, CUdeviceptr* dptr, std::size_t bytes, CUs
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   // Nothing to run: the sim allocates at once. On a capturing stream this
   // adds the graph's allocation node; the legacy-stream rules still apply.
-  const Submitted sub = submit(stream, {});
+  const Submitted sub = submit(stream, {}, [](Node& node) { node.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC; });
   if (sub.result != CUDA_SUCCESS) return sub.result;
   if (CUresult r = allocate(dptr, bytes, AllocationKind::device, stream->context()->device); r != CUDA_SUCCESS) {
     return r;
@@ -214,9 +214,14 @@ CUresult free_async(const char* name, CUdeviceptr dptr, CUstream handle) {
     if (it == s.allocations.end() || it->second.kind != AllocationKind::device) return CUDA_ERROR_INVALID_VALUE;
   }
   // The free takes effect when the stream reaches it; captured, when the
-  // graph is destroyed (the sim never launches graphs).
-  const Submitted sub =
-      submit(stream, [dptr] { (void)release(static_cast<std::uintptr_t>(dptr), AllocationKind::device); });
+  // graph is destroyed (a launch of the graph frees nothing: its memory
+  // node's work is not kept).
+  const Submitted sub = submit(
+      stream, [dptr] { (void)release(static_cast<std::uintptr_t>(dptr), AllocationKind::device); },
+      [](Node& node) {
+        node.work = nullptr;
+        node.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+      });
   if (sub.result != CUDA_SUCCESS) return sub.result;
   if (sub.capture) {
     std::lock_guard<std::mutex> guard(s.lock);

@@ -188,6 +188,13 @@ struct Kernel {
   void* user_data = nullptr;
   std::vector<std::size_t> sizes;
   std::vector<std::size_t> offsets;
+  // tidepool_sim_set_kernel_extent: the range the kernel touches beyond the
+  // words of its arguments (the base pointer's parameter, the count's, and
+  // the bytes per element); unset without it.
+  bool has_extent = false;
+  std::size_t extent_pointer = 0;
+  std::size_t extent_count = 0;
+  std::size_t extent_element = 0;
 };
 
 struct Fault {
@@ -291,7 +298,11 @@ struct Submitted {
 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED on an invalidated capture, and with
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (invalidating the captures) on the
 // legacy stream while a blocking stream of its context captures.
-Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work);
+// `on_capture`, when the work is captured: called with its node under the
+// sim's lock, to say what the node is (a kernel's function and arguments;
+// a memory node's work, which a graph launch must not repeat, cleared).
+Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work,
+                 const std::function<void(Node&)>& on_capture = {});
 // Stream capture checks for calls the driver calls "potentially unsafe"
 // during capture (cuMemAlloc, cuMemFree, ...), per the calling thread's
 // capture interaction mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with the

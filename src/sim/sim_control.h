@@ -40,6 +40,12 @@ size_t tidepool_sim_host_bytes_in_use(void);
 /* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */
 CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data, size_t num_params,
                                       const size_t* param_sizes);
+/* Declares what kernel `f` touches while it runs beyond the words of its
+ * arguments: `count` (parameter `count_param`, a size_t) elements of
+ * `element_bytes` from the pointer in parameter `pointer_param`. The remap
+ * fault check (tidepool_sim_remap_faults) then sees the whole range, not
+ * only the pointer's first byte. */
+CUresult tidepool_sim_set_kernel_extent(CUfunction f, size_t pointer_param, size_t count_param, size_t element_bytes);
 
 /* Non-zero: cuEventRecord returns only once the event has completed (after
  * all work queued before it). A real GPU gives no such promise; it is for

@@ -260,7 +260,8 @@ CUstreamCaptureMode& thread_capture_mode() {
 
 }  // namespace
 
-Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work) {
+Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work,
+                 const std::function<void(Node&)>& on_capture) {
   State& s = state();
   Submitted out;
   // Held across the enqueue, so that the legacy stream and a blocking stream
@@ -275,6 +276,7 @@ Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> wo
     out.node = add_node(*stream);
     out.node->work = std::move(work);  // captured: run only when its graph is launched
     if (out.node->work) out.node->type = CU_GRAPH_NODE_TYPE_HOST;
+    if (on_capture) on_capture(*out.node);
     return out;
   }
   // Collect what this work must wait for, per the legacy-stream rules.
@@ -1008,6 +1010,22 @@ Kernel* find_kernel(CUfunction f) {
 
 }  // namespace
 
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_set_kernel_extent(CUfunction f, std::size_t pointer_param,
+                                                            std::size_t count_param, std::size_t element_bytes) {
+  Kernel* k = find_kernel(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (pointer_param >= k->sizes.size() || count_param >= k->sizes.size() || k->sizes[pointer_param] != sizeof(void*) ||
+      k->sizes[count_param] != sizeof(std::size_t)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> guard(state().lock);
+  k->extent_pointer = pointer_param;
+  k->extent_count = count_param;
+  k->extent_element = element_bytes;
+  k->has_extent = true;
+  return CUDA_SUCCESS;
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, std::size_t index, std::size_t* offset,
                                                 std::size_t* size) {
   if (CUresult r = enter_initialized("cuFuncGetParamInfo"); r != CUDA_SUCCESS) return r;
@@ -1058,12 +1076,21 @@ Running::~Running() {
 
 namespace {
 
-// Each argument word as the one byte a kernel may touch there.
-std::vector<State::Touch> word_touches(const std::vector<std::uint64_t>& words) {
+// What a running kernel may touch: one byte at each argument word, and the
+// range its extent declares (tidepool_sim_set_kernel_extent), if any.
+std::vector<State::Touch> kernel_touches(const Kernel& k, const std::vector<void*>& pointers,
+                                         const std::vector<std::uint64_t>& words) {
   std::vector<State::Touch> touches;
-  touches.reserve(words.size());
+  touches.reserve(words.size() + 1);
   for (const std::uint64_t w : words) {
     if (w != 0) touches.push_back({static_cast<std::uintptr_t>(w), static_cast<std::uintptr_t>(w) + 1});
+  }
+  if (k.has_extent && k.extent_pointer < pointers.size() && k.extent_count < pointers.size()) {
+    std::uintptr_t base = 0;
+    std::size_t count = 0;
+    std::memcpy(&base, pointers[k.extent_pointer], sizeof base);
+    std::memcpy(&count, pointers[k.extent_count], sizeof count);
+    touches.push_back({base, base + count * k.extent_element});
   }
   return touches;
 }
@@ -1122,24 +1149,25 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   auto arguments = std::make_shared<std::vector<std::vector<unsigned char>>>(std::move(copies));
-  const Submitted sub = submit(stream, [k, arguments] {
-    std::vector<std::uint64_t> words = argument_words(*arguments);
-    // Judged when the kernel runs: what is mapped then is what it would read.
-    if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
-    const Running running(word_touches(words));
-    // Each run gets its own copies: a graph launched twice runs it twice.
-    std::vector<std::vector<unsigned char>> own = *arguments;
-    std::vector<void*> pointers;
-    for (auto& c : own) pointers.push_back(c.data());
-    k->fn(pointers.data(), k->user_data);
-  });
-  if (sub.node != nullptr) {
-    std::lock_guard<std::mutex> guard(state().lock);
-    sub.node->type = CU_GRAPH_NODE_TYPE_KERNEL;
-    sub.node->function = f;
-    sub.node->arguments = arguments;
-    for (auto& c : *arguments) sub.node->argument_pointers.push_back(c.data());
-  }
+  const Submitted sub = submit(
+      stream,
+      [k, arguments] {
+        std::vector<std::uint64_t> words = argument_words(*arguments);
+        // Judged when the kernel runs: what is mapped then is what it would read.
+        if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
+        // Each run gets its own copies: a graph launched twice runs it twice.
+        std::vector<std::vector<unsigned char>> own = *arguments;
+        std::vector<void*> pointers;
+        for (auto& c : own) pointers.push_back(c.data());
+        const Running running(kernel_touches(*k, pointers, words));
+        k->fn(pointers.data(), k->user_data);
+      },
+      [f, arguments](Node& node) {
+        node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+        node.function = f;
+        node.arguments = arguments;
+        for (auto& c : *arguments) node.argument_pointers.push_back(c.data());
+      });
   return sub.result;
 }
 
@@ -1224,7 +1252,8 @@ void copy(void* dst, const void* src, std::size_t n, Link link) {
   auto* out = static_cast<unsigned char*>(dst);
   const auto* in = static_cast<const unsigned char*>(src);
   for (std::size_t i = 0; i < kSlices; ++i) {
-    const std::int64_t due = start + duration * static_cast<std::int64_t>(i + 1) / static_cast<std::int64_t>(kSlices);
+    const std::int64_t due =
+        start + static_cast<std::int64_t>(static_cast<double>(duration) * static_cast<double>(i + 1) / kSlices);
     if (const std::int64_t left = due - now_ns(); left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
     const std::size_t begin = n * i / kSlices;
     std::memmove(out + begin, in + begin, n * (i + 1) / kSlices - begin);

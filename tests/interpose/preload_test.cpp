@@ -306,6 +306,24 @@ TEST_F(Preload, ABlockAnInstantiatedGraphNamesStaysOnTheDeviceWhileTheGraphExist
   }
 }
 
+// Another device's blocks (issue 26, item 5): kernels on device 0 check and
+// rewrite a block of device 1's pool while device 1's allocations need room.
+// No gate of device 1 orders device 0's streams, so the block comes back
+// with the host waiting for its copy and stays on the device (before: the
+// kernels read it before its copy in had landed, 2,097,152 wrong words).
+TEST_F(Preload, AnotherDevicesKernelsFindItsBlockInPlaceAndIntact) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 TIDEPOOL_SIM_COPY_GBPS=2 ";
+  for (const char* mode : {"launch", "learn"}) {
+    SCOPED_TRACE(std::string("prefetch:") + mode);
+    const std::string conf = std::string("device_limit:16MiB,evict:on,prefetch:") + mode;
+    const ProgramRun r = run(PROBE_RACES, "peer", conf.c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find("peer: 0 remaps under a running kernel"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+  }
+}
+
 // The property test: several host threads, each with a stream of its own
 // kind (legacy, blocking, non-blocking, per-thread default), allocating and
 // freeing both ways, writing with kernels, memsets and copies, reading back
@@ -340,7 +358,9 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
     EXPECT_NE(r.err.find("chaos: 0 wrong words, 0 failed calls"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("tidepool sim: cuMemUnmap"), std::string::npos) << r.err;
     ASSERT_TRUE(r.report.is_object()) << r.err;
-    EXPECT_GT(r.report.value("evictions", 0), 0);
+    long evictions = 0;  // on any device
+    for (const auto& device : r.whole["devices"]) evictions += device.value("evictions", 0L);
+    EXPECT_GT(evictions, 0);
   }
 }
 

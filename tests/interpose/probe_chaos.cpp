@@ -241,6 +241,10 @@ int main(int argc, char** argv) {
                                      sizeof(void*)};
   PROBE_CHECK(tidepool_sim_register_kernel(&shared.fill, &probe::fill_words, nullptr, 3, fill_sizes) == CUDA_SUCCESS);
   PROBE_CHECK(tidepool_sim_register_kernel(&shared.check, &check_expected, nullptr, 5, check_sizes) == CUDA_SUCCESS);
+  // Each touches `count` words from its pointer: the sim's remap check sees
+  // the whole block.
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(shared.fill, 0, 1, 4) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(shared.check, 0, 1, 4) == CUDA_SUCCESS);
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {

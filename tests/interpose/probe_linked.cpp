@@ -423,6 +423,8 @@ int evict_route() {
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
   PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
   PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(fill_kernel, 0, 1, 4) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(check_kernel, 0, 1, 4) == CUDA_SUCCESS);
   const bool budgeted =
       std::getenv("TIDEPOOL_CONF") != nullptr && std::strstr(std::getenv("TIDEPOOL_CONF"), "evict:on");
   std::atomic<bool> stop{false};
@@ -528,6 +530,8 @@ int evict_threads_route(const char* kind) {
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
   PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
   PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(fill_kernel, 0, 1, 4) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(check_kernel, 0, 1, 4) == CUDA_SUCCESS);
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t>* errors_at = &errors;
   const auto launch = [&](CUfunction f, CUstream stream, CUdeviceptr p, std::size_t bytes, std::uint32_t seed) {

@@ -24,6 +24,9 @@
 //     A captured graph's kernel updates a block each round while other
 //     allocations keep evicting: its block must be on the device whenever
 //     the graph runs (the sim counts kernel runs that read host pages).
+//   probe_races peer [report-path]
+//     Kernels on device 0 use a block of device 1's pool that device 1's
+//     allocations keep evicting (TIDEPOOL_SIM_DEVICES=2).
 //
 // stderr's last line before the verdict: "races: W wrong words, F failed calls".
 #include <cuda.h>
@@ -89,6 +92,9 @@ struct Kernels {
     PROBE_CHECK(tidepool_sim_register_kernel(&fill, &probe::fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
     PROBE_CHECK(tidepool_sim_register_kernel(&slow, &slow_fill, nullptr, 3, sizes) == CUDA_SUCCESS);
     PROBE_CHECK(tidepool_sim_register_kernel(&check, &probe::check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+    // Each touches `count` words from its pointer: the sim's remap check
+    // sees the whole block.
+    for (CUfunction f : {fill, slow, check}) PROBE_CHECK(tidepool_sim_set_kernel_extent(f, 0, 1, 4) == CUDA_SUCCESS);
   }
   CUresult launch(CUfunction f, CUstream stream, CUdeviceptr p, std::size_t bytes, std::uint32_t seed) const {
     auto* words = reinterpret_cast<std::uint32_t*>(p);
@@ -314,6 +320,7 @@ int graph_route() {
   CUfunction add = nullptr;
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
   PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(add, 0, 1, 4) == CUDA_SUCCESS);
   constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds three
   constexpr int kRounds = 8;
   CUstream stream = nullptr;
@@ -364,6 +371,68 @@ int graph_route() {
   return probe::finish("graph");
 }
 
+// Two devices, one host thread (issue 26, item 5): kernels on device 0 read
+// and write a block of device 1's pool that device 1's allocations evict.
+// Run with TIDEPOOL_SIM_DEVICES=2.
+int peer_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUcontext c0 = nullptr;
+  CUcontext c1 = nullptr;
+  CUdevice d1 = 0;
+  PROBE_CHECK(cuCtxGetCurrent(&c0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&d1, 1) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&c1, d1) == CUDA_SUCCESS);
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two per device
+  CUdeviceptr own = 0;
+  expect(cuMemAlloc(&own, kBlock), "cuMemAlloc on device 0");  // so that device 0 has a pool too
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  std::vector<CUdeviceptr> others;
+  for (int i = 0; i < 2; ++i) {  // X, the least recent, goes to the host
+    CUdeviceptr p = 0;
+    expect(cuMemAlloc(&p, kBlock), "cuMemAlloc on device 1");
+    expect(k.launch(k.fill, nullptr, p, kBlock, 9), "fill on device 1");
+    others.push_back(p);
+  }
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  std::uint32_t seed = 1;
+  for (int round = 0; round < 4; ++round) {
+    expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+    CUstream stream = nullptr;
+    expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    expect(k.launch(k.check, stream, x, kBlock, seed), "check X from device 0");
+    ++seed;
+    expect(k.launch(k.slow, stream, x, kBlock, seed), "slow fill X from device 0");
+    // Device 1 needs room meanwhile.
+    expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+    CUdeviceptr p = 0;
+    expect(cuMemAlloc(&p, kBlock), "cuMemAlloc on device 1");
+    expect(k.launch(k.fill, nullptr, p, kBlock, 9), "fill on device 1");
+    expect(cuMemFree(p), "cuMemFree on device 1");
+    expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+    expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  }
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  wrong.fetch_add(wrong_by_copy(x, kBlock, seed));
+  for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
+  expect(cuMemFree(x), "cuMemFree X");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(cuMemFree(own), "cuMemFree own");
+  std::fprintf(stderr, "peer: %llu remaps under a running kernel\n",
+               static_cast<unsigned long long>(tidepool_sim_remap_faults()));
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("peer");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -372,6 +441,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "copies") == 0) return copies_route();
   if (std::strcmp(mode, "capture") == 0) return capture_route();
   if (std::strcmp(mode, "graph") == 0) return graph_route();
-  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph [report-path]\n");
+  if (std::strcmp(mode, "peer") == 0) return peer_route();
+  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|peer [report-path]\n");
   return 2;
 }
