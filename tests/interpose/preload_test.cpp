@@ -330,29 +330,37 @@ TEST_F(Preload, AnotherDevicesKernelsFindItsBlockInPlaceAndIntact) {
 // with kernels and synchronous copies, under a budget a third of what they
 // hold, in every prefetch mode; then spread over two devices, and with
 // driver calls only tidepool makes failing now and then (a gate's wait, a
-// map, a page's creation, an event record). Fixed seeds; fewer operations
+// map, a page's creation, an event record), and with blocks that share
+// pages with their neighbours. Fixed seeds; fewer operations
 // under a sanitizer. Every word checked through the device path is right,
 // no call fails but for an out-of-memory allocation, and no page is
 // remapped under a running kernel or copy that touches it.
 TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) {
   time_limit_s_ = 120;
-  const std::string ops = sanitizer_preload_prefix().empty() ? "150" : "40";
+  const std::string ops = sanitizer_preload_prefix().empty() ? "150" : "25";
   struct Case {
     const char* mode;
     const char* seed;
     const char* env;
+    const char* budget = "40MiB";
   };
   const std::string two = "TIDEPOOL_SIM_DEVICES=2 PROBE_DEVICES=2 ";
   const std::string faults =
       "TIDEPOOL_SIM_FAULTS=cuStreamWaitValue32_v2:7:2,cuMemMap:30:2,cuMemCreate:12:2,cuEventRecord:40:2 ";
   const std::string two_with_faults = two + faults;
-  const Case cases[] = {
-      {"off", "1", ""},   {"off", "2", ""},   {"launch", "1", ""},          {"launch", "2", ""},
-      {"learn", "1", ""}, {"learn", "2", ""}, {"launch", "3", two.c_str()}, {"learn", "4", two_with_faults.c_str()}};
+  const Case cases[] = {{"off", "1", ""},
+                        {"off", "2", ""},
+                        {"launch", "1", ""},
+                        {"launch", "2", ""},
+                        {"learn", "1", ""},
+                        {"learn", "2", ""},
+                        {"launch", "3", two.c_str()},
+                        {"learn", "4", two_with_faults.c_str()},
+                        {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("prefetch:") + c.mode + ", seed " + c.seed + ", " + c.env);
     extra_env_ = std::string(c.env) + "TIDEPOOL_SIM_COPY_GBPS=8 PROBE_THREADS=5 PROBE_OPS=" + ops + " ";
-    const std::string conf = std::string("device_limit:40MiB,evict:on,prefetch:") + c.mode;
+    const std::string conf = std::string("device_limit:") + c.budget + ",evict:on,prefetch:" + c.mode;
     const ProgramRun r = run(PROBE_CHAOS, c.seed, conf.c_str());
     EXPECT_EQ(r.status, 42) << r.err;
     EXPECT_NE(r.err.find("chaos: 0 wrong words, 0 failed calls"), std::string::npos) << r.err;

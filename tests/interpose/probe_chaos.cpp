@@ -11,7 +11,8 @@
 // move racing a kernel or a copy is counted.
 //
 // Usage: probe_chaos SEED [report-path]. PROBE_THREADS (default 4) and
-// PROBE_OPS (operations per thread, default 300) size the run; with
+// PROBE_OPS (operations per thread, default 300) size the run, PROBE_SIZES=small
+// makes blocks that share pages with their neighbours; with
 // PROBE_DEVICES=2 the threads take the devices in turn (each thread's blocks
 // on its own device).
 // stderr's last line: "chaos: W wrong words, F failed calls, O out of memory".
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -62,6 +64,7 @@ void check_expected(void** params, void* /*user*/) {
 enum class StreamKind { legacy, blocking, non_blocking, per_thread };
 
 struct Shared {
+  bool small = false;
   std::vector<CUcontext> contexts;  // one per device, workers spread over them
   CUfunction fill = nullptr;
   CUfunction check = nullptr;
@@ -129,9 +132,12 @@ class Worker {
   }
 
   void allocate() {
-    static constexpr std::size_t kSizes[] = {2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB};
+    // Blocks of whole pages and more, or (PROBE_SIZES=small) blocks that
+    // share pages with their neighbours.
+    static constexpr std::size_t kLarge[] = {2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB};
+    static constexpr std::size_t kSmall[] = {512 * 1024, 3 * MiB / 2, 3 * MiB, 5 * MiB};
     OwnedBlock b;
-    b.bytes = kSizes[rng_() % 4] + (rng_() % 2 == 0 ? 0 : 4096);
+    b.bytes = (shared_.small ? kSmall : kLarge)[rng_() % 4] + (rng_() % 2 == 0 ? 0 : 4096);
     const bool ordered = rng_() % 2 == 0;
     const CUresult r = ordered ? cuMemAllocAsync(&b.address, b.bytes, async_stream()) : cuMemAlloc(&b.address, b.bytes);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -229,6 +235,8 @@ int main(int argc, char** argv) {
   const int devices = env_int("PROBE_DEVICES", 1);
   probe::make_context_current();
   Shared shared;
+  const char* sizes = std::getenv("PROBE_SIZES");
+  shared.small = sizes != nullptr && std::strcmp(sizes, "small") == 0;
   for (int d = 0; d < devices; ++d) {
     CUdevice device = 0;
     CUcontext context = nullptr;
