@@ -137,7 +137,9 @@ class Worker {
     static constexpr std::size_t kLarge[] = {2 * MiB, 4 * MiB, 6 * MiB, 8 * MiB};
     static constexpr std::size_t kSmall[] = {512 * 1024, 3 * MiB / 2, 3 * MiB, 5 * MiB};
     OwnedBlock b;
-    b.bytes = (shared_.small ? kSmall : kLarge)[rng_() % 4] + (rng_() % 2 == 0 ? 0 : 4096);
+    const std::size_t* sizes = shared_.small ? kSmall : kLarge;
+    b.bytes = sizes[rng_() % 4];
+    if (rng_() % 2 != 0) b.bytes += 4096;
     const bool ordered = rng_() % 2 == 0;
     const CUresult r = ordered ? cuMemAllocAsync(&b.address, b.bytes, async_stream()) : cuMemAlloc(&b.address, b.bytes);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
