@@ -342,7 +342,7 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
     const char* mode;
     const char* seed;
     const char* env;
-    const char* budget = "40MiB";
+    const char* budget = "40MiB";  // per device: two devices split the threads, and get less
   };
   const std::string two = "TIDEPOOL_SIM_DEVICES=2 PROBE_DEVICES=2 ";
   const std::string faults =
@@ -354,8 +354,8 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
                         {"launch", "2", ""},
                         {"learn", "1", ""},
                         {"learn", "2", ""},
-                        {"launch", "3", two.c_str()},
-                        {"learn", "4", two_with_faults.c_str()},
+                        {"launch", "3", two.c_str(), "16MiB"},
+                        {"learn", "4", two_with_faults.c_str(), "16MiB"},
                         {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("prefetch:") + c.mode + ", seed " + c.seed + ", " + c.env);
