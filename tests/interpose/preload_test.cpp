@@ -337,7 +337,7 @@ TEST_F(Preload, AnotherDevicesKernelsFindItsBlockInPlaceAndIntact) {
 // remapped under a running kernel or copy that touches it.
 TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) {
   time_limit_s_ = 120;
-  const std::string ops = sanitizer_preload_prefix().empty() ? "150" : "25";
+  const std::string ops = sanitizer_preload_prefix().empty() ? "150" : "20";
   struct Case {
     const char* mode;
     const char* seed;
