@@ -82,8 +82,12 @@ struct Pins {
   // PyTorch's multi_tensor_apply passes up to 110 tensors, and pointers to
   // more chunks' metadata, in one launch.
   static constexpr std::size_t kMax = 256;
+  // The block itself, found again without a lookup: a Block's memory lives
+  // as long as its pool (BlockStore), and its buffer id tells whether it is
+  // still the block pinned.
   struct Pin {
-    std::uintptr_t address;
+    const void* pool;
+    void* block;
     std::uint64_t buffer_id;
   };
   Pin pins[kMax];  // NOLINT(cppcoreguidelines-avoid-c-arrays,modernize-avoid-c-arrays): left uninitialised on purpose

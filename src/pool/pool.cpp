@@ -456,7 +456,7 @@ bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnH
   if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
   bool pinned = pins->holds(block->buffer_id);
   if (!pinned && pins->count < Pins::kMax) {
-    pins->pins[pins->count++] = Pins::Pin{block->address, block->buffer_id};
+    pins->pins[pins->count++] = Pins::Pin{this, block, block->buffer_id};
     block->pins++;
     pinned = true;
   }
@@ -509,10 +509,12 @@ void Pool::release_graph_holds(const LaunchedBlock* held, std::size_t count) {
 void Pool::release_pins(const Pins& pins) {
   std::lock_guard<util::SpinLock> guard(lock_);
   for (std::size_t i = 0; i < pins.count; ++i) {
-    // Another pool's block, or freed since (another thread's free, and the
-    // pin went with it).
-    Block* block = live_.starting_at(pins.pins[i].address);
-    if (block != nullptr && block->buffer_id == pins.pins[i].buffer_id && block->pins > 0) block->pins--;
+    const Pins::Pin& pin = pins.pins[i];
+    if (pin.pool != this) continue;
+    // Freed since (another thread's free: the pin went with it, and a free
+    // or recycled block has another buffer id).
+    auto* block = static_cast<Block*>(pin.block);
+    if (block->buffer_id == pin.buffer_id && block->pins > 0) block->pins--;
   }
 }
 
