@@ -40,11 +40,10 @@ extern "C" std::uint64_t mini_cudart_calls(const char* name);
 
 namespace {
 
-using probe::check_words;
 using probe::fill;
-using probe::fill_words;
 using probe::holds;
 using probe::make_context_current;
+using probe::register_word_kernels;
 using probe::word_pattern;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
@@ -420,11 +419,7 @@ int evict_route() {
   constexpr std::size_t kBlocks = 8;  // 64 MiB live: four times the budget
   CUfunction fill_kernel = nullptr;
   CUfunction check_kernel = nullptr;
-  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
-  PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(fill_kernel, 0, 1, 4) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(check_kernel, 0, 1, 4) == CUDA_SUCCESS);
+  register_word_kernels(&fill_kernel, &check_kernel);
   const bool budgeted =
       std::getenv("TIDEPOOL_CONF") != nullptr && std::strstr(std::getenv("TIDEPOOL_CONF"), "evict:on");
   std::atomic<bool> stop{false};
@@ -527,11 +522,7 @@ int evict_threads_route(const char* kind) {
   const int kRounds = rounds_env != nullptr ? std::atoi(rounds_env) : 200;
   CUfunction fill_kernel = nullptr;
   CUfunction check_kernel = nullptr;
-  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
-  PROBE_CHECK(tidepool_sim_register_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_register_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(fill_kernel, 0, 1, 4) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(check_kernel, 0, 1, 4) == CUDA_SUCCESS);
+  register_word_kernels(&fill_kernel, &check_kernel);
   std::atomic<std::uint64_t> errors{0};
   std::atomic<std::uint64_t>* errors_at = &errors;
   const auto launch = [&](CUfunction f, CUstream stream, CUdeviceptr p, std::size_t bytes, std::uint32_t seed) {

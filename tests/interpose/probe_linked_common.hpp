@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "probe_common.hpp"
+#include "sim/sim_control.h"
 
 namespace probe {
 
@@ -45,6 +46,16 @@ inline void check_words(void** params, void* /*user*/) {
   std::uint64_t bad = 0;
   for (std::size_t i = 0; i < count; ++i) bad += words[i] != word_pattern(seed, i) ? 1 : 0;
   errors->fetch_add(bad);
+}
+
+// Registers fill_words and check_words with the sim, each declared to touch
+// `count` words from its pointer (so the sim's remap check sees the block).
+inline void register_word_kernels(CUfunction* fill, CUfunction* check) {
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
+  PROBE_CHECK(tidepool_sim_register_kernel(fill, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_register_kernel(check, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(*fill, 0, 1, 4) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(*check, 0, 1, 4) == CUDA_SUCCESS);
 }
 
 }  // namespace probe
