@@ -1,11 +1,12 @@
 // CUDA graph hooks: cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams
 // and CUDA 11's cuGraphInstantiate_v2, cuGraphExecUpdate and
-// cuGraphExecKernelNodeSetParams (both ABI versions), cuGraphLaunch (and its
-// _ptsz form), cuGraphExecDestroy. A graph's kernels
-// never pass the launch hooks, so with eviction on the runtime scans an
-// instantiated graph's kernel nodes and holds the blocks they name on the
-// device until the graph is destroyed, and guards each launch of it as a
-// launch is guarded (submission.hpp). cudart's cudaGraphInstantiate,
+// cuGraphExecKernelNodeSetParams (both ABI versions), the memcpy, memset,
+// child-graph and generic cuGraphExec*NodeSetParams, cuGraphLaunch (and its
+// _ptsz form), cuGraphExecDestroy. A graph's kernels, copies and sets never
+// pass the submission hooks, so with eviction on the runtime reads an
+// instantiated graph's nodes (runtime/graph_holds.hpp) and holds the blocks
+// they name on the device until the graph is destroyed, and guards each
+// launch of it as a launch is guarded (submission.hpp). cudart's cudaGraphInstantiate,
 // cudaGraphLaunch and cudaGraphExecDestroy reach these through
 // cuGetProcAddress.
 #include <cuda.h>
@@ -34,6 +35,19 @@ void kernel_set(CUresult r, CUgraphExec exec, CUfunction function, void** params
     tidepool::runtime::Runtime::get().graph_kernel_set(exec, function, params, extra);
   } catch (...) {
   }
+}
+
+void copy_set(CUresult r, CUgraphExec exec, CUdeviceptr first, CUdeviceptr second) noexcept {
+  if (r != CUDA_SUCCESS || !tidepool::interpose::guarding()) return;
+  try {
+    tidepool::runtime::Runtime::get().graph_copy_set(exec, first, second);
+  } catch (...) {
+  }
+}
+
+void copy_set(CUresult r, CUgraphExec exec, const CUDA_MEMCPY3D& copy) noexcept {
+  const auto [source, destination] = tidepool::runtime::Runtime::copy_addresses(copy);
+  copy_set(r, exec, source, destination);
 }
 
 template <typename Call>
@@ -123,6 +137,50 @@ TIDEPOOL_HOOK CUresult tidepool_cuGraphExecKernelNodeSetParams_v1(CUgraphExec ex
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = real(exec, node, params);
   if (params != nullptr) kernel_set(r, exec, params->func, params->kernelParams, params->extra);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* copy,
+                                                      CUcontext context) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecMemcpyNodeSetParams);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, copy, context);
+  if (copy != nullptr) copy_set(r, exec, *copy);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                      const CUDA_MEMSET_NODE_PARAMS* set, CUcontext context) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecMemsetNodeSetParams);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, set, context);
+  if (set != nullptr) copy_set(r, exec, set->dst, 0);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecChildGraphNodeSetParams);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, child);
+  instantiated(r, &exec, child);
+  return r;
+}
+
+// The generic form (CUDA 12.2): by the node type the parameters give.
+TIDEPOOL_HOOK CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecNodeSetParams);
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(exec, node, params);
+  if (params == nullptr) return r;
+  switch (params->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      kernel_set(r, exec, params->kernel.func, params->kernel.kernelParams, params->kernel.extra);
+      break;
+    case CU_GRAPH_NODE_TYPE_MEMCPY: copy_set(r, exec, params->memcpy.copyParams); break;
+    case CU_GRAPH_NODE_TYPE_MEMSET: copy_set(r, exec, params->memset.dst, 0); break;
+    case CU_GRAPH_NODE_TYPE_GRAPH: instantiated(r, &exec, params->graph.graph); break;
+    default: break;
+  }
   return r;
 }
 

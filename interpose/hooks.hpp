@@ -90,6 +90,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams)            \
   X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuGraphExecDestroy)              \
   X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2)              \
+  X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)      \
+  X(cuGraphExecChildGraphNodeSetParams) X(cuGraphExecNodeSetParams)         \
   X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)            \
   X(cuMemcpy3DPeer) X(cuMemcpy3DPeer_ptds) X(cuMemcpy3DPeerAsync)           \
   X(cuMemcpy3DPeerAsync_ptsz)                                               \

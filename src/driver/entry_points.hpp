@@ -84,6 +84,9 @@
   X(graphGetNodes,               "cuGraphGetNodes",              cuGraphGetNodes,               10000)        \
   X(graphNodeGetType,            "cuGraphNodeGetType",           cuGraphNodeGetType,            10000)        \
   X(graphKernelNodeGetParams,    "cuGraphKernelNodeGetParams",   cuGraphKernelNodeGetParams_v2, 12000)        \
+  X(graphMemcpyNodeGetParams,    "cuGraphMemcpyNodeGetParams",   cuGraphMemcpyNodeGetParams,    10000)        \
+  X(graphMemsetNodeGetParams,    "cuGraphMemsetNodeGetParams",   cuGraphMemsetNodeGetParams,    10000)        \
+  X(graphChildGraphNodeGetGraph, "cuGraphChildGraphNodeGetGraph", cuGraphChildGraphNodeGetGraph, 10000)      \
   X(getErrorName,                "cuGetErrorName",               cuGetErrorName,                 6000)        \
   X(getErrorString,              "cuGetErrorString",             cuGetErrorString,               6000)
 // clang-format on

@@ -68,10 +68,25 @@ struct EvictionCandidate {
 };
 
 // A block a kernel launch named in its parameters.
+// Trivial on purpose: a launch keeps arrays of them on its stack, and pays
+// only for those it fills (`LaunchedBlock b{}` for a zeroed one).
 struct LaunchedBlock {
-  std::uintptr_t address = 0;
-  std::uint64_t buffer_id = 0;
-  std::uint64_t used_at = 0;  // the pool's use clock when the launch scan marked it
+  std::uintptr_t address;
+  std::uint64_t buffer_id;
+  std::uint64_t used_at;  // the pool's use clock when the launch scan marked it
+};
+
+// One word a submission names, and what Pool::use_for_submission found for
+// it: the live block holding it, and its pages on the host before and after
+// any bring-back.
+// Trivial, as LaunchedBlock: the caller sets `address`, the pool the rest
+// (`block` only when `found`).
+struct SubmittedWord {
+  std::uintptr_t address;
+  bool found;
+  LaunchedBlock block;
+  std::size_t host_pages;
+  std::size_t still_on_host;
 };
 
 // The blocks one submission (a kernel launch, a copy, a set) pinned while it

@@ -445,12 +445,12 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   return on_host;
 }
 
-bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnHost on_host, Pins* pins,
-                              LaunchedBlock* used, std::size_t* host_pages, std::size_t* still_on_host) {
-  *host_pages = 0;
-  *still_on_host = 0;
-  std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.at(address);
+// Inlined into the loop below, its only caller: a launch's words pay no call.
+[[gnu::always_inline]] inline bool Pool::use_for_submission_locked(SubmittedWord* word, std::uintptr_t stream,
+                                                                   OnHost on_host, Pins* pins) {
+  word->host_pages = 0;
+  word->still_on_host = 0;
+  Block* block = live_.at(word->address);
   if (block == nullptr) return false;
   live_.mark_used(block);
   if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
@@ -464,26 +464,37 @@ bool Pool::use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnH
   // either, since another submission's pin could not be told from ours.
   pins->overflow = pins->overflow || !pinned;
   const std::uint32_t own_pins = pinned ? 1 : 0;
-  *used = LaunchedBlock{block->address, block->buffer_id, block->last_use};
+  word->block = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   mover_->before_use(block->buffer_id, stream);
   if (space_.host_pages() == 0) return true;
   space::Reservation& r = *block->segment->reservation;
-  *host_pages = host_pages_in(r, block->address, block->size);
-  if (*host_pages == 0) return true;
+  word->host_pages = host_pages_in(r, block->address, block->size);
+  if (word->host_pages == 0) return true;
   if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
     driver::ScopedContext scope(api_, context_);
     (void)bring_back_locked(*block, block->address, block->size, stream, own_pins);
     // Another device's stream is in no gate of this pool: it must find the
     // bytes in place before it is queued.
     if (on_host == OnHost::bring_back_for_peer) mover_->wait_for_copies_in();
-    *still_on_host = host_pages_in(r, block->address, block->size);
+    word->still_on_host = host_pages_in(r, block->address, block->size);
   } else {
-    *still_on_host = *host_pages;
+    word->still_on_host = word->host_pages;
   }
   // bring_back_later: bring_back_for_launch decides.
-  if (*still_on_host > 0 && on_host != OnHost::bring_back_later) block->read_on_host = true;
+  if (word->still_on_host > 0 && on_host != OnHost::bring_back_later) block->read_on_host = true;
   return true;
+}
+
+std::size_t Pool::use_for_submission(std::span<SubmittedWord> words, std::uintptr_t stream, OnHost on_host,
+                                     Pins* pins) {
+  std::size_t found = 0;
+  std::lock_guard<util::SpinLock> guard(lock_);
+  for (SubmittedWord& word : words) {
+    word.found = use_for_submission_locked(&word, stream, on_host, pins);
+    if (word.found) ++found;
+  }
+  return found;
 }
 
 bool Pool::hold_for_graph(std::uintptr_t address, std::uintptr_t stream, LaunchedBlock* held) {

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -212,7 +213,19 @@ class Pool {
   // `address`: nothing is pinned.
   enum class OnHost { bring_back_now, bring_back_later, read_there, bring_back_for_peer };
   bool use_for_submission(std::uintptr_t address, std::uintptr_t stream, OnHost on_host, Pins* pins,
-                          LaunchedBlock* used, std::size_t* host_pages, std::size_t* still_on_host);
+                          LaunchedBlock* used, std::size_t* host_pages, std::size_t* still_on_host) {
+    SubmittedWord word{};
+    word.address = address;
+    const bool found = use_for_submission(std::span<SubmittedWord>(&word, 1), stream, on_host, pins) == 1;
+    *used = word.block;
+    *host_pages = word.host_pages;
+    *still_on_host = word.still_on_host;
+    return found;
+  }
+  // The same for every word of `words` under one hold of the pool's lock (a
+  // launch naming several blocks pays one); each word's `found` says whether
+  // a live block held it. Returns how many did.
+  std::size_t use_for_submission(std::span<SubmittedWord> words, std::uintptr_t stream, OnHost on_host, Pins* pins);
   // The submission that took `pins` is queued: from here its work is
   // ordered in its stream, where gates and barriers see it. Pins of another
   // pool's blocks, or of blocks freed since, are skipped.
@@ -328,6 +341,8 @@ class Pool {
   util::Status bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
                                  std::uint32_t own_pins);
   static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
+  // use_for_submission's work for one word, under the lock.
+  bool use_for_submission_locked(SubmittedWord* word, std::uintptr_t stream, OnHost on_host, Pins* pins);
   // Moves live blocks' pages to the host until `pages` device pages are
   // spare (sparing [keep_begin, keep_end)); returns how many it freed.
   std::size_t evict_locked(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end);

@@ -3,15 +3,27 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 namespace tidepool::residency {
 
-const LaunchScanner::Layout* LaunchScanner::layout_of(CUfunction function) {
-  {
-    std::shared_lock<std::shared_mutex> guard(lock_);
-    auto it = layouts_.find(function);
-    if (it != layouts_.end()) return it->second.sizes.empty() ? nullptr : &it->second;
+const LaunchScanner::Layout* LaunchScanner::learn(CUfunction function) {
+  std::lock_guard<std::mutex> guard(lock_);
+  const auto answer = [](const Entry* e) { return e->layout.sizes.empty() ? nullptr : &e->layout; };
+  // Another thread may have published it since the lock-free look.
+  const std::size_t home = slot_of(function);
+  std::atomic<const Entry*>* free_slot = nullptr;
+  for (std::size_t i = 0; i < kProbes; ++i) {
+    std::atomic<const Entry*>& slot = slots_[(home + i) & (kSlots - 1)];
+    const Entry* e = slot.load(std::memory_order_relaxed);
+    if (e == nullptr) {
+      free_slot = &slot;
+      break;
+    }
+    if (e->function == function) return answer(e);
   }
+  if (auto it = spilled_.find(function); it != spilled_.end()) return answer(it->second);
+
   Layout layout;
   if (api_.funcGetParamInfo != nullptr) {
     // The driver answers CUDA_ERROR_INVALID_VALUE past the last parameter.
@@ -23,9 +35,13 @@ const LaunchScanner::Layout* LaunchScanner::layout_of(CUfunction function) {
       layout.bytes = std::max(layout.bytes, offset + size);
     }
   }
-  std::unique_lock<std::shared_mutex> guard(lock_);
-  auto [it, inserted] = layouts_.try_emplace(function, std::move(layout));
-  return it->second.sizes.empty() ? nullptr : &it->second;
+  const Entry& entry = entries_.emplace_back(Entry{function, std::move(layout)});
+  if (free_slot != nullptr) {
+    free_slot->store(&entry, std::memory_order_release);  // the entry is whole before it is seen
+  } else {
+    spilled_.emplace(function, &entry);
+  }
+  return answer(&entry);
 }
 
 }  // namespace tidepool::residency

@@ -16,16 +16,24 @@
 // buffer claiming more, or less, is the driver's to refuse, and a hook that
 // read the claimed size could read past what the program gave. Both forms at
 // once, a size without a buffer, or an unknown marker: not scanned either.
+//
+// Every launch looks its kernel up, from any thread: the layouts are found
+// in a fixed table of atomic slots, read without a lock (a launch pays two
+// loads, not a reader lock's two atomic writes). An entry, once published,
+// is never changed or freed. Kernels the table has no room for (more than
+// its probe window allows) are kept in a map under a lock.
 #pragma once
 
 #include <cuda.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <shared_mutex>
+#include <deque>
+#include <mutex>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -35,6 +43,8 @@ namespace tidepool::residency {
 class LaunchScanner {
  public:
   explicit LaunchScanner(const driver::Api& api) : api_(api) {}
+  LaunchScanner(const LaunchScanner&) = delete;
+  LaunchScanner& operator=(const LaunchScanner&) = delete;
 
   // Calls on_word(word) for every aligned 8-byte word of the launch's
   // parameters (kernelParams, or the CU_LAUNCH_PARAM_BUFFER_POINTER buffer
@@ -46,7 +56,13 @@ class LaunchScanner {
       const Layout* layout = layout_of(function);
       if (layout == nullptr) return;
       for (std::size_t i = 0; i < layout->sizes.size(); ++i) {
-        scan(params[i], layout->sizes[i], on_word);
+        if (layout->sizes[i] == sizeof(std::uint64_t) && params[i] != nullptr) {  // a pointer or a scalar: most are
+          std::uint64_t word = 0;
+          std::memcpy(&word, params[i], sizeof(word));
+          on_word(static_cast<std::uintptr_t>(word));
+        } else {
+          scan(params[i], layout->sizes[i], on_word);
+        }
       }
       return;
     }
@@ -95,13 +111,37 @@ class LaunchScanner {
       on_word(static_cast<std::uintptr_t>(word));
     }
   }
-  // Null when the driver does not describe the kernel. Entries are never
-  // erased, so a pointer stays valid.
-  const Layout* layout_of(CUfunction function);
+  struct Entry {
+    CUfunction function;
+    Layout layout;
+  };
+  static constexpr std::size_t kSlots = 4096;  // a power of two; a training run launches hundreds of kernels
+  static constexpr std::size_t kProbes = 16;   // slots tried from a kernel's home before the map
+
+  // Null when the driver does not describe the kernel.
+  const Layout* layout_of(CUfunction function) {
+    const std::size_t home = slot_of(function);
+    for (std::size_t i = 0; i < kProbes; ++i) {
+      const Entry* e = slots_[(home + i) & (kSlots - 1)].load(std::memory_order_acquire);
+      if (e == nullptr) break;
+      if (e->function == function) return e->layout.sizes.empty() ? nullptr : &e->layout;
+    }
+    return learn(function);
+  }
+  static std::size_t slot_of(CUfunction function) noexcept {
+    // Handles are heap addresses: the low bits are alignment, the rest mixed.
+    const auto bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(function));
+    return static_cast<std::size_t>((bits * 0x9E3779B97F4A7C15ULL) >> 52);  // the top 12 bits: kSlots
+  }
+  // The first sight of a kernel (or one only the map holds): asks the
+  // driver, publishes the entry. Never erased, so a pointer stays valid.
+  const Layout* learn(CUfunction function);
 
   const driver::Api& api_;
-  std::shared_mutex lock_;
-  std::unordered_map<CUfunction, Layout> layouts_;
+  std::array<std::atomic<const Entry*>, kSlots> slots_{};
+  std::mutex lock_;            // writers of slots_; entries_ and spilled_
+  std::deque<Entry> entries_;  // owns every entry; a deque never moves one
+  std::unordered_map<CUfunction, const Entry*> spilled_;
 };
 
 }  // namespace tidepool::residency

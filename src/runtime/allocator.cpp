@@ -150,33 +150,36 @@ Allocator::~Allocator() {
   }
 }
 
-bool Allocator::use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, pool::Pins* pins,
+bool Allocator::use_in_launch(std::span<const std::uintptr_t> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
                               pool::Pool::OnHost on_host) {
-  if (residency_ == nullptr || !pool_->may_own(word)) return false;
+  if (residency_ == nullptr || words.empty() || words.size() > kMaxWords) return false;
+  std::array<pool::SubmittedWord, kMaxWords> found;
+  for (std::size_t i = 0; i < words.size(); ++i) found[i].address = words[i];
   const auto on = reinterpret_cast<std::uintptr_t>(stream);
-  std::size_t host_pages = 0;
-  std::size_t left = 0;
-  pool::LaunchedBlock block;
-  if (!pool_->use_for_submission(word, on, on_host, pins, &block, &host_pages, &left)) return false;
+  const std::span<pool::SubmittedWord> asked(found.data(), words.size());
+  if (pool_->use_for_submission(asked, on, on_host, pins) == 0) return false;
   use->pins = pins;
   const bool later = on_host == pool::Pool::OnHost::bring_back_later;
-  if (!later) use->note_pages(host_pages, left);
-  const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
-  if (std::any_of(use->blocks.begin(), listed,
-                  [&](const pool::LaunchedBlock& b) { return b.buffer_id == block.buffer_id; })) {
-    return true;
-  }
-  if (use->count < use->blocks.size()) {
-    use->blocks[use->count++] = block;
-    if (later) use->deferred_pages += host_pages;
-    return true;
-  }
-  use->overflow = true;
-  if (later && host_pages > 0) {
-    // Beyond the list: brought back now, the launch's blocks spared all the
-    // same (they were all used since the first).
-    const auto pages = pool_->bring_back_for_launch(&block, 1, on, use->blocks[0].used_at, *pins);
-    use->note_pages(pages.before, pages.after);
+  for (const pool::SubmittedWord& word : asked) {
+    if (!word.found) continue;
+    if (!later) use->note_pages(word.host_pages, word.still_on_host);
+    const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
+    if (std::any_of(use->blocks.begin(), listed,
+                    [&](const pool::LaunchedBlock& b) { return b.buffer_id == word.block.buffer_id; })) {
+      continue;
+    }
+    if (use->count < use->blocks.size()) {
+      use->blocks[use->count++] = word.block;
+      if (later) use->deferred_pages += word.host_pages;
+      continue;
+    }
+    use->overflow = true;
+    if (later && word.host_pages > 0) {
+      // Beyond the list: brought back now, the launch's blocks spared all the
+      // same (they were all used since the first).
+      const auto pages = pool_->bring_back_for_launch(&word.block, 1, on, use->blocks[0].used_at, *pins);
+      use->note_pages(pages.before, pages.after);
+    }
   }
   return true;
 }
@@ -185,7 +188,7 @@ bool Allocator::use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins*
   if (residency_ == nullptr || !pool_->may_own(address)) return false;
   std::size_t host_pages = 0;
   std::size_t left = 0;
-  pool::LaunchedBlock block;
+  pool::LaunchedBlock block{};
   return pool_->use_for_submission(address, reinterpret_cast<std::uintptr_t>(stream), on_host, pins, &block,
                                    &host_pages, &left);
 }

@@ -63,7 +63,8 @@ AllocatorOptions allocator_options(const Config& config, int device);
 // What one scanned kernel launch named of an allocator's pool.
 struct LaunchUse {
   static constexpr std::size_t kMaxBlocks = 12;
-  std::array<pool::LaunchedBlock, kMaxBlocks> blocks{};
+  // Only the first `count` are set: a launch does not pay to clear the rest.
+  std::array<pool::LaunchedBlock, kMaxBlocks> blocks;
   std::size_t count = 0;
   bool brought_back = false;         // some pages came back before the launch
   bool still_on_host = false;        // some stay on the host: the launch reads them there
@@ -139,6 +140,13 @@ class Allocator {
   // beyond `use`'s list comes back now too, the launch's blocks spared all
   // the same.
   bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, pool::Pins* pins,
+                     pool::Pool::OnHost on_host) {
+    return use_in_launch(std::span<const std::uintptr_t>(&word, 1), stream, use, pins, on_host);
+  }
+  // The same for each of `words` (at most kMaxWords), under one hold of the
+  // pool's lock; true when any of them points into a live block.
+  static constexpr std::size_t kMaxWords = 32;
+  bool use_in_launch(std::span<const std::uintptr_t> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
                      pool::Pool::OnHost on_host);
   // A copy or set on `stream` touches `address`: as use_in_launch (never
   // bring_back_later).

@@ -1,12 +1,15 @@
-// GraphHolds: the pool blocks each instantiated CUDA graph's kernels name.
+// GraphHolds: the pool blocks each instantiated CUDA graph's nodes name.
 //
 // A graph launch (cuGraphLaunch) passes no launch hook, so the residency
-// rule (pool/page_mover.hpp) cannot see its kernels when they run. Instead,
-// at instantiation the graph's kernel nodes are scanned as launches are, and
-// every block they name is held on the device (Pool::hold_for_graph: never
-// evicted) for as long as the graph exists; each launch of the graph pins
-// those blocks and brings back what is still on the host, as a launch does.
-// Kernels in child graphs, and memcpy and memset nodes, are not scanned.
+// rule (pool/page_mover.hpp) cannot see its work when it runs. Instead, at
+// instantiation the graph's nodes are read: kernel nodes scanned as launches
+// are, memcpy nodes' device source and destination, memset nodes'
+// destination, and the nodes of child graphs, at any depth. Every block they
+// name is held on the device (Pool::hold_for_graph: never evicted) for as
+// long as the graph exists; each launch of the graph pins those blocks and
+// brings back what is still on the host, as a launch does. A node's
+// parameters changed in the instantiated graph (cuGraphExec*SetParams) add
+// the blocks they name.
 //
 // Thread-safe. Lock order: this class's lock, then a pool's.
 #pragma once
@@ -27,7 +30,7 @@ class GraphHolds {
  public:
   struct Held {
     Allocator* owner = nullptr;
-    pool::LaunchedBlock block;
+    pool::LaunchedBlock block{};
   };
   // `exec` holds `held` (each already counted by its pool).
   void add(CUgraphExec exec, std::vector<Held> held);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <exception>
+#include <span>
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
@@ -280,13 +281,18 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   // pointer; pointers into other devices' pools are still marked used and
   // brought back.
   // Each pool's span, read once per launch: a word outside them all (most
-  // words) costs a few compares and no call.
+  // words) costs a few compares and no call. The words inside a span are
+  // gathered and its pool asked once for them all, under one hold of its
+  // lock; pools in the order of their first word. Trivial, so that a launch
+  // pays only for what it fills.
   struct Span {
-    Allocator* allocator = nullptr;
-    std::uintptr_t begin = 0;
-    std::uintptr_t end = 0;
+    Allocator* allocator;
+    std::uintptr_t begin;
+    std::uintptr_t end;
+    std::size_t gathered;
+    std::array<std::uintptr_t, Allocator::kMaxWords> words;
   };
-  constexpr std::size_t kSpans = 8;  // devices scanned this way; beyond, every allocator is asked
+  constexpr std::size_t kSpans = 8;  // devices scanned this way; beyond, every allocator is asked word by word
   std::array<Span, kSpans> spans;
   std::size_t count = 0;
   bool more = false;
@@ -297,7 +303,11 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
       more = true;
       return true;
     }
-    spans[count++] = Span{a, begin, end};
+    Span& span = spans[count++];
+    span.allocator = a;
+    span.begin = begin;
+    span.end = end;
+    span.gathered = 0;
     return false;
   });
   if (count == 0) return;
@@ -307,7 +317,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   LaunchUse elsewhere;
   using OnHost = pool::Pool::OnHost;
   LaunchingDevice launching(*this, stream);
-  const auto offer = [&](Allocator* a, std::uintptr_t word) {
+  const auto offer = [&](Allocator* a, std::span<const std::uintptr_t> words) {
     // Another pool's blocks come back at once: only the owner's end_launch
     // runs. Those of a pool of another device than the launch's are held
     // there for good (OnHost::bring_back_for_peer).
@@ -317,18 +327,44 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
                            : first                  ? OnHost::bring_back_later
                                                     : OnHost::bring_back_now;
     s->note(a);  // first: a pin taken before a throw is still released
-    if (a->use_in_launch(word, stream, first ? &use : &elsewhere, &s->pins, on_host)) {
+    if (a->use_in_launch(words, stream, first ? &use : &elsewhere, &s->pins, on_host)) {
       if (owner == nullptr) owner = a;
       return true;
     }
     return false;
   };
-  launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
-    for (std::size_t i = 0; i < count; ++i) {
-      if (word - spans[i].begin < spans[i].end - spans[i].begin && offer(spans[i].allocator, word)) return;
+  std::array<std::size_t, kSpans> order;  // spans holding gathered words, by their first
+  std::size_t ordered = 0;
+  const auto ask_pools = [&] {
+    for (std::size_t i = 0; i < ordered; ++i) {
+      Span& span = spans[order[i]];
+      (void)offer(span.allocator, std::span<const std::uintptr_t>(span.words.data(), span.gathered));
+      span.gathered = 0;
     }
-    if (more) (void)find_allocator([&](Allocator* a) { return offer(a, word); });
-  });
+    ordered = 0;
+  };
+  const auto gather = [&](std::size_t i, std::uintptr_t word) {
+    Span& span = spans[i];
+    if (span.gathered == span.words.size()) ask_pools();
+    if (span.gathered == 0) order[ordered++] = i;
+    span.words[span.gathered++] = word;
+  };
+  if (count == 1 && !more) {
+    // One pool (one device): its span in registers.
+    const std::uintptr_t begin = spans[0].begin;
+    const std::uintptr_t length = spans[0].end - begin;
+    launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+      if (word - begin < length) gather(0, word);
+    });
+  } else {
+    launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (word - spans[i].begin < spans[i].end - spans[i].begin) return gather(i, word);
+      }
+      if (more) (void)find_allocator([&](Allocator* a) { return offer(a, std::span<const std::uintptr_t>(&word, 1)); });
+    });
+  }
+  ask_pools();
   if (owner == nullptr) return;
   launches_naming_blocks_.fetch_add(1, std::memory_order_relaxed);
   if (bring_back_at_launch_) owner->end_launch(function, use, stream);
@@ -351,7 +387,7 @@ void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream 
   }
 }
 
-void Runtime::hold_for_graph(CUgraphExec exec, const std::vector<KernelNode>& kernels) {
+void Runtime::hold_for_graph(CUgraphExec exec, const GraphUse& use) {
   std::vector<GraphHolds::Held> held;
   // Every hold made here is undone if anything below throws.
   struct Undo {
@@ -365,57 +401,96 @@ void Runtime::hold_for_graph(CUgraphExec exec, const std::vector<KernelNode>& ke
       for (const GraphHolds::Held& h : *held) h.owner->pool().release_graph_holds(&h.block, 1);
     }
   } undo{&held};
-  for (const KernelNode& k : kernels) {
-    launch_scanner_->for_each_word(k.function, k.params, k.extra, [&](std::uintptr_t word) {
-      (void)find_allocator([&](Allocator* a) {
-        if (!a->pool().may_own(word)) return false;
-        held.reserve(held.size() + 1);  // so that the push below cannot throw with the hold made
-        GraphHolds::Held h{a, {}};
-        if (!a->pool().hold_for_graph(word, 0, &h.block)) return false;
-        // One hold per block: a graph launch then visits each block once.
-        const bool again = std::any_of(held.begin(), held.end(), [&](const GraphHolds::Held& o) {
-          return o.owner == a && o.block.buffer_id == h.block.buffer_id;
-        });
-        if (again) {
-          a->pool().release_graph_holds(&h.block, 1);
-        } else {
-          held.push_back(h);
-        }
-        return true;
+  const auto hold = [&](std::uintptr_t word) {
+    (void)find_allocator([&](Allocator* a) {
+      if (!a->pool().may_own(word)) return false;
+      held.reserve(held.size() + 1);  // so that the push below cannot throw with the hold made
+      GraphHolds::Held h{a, {}};
+      if (!a->pool().hold_for_graph(word, 0, &h.block)) return false;
+      // One hold per block: a graph launch then visits each block once.
+      const bool again = std::any_of(held.begin(), held.end(), [&](const GraphHolds::Held& o) {
+        return o.owner == a && o.block.buffer_id == h.block.buffer_id;
       });
+      if (again) {
+        a->pool().release_graph_holds(&h.block, 1);
+      } else {
+        held.push_back(h);
+      }
+      return true;
     });
+  };
+  for (const KernelNode& k : use.kernels) launch_scanner_->for_each_word(k.function, k.params, k.extra, hold);
+  for (const std::uintptr_t address : use.addresses) {
+    if (address != 0) hold(address);
   }
   if (held.empty()) return;
   graph_holds_.add(exec, held);
   undo.done = true;
 }
 
-void Runtime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
-  if (launch_scanner_ == nullptr || exec == nullptr) return;
+std::pair<std::uintptr_t, std::uintptr_t> Runtime::copy_addresses(const CUDA_MEMCPY3D& c) noexcept {
+  // A side's first byte: its origin's offset in rows of `pitch` bytes and
+  // slices of `height` rows. Host memory and arrays hold no pool block.
+  const auto side = [](CUmemorytype type, CUdeviceptr base, std::size_t x, std::size_t y, std::size_t z,
+                       std::size_t pitch, std::size_t height) -> std::uintptr_t {
+    if ((type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) || base == 0) return 0;
+    return static_cast<std::uintptr_t>(base) + x + (y + z * height) * pitch;
+  };
+  return {side(c.srcMemoryType, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch, c.srcHeight),
+          side(c.dstMemoryType, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch, c.dstHeight)};
+}
+
+void Runtime::read_graph(CUgraph graph, int depth, GraphUse* use) const {
   const driver::Api& api = driver_->api();
-  if (api.graphGetNodes == nullptr || api.graphNodeGetType == nullptr || api.graphKernelNodeGetParams == nullptr) {
-    return;
-  }
+  if (api.graphGetNodes == nullptr || api.graphNodeGetType == nullptr) return;
   std::size_t count = 0;
   if (api.graphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return;
   std::vector<CUgraphNode> nodes(count);
   if (api.graphGetNodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return;
   nodes.resize(std::min(count, nodes.size()));
-  std::vector<KernelNode> kernels;
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-    CUDA_KERNEL_NODE_PARAMS params{};
-    if (api.graphNodeGetType(node, &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL &&
-        api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS && params.func != nullptr) {
-      kernels.push_back({params.func, params.kernelParams, params.extra});
+    if (api.graphNodeGetType(node, &type) != CUDA_SUCCESS) continue;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL && api.graphKernelNodeGetParams != nullptr) {
+      CUDA_KERNEL_NODE_PARAMS params{};
+      if (api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS && params.func != nullptr) {
+        use->kernels.push_back({params.func, params.kernelParams, params.extra});
+      }
+    } else if (type == CU_GRAPH_NODE_TYPE_MEMCPY && api.graphMemcpyNodeGetParams != nullptr) {
+      CUDA_MEMCPY3D copy{};
+      if (api.graphMemcpyNodeGetParams(node, &copy) == CUDA_SUCCESS) {
+        const auto [source, destination] = copy_addresses(copy);
+        use->addresses.push_back(source);
+        use->addresses.push_back(destination);
+      }
+    } else if (type == CU_GRAPH_NODE_TYPE_MEMSET && api.graphMemsetNodeGetParams != nullptr) {
+      CUDA_MEMSET_NODE_PARAMS set{};
+      if (api.graphMemsetNodeGetParams(node, &set) == CUDA_SUCCESS) use->addresses.push_back(set.dst);
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && api.graphChildGraphNodeGetGraph != nullptr && depth > 0) {
+      CUgraph child = nullptr;
+      if (api.graphChildGraphNodeGetGraph(node, &child) == CUDA_SUCCESS && child != nullptr) {
+        read_graph(child, depth - 1, use);
+      }
     }
   }
-  hold_for_graph(exec, kernels);
+}
+
+void Runtime::graph_instantiated(CUgraphExec exec, CUgraph graph) {
+  if (launch_scanner_ == nullptr || exec == nullptr) return;
+  constexpr int kChildDepth = 16;  // graphs nest a few levels; the bound only stops a driver gone wrong
+  GraphUse use;
+  read_graph(graph, kChildDepth, &use);
+  hold_for_graph(exec, use);
 }
 
 void Runtime::graph_kernel_set(CUgraphExec exec, CUfunction function, void** params, void** extra) {
   if (launch_scanner_ == nullptr || exec == nullptr || function == nullptr) return;
-  hold_for_graph(exec, {{function, params, extra}});
+  hold_for_graph(exec, GraphUse{{{function, params, extra}}, {}});
+}
+
+void Runtime::graph_copy_set(CUgraphExec exec, std::uintptr_t first, std::uintptr_t second) {
+  if (launch_scanner_ == nullptr || exec == nullptr) return;
+  hold_for_graph(exec, GraphUse{{}, {first, second}});
 }
 
 void Runtime::before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s) {

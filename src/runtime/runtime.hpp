@@ -164,6 +164,12 @@ class Runtime {
   void graph_instantiated(CUgraphExec exec, CUgraph graph);
   // cuGraphExecKernelNodeSetParams gave one of its kernels new arguments.
   void graph_kernel_set(CUgraphExec exec, CUfunction function, void** params, void** extra);
+  // cuGraphExecMemcpyNodeSetParams / MemsetNodeSetParams: one of its copies
+  // or sets touches `first` and `second` now (0: none).
+  void graph_copy_set(CUgraphExec exec, std::uintptr_t first, std::uintptr_t second);
+  // The device addresses a memcpy node's parameters read and write (0 for a
+  // side in host memory or an array).
+  static std::pair<std::uintptr_t, std::uintptr_t> copy_addresses(const CUDA_MEMCPY3D& copy) noexcept;
   void before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s);
   void graph_destroying(CUgraphExec exec);
 
@@ -193,7 +199,15 @@ class Runtime {
     void** params;
     void** extra;
   };
-  void hold_for_graph(CUgraphExec exec, const std::vector<KernelNode>& kernels);
+  // What a graph's nodes name: its kernels, and the addresses its copies
+  // and sets touch.
+  struct GraphUse {
+    std::vector<KernelNode> kernels;
+    std::vector<std::uintptr_t> addresses;
+  };
+  // Adds `graph`'s nodes, and those of its child graphs (to `depth` levels).
+  void read_graph(CUgraph graph, int depth, GraphUse* use) const;
+  void hold_for_graph(CUgraphExec exec, const GraphUse& use);
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // The same allocators in the order they were made, the first `created_`

@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "sim/sim_control.h"
@@ -64,6 +65,8 @@ struct Context {
   std::shared_ptr<Stream> legacy;  // this context's legacy default stream
 };
 
+struct Graph;
+
 // A captured operation: an opaque graph node with its dependencies.
 // CUgraphNode handles are Node pointers.
 struct Node {
@@ -75,6 +78,9 @@ struct Node {
   CUfunction function = nullptr;
   std::shared_ptr<std::vector<std::vector<unsigned char>>> arguments;
   std::vector<void*> argument_pointers;  // into `arguments`, for cuGraphKernelNodeGetParams
+  CUDA_MEMCPY3D copy{};                  // a memcpy node's (cuGraphMemcpyNodeGetParams)
+  CUDA_MEMSET_NODE_PARAMS set{};         // a memset node's (cuGraphMemsetNodeGetParams)
+  std::unique_ptr<Graph> child;          // a child-graph node's own copy (cuGraphChildGraphNodeGetGraph)
 };
 
 // An instantiated graph: its nodes' work in capture order (a topological
@@ -233,6 +239,7 @@ struct State {
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
   std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;  // ended captures' graphs
+  std::unordered_set<const Graph*> child_graphs;              // owned by child-graph nodes of those
   std::unordered_map<GraphExec*, std::shared_ptr<GraphExec>> graph_execs;
   std::vector<std::shared_ptr<Capture>> captures;  // capture sequences in progress
   std::uint64_t next_capture_id = 0;
@@ -252,6 +259,7 @@ struct State {
   // need not scan its parameters for pointers into them.
   std::atomic<std::size_t> host_mappings{0};
   std::atomic<std::uint64_t> host_resident_launches{0};
+  std::atomic<std::uint64_t> host_resident_graph_copies{0};  // tidepool_sim_host_resident_graph_copies
   // The kernels and copies running now, by the address ranges they may
   // touch (a kernel: one byte at each 8-byte word of its arguments; a copy:
   // its source and destination): a cuMemUnmap of a range one of them

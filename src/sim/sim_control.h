@@ -79,6 +79,11 @@ uint64_t tidepool_sim_copied_bytes(int to_device);
  * memory (what a GPU would read over the bus). Counted as the kernels run. */
 uint64_t tidepool_sim_host_resident_launches(void);
 
+/* Copy and set nodes of launched graphs (captured cuMemcpy*Async and
+ * cuMemsetD8Async) whose source or destination lay, when they ran, inside VA
+ * mapped to host-located physical memory. Counted as the nodes run. */
+uint64_t tidepool_sim_host_resident_graph_copies(void);
+
 /* cuMemUnmap calls made while a running kernel named (in an 8-byte word of
  * its arguments) an address in the range unmapped, or a running copy's
  * source or destination met it. On a GPU that kernel or copy would fault;

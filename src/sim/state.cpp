@@ -502,3 +502,7 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_remap_faults(void) { return state
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
   return state().host_resident_launches.load();
 }
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_graph_copies(void) {
+  return state().host_resident_graph_copies.load();
+}

@@ -17,6 +17,9 @@
 // capturing stream is not run but recorded as a node of the capture's graph,
 // and runs when the graph, instantiated (cuGraphInstantiateWithFlags), is
 // launched (cuGraphLaunch: its nodes in capture order, as one stream item).
+// Kernels, 1D copies and byte sets keep their parameters, as a GPU's
+// kernel, memcpy and memset nodes do (cuGraph*NodeGetParams); a graph can
+// be copied into another as a child-graph node (cuGraphAddChildGraphNode).
 // What the sim enforces, after the driver's documentation:
 //  - cuStreamSynchronize / cuStreamQuery of a capturing stream fail with
 //    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate its capture; so does
@@ -157,6 +160,44 @@ CUresult resolve_stream(CUstream handle, std::shared_ptr<Stream>* out) {
 namespace {
 
 Node* node_of(CUgraphNode handle) { return reinterpret_cast<Node*>(handle); }
+
+// A graph a handle names: an ended capture's, or one a child-graph node
+// owns. Locked.
+Graph* find_graph(State& s, CUgraph handle) {
+  auto* graph = reinterpret_cast<Graph*>(handle);
+  if (s.graphs.count(graph) != 0 || s.child_graphs.count(graph) != 0) return graph;
+  return nullptr;
+}
+
+// The child graphs `graph` owns, at any depth, are gone with it. Locked.
+void forget_children(State& s, const Graph& graph) {
+  for (const auto& node : graph.nodes) {
+    if (!node->child) continue;
+    forget_children(s, *node->child);
+    s.child_graphs.erase(node->child.get());
+  }
+}
+
+// A copy of `graph`'s nodes, as cuGraphAddChildGraphNode makes. Locked.
+std::unique_ptr<Graph> clone_graph(State& s, const Graph& graph) {
+  auto copy = std::make_unique<Graph>();
+  for (const auto& node : graph.nodes) {
+    auto n = std::make_unique<Node>();
+    n->type = node->type;
+    n->work = node->work;
+    n->function = node->function;
+    n->arguments = node->arguments;  // shared: argument_pointers point into it
+    n->argument_pointers = node->argument_pointers;
+    n->copy = node->copy;
+    n->set = node->set;
+    if (node->child) {
+      n->child = clone_graph(s, *node->child);
+      s.child_graphs.insert(n->child.get());
+    }
+    copy->nodes.push_back(std::move(n));
+  }
+  return copy;
+}
 
 void set_frontier(Stream& stream, std::vector<CUgraphNode> frontier) {
   stream.frontier = std::move(frontier);
@@ -739,6 +780,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
     if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
     owned = std::move(it->second);
     s.graphs.erase(it);
+    forget_children(s, *owned);
   }
   release_all(graph_memory(*owned));
   return CUDA_SUCCESS;
@@ -752,10 +794,10 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgr
   if (exec == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
-  auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
-  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  const Graph* found = find_graph(s, graph);
+  if (found == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto made = std::make_shared<GraphExec>();
-  for (const auto& node : it->second->nodes) {
+  for (const auto& node : found->nodes) {
     if (node->work) made->work.push_back(node->work);
   }
   *exec = reinterpret_cast<CUgraphExec>(made.get());
@@ -807,9 +849,9 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, 
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
-  auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
-  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
-  const auto& all = it->second->nodes;
+  const Graph* found = find_graph(s, graph);
+  if (found == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto& all = found->nodes;
   if (nodes != nullptr) {
     for (std::size_t i = 0; i < std::min(*count, all.size()); ++i)
       nodes[i] = reinterpret_cast<CUgraphNode>(all[i].get());
@@ -837,6 +879,64 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUD
   params->gridDimX = params->gridDimY = params->gridDimZ = 1;
   params->blockDimX = params->blockDimY = params->blockDimZ = 1;
   params->kernelParams = n->argument_pointers.data();
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* params) {
+  if (CUresult r = enter_initialized("cuGraphMemcpyNodeGetParams"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  const Node* n = node_of(node);
+  if (n->type != CU_GRAPH_NODE_TYPE_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
+  *params = n->copy;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* params) {
+  if (CUresult r = enter_initialized("cuGraphMemsetNodeGetParams"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  const Node* n = node_of(node);
+  if (n->type != CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
+  *params = n->set;
+  return CUDA_SUCCESS;
+}
+
+// The node runs a copy of `child` made now, its nodes in order; the copy
+// is the node's (cuGraphChildGraphNodeGetGraph), gone with its graph.
+TIDEPOOL_SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                                                      std::size_t count, CUgraph child) {
+  if (CUresult r = enter_initialized("cuGraphAddChildGraphNode"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || (dependencies == nullptr && count > 0)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  Graph* parent = find_graph(s, graph);
+  const Graph* inner = find_graph(s, child);
+  if (parent == nullptr || inner == nullptr || parent == inner) return CUDA_ERROR_INVALID_VALUE;
+  auto made = std::make_unique<Node>();
+  made->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  made->dependencies.assign(dependencies, dependencies + count);
+  made->child = clone_graph(s, *inner);
+  s.child_graphs.insert(made->child.get());
+  std::vector<std::function<void()>> works;
+  for (const auto& n : made->child->nodes) {
+    if (n->work) works.push_back(n->work);
+  }
+  made->work = [works = std::move(works)] {
+    for (const auto& work : works) work();
+  };
+  *node = reinterpret_cast<CUgraphNode>(made.get());
+  parent->nodes.push_back(std::move(made));
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* graph) {
+  if (CUresult r = enter_initialized("cuGraphChildGraphNodeGetGraph"); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> guard(state().lock);
+  const Node* n = node_of(node);
+  if (n->type != CU_GRAPH_NODE_TYPE_GRAPH || !n->child) return CUDA_ERROR_INVALID_VALUE;
+  *graph = reinterpret_cast<CUgraph>(n->child.get());
   return CUDA_SUCCESS;
 }
 
@@ -1260,6 +1360,17 @@ void copy(void* dst, const void* src, std::size_t n, Link link) {
   }
 }
 
+// A copy or set node counts, when it runs, whether it touches VA mapped to
+// host memory (tidepool_sim_host_resident_graph_copies).
+void count_host_reach(Node& node, const void* dst, const void* src) {
+  node.work = [work = std::move(node.work), dst, src] {
+    if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst), reinterpret_cast<std::uint64_t>(src)})) {
+      state().host_resident_graph_copies.fetch_add(1);
+    }
+    work();
+  };
+}
+
 // Pageable host memory, as the driver treats it: an asynchronous copy to it
 // returns only once the copy is done, and one from it only once the source
 // has been read (the driver stages it), so the program may reuse or free
@@ -1273,15 +1384,34 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
   const bool to_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(dst));
   const bool from_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(src));
   wait = wait || to_pageable;
+  // Captured: a memcpy node, each side host or device memory as the driver
+  // reports it.
+  const auto as_node = [dst, src, n, to_pageable, from_pageable](Node& node) {
+    node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    CUDA_MEMCPY3D& c = node.copy;
+    c = CUDA_MEMCPY3D{};
+    c.srcMemoryType = from_pageable ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    c.srcHost = from_pageable ? src : nullptr;
+    c.srcDevice = from_pageable ? 0 : reinterpret_cast<CUdeviceptr>(src);
+    c.dstMemoryType = to_pageable ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    c.dstHost = to_pageable ? dst : nullptr;
+    c.dstDevice = to_pageable ? 0 : reinterpret_cast<CUdeviceptr>(dst);
+    c.WidthInBytes = n;
+    c.Height = 1;
+    c.Depth = 1;
+    count_host_reach(node, dst, src);
+  };
   Submitted sub;
   if (from_pageable && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
     // The source was read into host memory now; only the destination's side
     // is decided when the copy runs.
-    sub = submit(stream, [dst, staged, n] { copy(dst, staged->data(), n, link_of(dst, nullptr, 1)); });
+    sub = submit(
+        stream, [dst, staged, n] { copy(dst, staged->data(), n, link_of(dst, nullptr, 1)); }, as_node);
   } else {
-    sub = submit(stream, [dst, src, n] { copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{}); });
+    sub = submit(
+        stream, [dst, src, n] { copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{}); }, as_node);
   }
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
@@ -1292,7 +1422,18 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
   if (dst == nullptr && n > 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  const Submitted sub = submit(stream, [dst, value, n] { std::memset(dst, value, n); });
+  const Submitted sub = submit(
+      stream, [dst, value, n] { std::memset(dst, value, n); },
+      [dst, value, n](Node& node) {
+        node.type = CU_GRAPH_NODE_TYPE_MEMSET;
+        node.set = CUDA_MEMSET_NODE_PARAMS{};
+        node.set.dst = reinterpret_cast<CUdeviceptr>(dst);
+        node.set.value = value;
+        node.set.elementSize = 1;
+        node.set.width = n;
+        node.set.height = 1;
+        count_host_reach(node, dst, nullptr);
+      });
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
 }

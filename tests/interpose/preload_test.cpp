@@ -306,6 +306,24 @@ TEST_F(Preload, ABlockAnInstantiatedGraphNamesStaysOnTheDeviceWhileTheGraphExist
   }
 }
 
+// A graph's copy and set nodes, in a child graph: the blocks they touch are
+// named by no kernel, so only reading the graph's nodes at instantiation
+// holds them on the device (before: they were the first evicted, and every
+// launch of the graph copied through host pages).
+TEST_F(Preload, TheBlocksAGraphsCopiesAndSetsTouchStayOnTheDeviceChildGraphsIncluded) {
+  time_limit_s_ = 60;
+  for (const char* mode : {"off", "launch", "learn"}) {
+    SCOPED_TRACE(std::string("prefetch:") + mode);
+    const std::string conf = std::string("device_limit:24MiB,evict:on,prefetch:") + mode;
+    const ProgramRun r = run(PROBE_RACES, "graph_nodes", conf.c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("graph_nodes: 0 graph copies and sets touched host pages"), std::string::npos) << r.err;
+    ASSERT_TRUE(r.report.is_object()) << r.err;
+    EXPECT_GT(r.report.value("evictions", 0), 0);
+  }
+}
+
 // Another device's blocks (issue 26, item 5): kernels on device 0 check and
 // rewrite a block of device 1's pool while device 1's allocations need room.
 // No gate of device 1 orders device 0's streams, so the block comes back

@@ -24,6 +24,11 @@
 //     A captured graph's kernel updates a block each round while other
 //     allocations keep evicting: its block must be on the device whenever
 //     the graph runs (the sim counts kernel runs that read host pages).
+//   probe_races graph_nodes [report-path]
+//     A graph whose copy and set nodes (a D2D copy, a byte set) sit in a
+//     child graph: the blocks they touch must stay on the device while the
+//     graph exists (the sim counts graph copies and sets that touch host
+//     pages), and hold what the graph wrote.
 //   probe_races peer [report-path]
 //     Kernels on device 0 use a block of device 1's pool that device 1's
 //     allocations keep evicting (TIDEPOOL_SIM_DEVICES=2).
@@ -430,6 +435,87 @@ int peer_route() {
   return probe::finish("peer");
 }
 
+// A graph G2 = {kernel: add 1 to X; child graph G1 = {copy S -> D; set M}},
+// launched each round while other blocks' allocations keep evicting. No
+// launch or copy the hooks see names S, D or M after instantiation.
+int graph_nodes_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUfunction add = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(add, 0, 1, 4) == CUDA_SUCCESS);
+  constexpr std::size_t kBlock = 4 * MiB;  // the budget (conf) holds six
+  constexpr int kRounds = 6;
+  constexpr unsigned char kSetTo = 0x5a;
+  CUstream stream = nullptr;
+  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUdeviceptr x = 0;
+  CUdeviceptr src = 0;
+  CUdeviceptr dst = 0;
+  CUdeviceptr set = 0;
+  for (CUdeviceptr* p : {&x, &src, &dst, &set}) expect(cuMemAlloc(p, kBlock), "cuMemAlloc");
+  expect(k.launch(k.fill, stream, x, kBlock, 1), "fill X");
+  expect(k.launch(k.fill, stream, src, kBlock, 2), "fill S");
+  expect(cuMemsetD8Async(dst, 0, kBlock, stream), "clear D");
+  expect(cuMemsetD8Async(set, 0, kBlock, stream), "clear M");
+
+  CUgraph inner = nullptr;
+  expect(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture inner");
+  expect(cuMemcpyDtoDAsync(dst, src, kBlock, stream), "captured copy");
+  expect(cuMemsetD8Async(set, kSetTo, kBlock, stream), "captured set");
+  expect(cuStreamEndCapture(stream, &inner), "cuStreamEndCapture inner");
+  CUgraph outer = nullptr;
+  expect(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture outer");
+  auto* words = reinterpret_cast<std::uint32_t*>(x);
+  std::size_t count = kBlock / 4;
+  void* params[] = {&words, &count};
+  expect(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "captured add");
+  expect(cuStreamEndCapture(stream, &outer), "cuStreamEndCapture outer");
+  CUgraphNode child = nullptr;
+  expect(cuGraphAddChildGraphNode(&child, outer, nullptr, 0, inner), "cuGraphAddChildGraphNode");
+  CUgraphExec exec = nullptr;
+  expect(cuGraphInstantiateWithFlags(&exec, outer, 0), "cuGraphInstantiateWithFlags");
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+
+  const std::uint64_t host_copies_before = tidepool_sim_host_resident_graph_copies();
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<CUdeviceptr> others(5);
+    for (std::size_t i = 0; i < others.size(); ++i) {
+      expect(cuMemAlloc(&others[i], kBlock), "cuMemAlloc other");  // the last ones push older blocks out
+      expect(k.launch(k.fill, stream, others[i], kBlock, 10 + static_cast<std::uint32_t>(i)), "fill other");
+    }
+    expect(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    expect(k.launch(k.check, stream, others[0], kBlock, 10), "check other");
+    for (CUdeviceptr p : others) expect(cuMemFreeAsync(p, stream), "cuMemFreeAsync");
+  }
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  const std::uint64_t host_copies = tidepool_sim_host_resident_graph_copies() - host_copies_before;
+  // D holds S's words; M the set byte; X its fill plus one a round.
+  expect(k.launch(k.check, stream, dst, kBlock, 2), "check D");
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::vector<std::uint32_t> host(kBlock / 4);
+  expect(cuMemcpyDtoH(host.data(), x, kBlock), "cuMemcpyDtoH X");
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) bad += host[i] != word_pattern(1, i) + kRounds ? 1 : 0;
+  std::vector<unsigned char> bytes(kBlock);
+  expect(cuMemcpyDtoH(bytes.data(), set, kBlock), "cuMemcpyDtoH M");
+  for (unsigned char b : bytes) bad += b != kSetTo ? 1 : 0;
+  wrong.fetch_add(bad);
+  std::fprintf(stderr, "graph_nodes: %llu graph copies and sets touched host pages\n",
+               static_cast<unsigned long long>(host_copies));
+  expect(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  expect(cuGraphDestroy(outer), "cuGraphDestroy outer");
+  expect(cuGraphDestroy(inner), "cuGraphDestroy inner");
+  for (CUdeviceptr p : {x, src, dst, set}) expect(cuMemFree(p), "cuMemFree");
+  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish("graph_nodes");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -438,7 +524,8 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "copies") == 0) return copies_route();
   if (std::strcmp(mode, "capture") == 0) return capture_route();
   if (std::strcmp(mode, "graph") == 0) return graph_route();
+  if (std::strcmp(mode, "graph_nodes") == 0) return graph_nodes_route();
   if (std::strcmp(mode, "peer") == 0) return peer_route();
-  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|peer [report-path]\n");
+  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|graph_nodes|peer [report-path]\n");
   return 2;
 }

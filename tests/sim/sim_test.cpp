@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -800,6 +801,95 @@ TEST_F(Sim, AnInstantiatedGraphRunsItsCapturedWorkEachTimeItIsLaunched) {
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
 }
 
+// Copy and set nodes keep their parameters, as a GPU's do, and a graph
+// copied into another as a child-graph node runs with it and can be read
+// back (what the preload reads to hold a graph's blocks).
+TEST_F(Sim, CopyAndSetNodesKeepTheirParametersAndAChildGraphRunsWithItsParent) {
+  const auto instantiate = entry<decltype(&::cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags");
+  const auto launch = entry<decltype(&::cuGraphLaunch)>("cuGraphLaunch");
+  const auto destroy_exec = entry<decltype(&::cuGraphExecDestroy)>("cuGraphExecDestroy");
+  const auto get_nodes = entry<decltype(&::cuGraphGetNodes)>("cuGraphGetNodes");
+  const auto node_type = entry<decltype(&::cuGraphNodeGetType)>("cuGraphNodeGetType");
+  const auto copy_params = entry<decltype(&::cuGraphMemcpyNodeGetParams)>("cuGraphMemcpyNodeGetParams");
+  const auto set_params = entry<decltype(&::cuGraphMemsetNodeGetParams)>("cuGraphMemsetNodeGetParams");
+  const auto add_child = entry<decltype(&::cuGraphAddChildGraphNode)>("cuGraphAddChildGraphNode");
+  const auto child_of = entry<decltype(&::cuGraphChildGraphNodeGetGraph)>("cuGraphChildGraphNodeGetGraph");
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(api().memAlloc(&a, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAlloc(&b, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(a, 1, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(b, 0, 4096), CUDA_SUCCESS);
+  std::vector<unsigned char> host(64, 0);
+
+  CUgraph inner = nullptr;
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(a + 8, 0x3C, 100, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyDtoDAsync(b + 64, a, 512, stream), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().end(stream, &inner), CUDA_SUCCESS);
+  std::array<CUgraphNode, 2> nodes{};
+  std::size_t count = nodes.size();
+  ASSERT_EQ(get_nodes(inner, nodes.data(), &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 2u);
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  ASSERT_EQ(node_type(nodes[0], &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMSET);
+  CUDA_MEMSET_NODE_PARAMS set{};
+  ASSERT_EQ(set_params(nodes[0], &set), CUDA_SUCCESS);
+  EXPECT_EQ(set.dst, a + 8);
+  EXPECT_EQ(set.value, 0x3Cu);
+  EXPECT_EQ(set.elementSize, 1u);
+  EXPECT_EQ(set.width, 100u);
+  ASSERT_EQ(node_type(nodes[1], &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMCPY);
+  CUDA_MEMCPY3D copy{};
+  ASSERT_EQ(copy_params(nodes[1], &copy), CUDA_SUCCESS);
+  EXPECT_EQ(copy.srcMemoryType, CU_MEMORYTYPE_DEVICE);
+  EXPECT_EQ(copy.srcDevice, a);
+  EXPECT_EQ(copy.dstMemoryType, CU_MEMORYTYPE_DEVICE);
+  EXPECT_EQ(copy.dstDevice, b + 64);
+  EXPECT_EQ(copy.WidthInBytes, 512u);
+  EXPECT_EQ(set_params(nodes[1], &set), CUDA_ERROR_INVALID_VALUE) << "not a memset node";
+
+  CUgraph outer = nullptr;
+  ASSERT_EQ(capture_api().begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(a, 2, 8, stream), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().end(stream, &outer), CUDA_SUCCESS);
+  CUgraphNode child = nullptr;
+  ASSERT_EQ(add_child(&child, outer, nullptr, 0, inner), CUDA_SUCCESS);
+  EXPECT_EQ(add_child(&child, outer, nullptr, 0, outer), CUDA_ERROR_INVALID_VALUE) << "a graph in itself";
+  ASSERT_EQ(node_type(child, &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_GRAPH);
+  CUgraph copied = nullptr;
+  ASSERT_EQ(child_of(child, &copied), CUDA_SUCCESS);
+  EXPECT_NE(copied, inner) << "the node owns a copy";
+  count = nodes.size();
+  ASSERT_EQ(get_nodes(copied, nodes.data(), &count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 2u);
+  ASSERT_EQ(capture_api().destroy_graph(inner), CUDA_SUCCESS);  // the copy lives on in `outer`
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(instantiate(&exec, outer, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyDtoH(host.data(), b + 64, host.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](unsigned char c) { return c == 0; })) << "not run yet";
+  ASSERT_EQ(launch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyDtoH(host.data(), b + 64, host.size()), CUDA_SUCCESS);
+  // b[64..] = a[0..512): a[0..8) set to 2 by the parent first, a[8..108) 0x3C, the rest 1.
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const unsigned char want = i < 8 ? 2 : i < 108 ? 0x3C : 1;
+    ASSERT_EQ(host[i], want) << "byte " << i;
+  }
+  EXPECT_EQ(destroy_exec(exec), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().destroy_graph(outer), CUDA_SUCCESS);
+  count = nodes.size();
+  EXPECT_EQ(get_nodes(copied, nodes.data(), &count), CUDA_ERROR_INVALID_VALUE) << "gone with its parent";
+  EXPECT_EQ(api().memFree(a), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(b), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, CaptureInfoReportsStatusIdGraphAndDependencies) {
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -1337,6 +1427,10 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuGraphGetNodes, nullptr, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuGraphNodeGetType, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuGraphKernelNodeGetParams_v2, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphMemcpyNodeGetParams, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphMemsetNodeGetParams, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphAddChildGraphNode, nullptr, nullptr, nullptr, 0, nullptr),
+      TIDEPOOL_FAULT_CASE(cuGraphChildGraphNodeGetGraph, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuLaunchHostFunc, bogus, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuEventCreate, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuEventDestroy_v2, nullptr),
