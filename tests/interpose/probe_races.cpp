@@ -313,16 +313,22 @@ void add_one(void** params, void* /*user*/) {
   for (std::size_t i = 0; i < count; ++i) ++words[i];
 }
 
+// add_one, registered with the sim, which learns the words it touches.
+CUfunction add_one_kernel() {
+  CUfunction add = nullptr;
+  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_set_kernel_extent(add, 0, 1, 4) == CUDA_SUCCESS);
+  return add;
+}
+
 // A captured graph whose one kernel adds 1 to every word of X, launched each
 // round while other blocks' allocations keep evicting: the blocks a graph
 // names must be on the device whenever it runs, and keep their bytes.
 int graph_route() {
   probe::make_context_current();
   const Kernels k;
-  CUfunction add = nullptr;
-  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
-  PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(add, 0, 1, 4) == CUDA_SUCCESS);
+  const CUfunction add = add_one_kernel();
   constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds three
   constexpr int kRounds = 8;
   CUstream stream = nullptr;
@@ -441,10 +447,7 @@ int peer_route() {
 int graph_nodes_route() {
   probe::make_context_current();
   const Kernels k;
-  CUfunction add = nullptr;
-  const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t)};
-  PROBE_CHECK(tidepool_sim_register_kernel(&add, &add_one, nullptr, 2, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_set_kernel_extent(add, 0, 1, 4) == CUDA_SUCCESS);
+  const CUfunction add = add_one_kernel();
   constexpr std::size_t kBlock = 4 * MiB;  // the budget (conf) holds six
   constexpr int kRounds = 6;
   constexpr unsigned char kSetTo = 0x5a;
