@@ -23,7 +23,7 @@ def per_launch(annotated: str, function: str):
     pattern = re.compile(r"\s*([\d,]+)\s+\([^)]*\)\s+=>\s+\S*" + re.escape(function) + r".*\(([\d,]+)x\)\s*$")
     for line in annotated.splitlines():
         m = pattern.match(line)
-        if m:
+        if m and "{lambda" not in line:  # the function itself, not a lambda of it called out of line
             return int(m.group(1).replace(",", "")) / int(m.group(2).replace(",", ""))
     return None
 

@@ -162,8 +162,10 @@ class PageMover {
   virtual void launched(std::uintptr_t /*kernel*/, const LaunchedBlock* /*blocks*/, std::size_t /*count*/,
                         bool /*all_blocks*/, LiveBlocks& /*live*/) {}
   // A launch on `stream` is about to use the block: order it after any copy
-  // still bringing the block's pages back.
+  // still bringing the block's pages back. Called only when orders_uses()
+  // (asked once, when the mover is set): a launch's words then pay no call.
   virtual void before_use(std::uint64_t /*buffer_id*/, std::uintptr_t /*stream*/) {}
+  [[nodiscard]] virtual bool orders_uses() const { return false; }
   // The host waits for every copy still bringing pages back.
   virtual void wait_for_copies_in() {}
   // The block is being freed: nothing of it is moved or predicted any more.

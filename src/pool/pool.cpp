@@ -392,6 +392,7 @@ util::Status Pool::add_segment(Arena& arena, std::size_t min_bytes) {
 void Pool::set_page_mover(PageMover* mover) {
   std::lock_guard<util::SpinLock> guard(lock_);
   mover_ = mover;
+  mover_orders_uses_ = mover != nullptr && mover->orders_uses();
 }
 
 util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) {
@@ -466,7 +467,7 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   const std::uint32_t own_pins = pinned ? 1 : 0;
   word->block = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
-  mover_->before_use(block->buffer_id, stream);
+  if (mover_orders_uses_) mover_->before_use(block->buffer_id, stream);
   if (space_.host_pages() == 0) return true;
   space::Reservation& r = *block->segment->reservation;
   word->host_pages = host_pages_in(r, block->address, block->size);

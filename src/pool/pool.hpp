@@ -362,6 +362,7 @@ class Pool {
   std::unique_ptr<PlacementPolicy> policy_;
   order::StreamRegistry& registry_;
   PageMover* mover_ = nullptr;
+  bool mover_orders_uses_ = false;  // mover_->orders_uses(), asked once
   // What the mover may ask about live blocks from inside a call.
   class LiveView final : public LiveBlocks {
    public:

@@ -150,17 +150,14 @@ Allocator::~Allocator() {
   }
 }
 
-bool Allocator::use_in_launch(std::span<const std::uintptr_t> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
+bool Allocator::use_in_launch(std::span<pool::SubmittedWord> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
                               pool::Pool::OnHost on_host) {
-  if (residency_ == nullptr || words.empty() || words.size() > kMaxWords) return false;
-  std::array<pool::SubmittedWord, kMaxWords> found;
-  for (std::size_t i = 0; i < words.size(); ++i) found[i].address = words[i];
+  if (residency_ == nullptr || words.empty()) return false;
   const auto on = reinterpret_cast<std::uintptr_t>(stream);
-  const std::span<pool::SubmittedWord> asked(found.data(), words.size());
-  if (pool_->use_for_submission(asked, on, on_host, pins) == 0) return false;
+  if (pool_->use_for_submission(words, on, on_host, pins) == 0) return false;
   use->pins = pins;
   const bool later = on_host == pool::Pool::OnHost::bring_back_later;
-  for (const pool::SubmittedWord& word : asked) {
+  for (const pool::SubmittedWord& word : words) {
     if (!word.found) continue;
     if (!later) use->note_pages(word.host_pages, word.still_on_host);
     const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);

@@ -141,12 +141,14 @@ class Allocator {
   // the same.
   bool use_in_launch(std::uintptr_t word, CUstream stream, LaunchUse* use, pool::Pins* pins,
                      pool::Pool::OnHost on_host) {
-    return use_in_launch(std::span<const std::uintptr_t>(&word, 1), stream, use, pins, on_host);
+    pool::SubmittedWord one{};
+    one.address = word;
+    return use_in_launch(std::span<pool::SubmittedWord>(&one, 1), stream, use, pins, on_host);
   }
-  // The same for each of `words` (at most kMaxWords), under one hold of the
-  // pool's lock; true when any of them points into a live block.
-  static constexpr std::size_t kMaxWords = 32;
-  bool use_in_launch(std::span<const std::uintptr_t> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
+  // The same for each of `words` (their `address` set; the pool fills in the
+  // rest), under one hold of the pool's lock; true when any of them points
+  // into a live block.
+  bool use_in_launch(std::span<pool::SubmittedWord> words, CUstream stream, LaunchUse* use, pool::Pins* pins,
                      pool::Pool::OnHost on_host);
   // A copy or set on `stream` touches `address`: as use_in_launch (never
   // bring_back_later).

@@ -290,7 +290,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     std::uintptr_t begin;
     std::uintptr_t end;
     std::size_t gathered;
-    std::array<std::uintptr_t, Allocator::kMaxWords> words;
+    std::array<pool::SubmittedWord, 32> words;
   };
   constexpr std::size_t kSpans = 8;  // devices scanned this way; beyond, every allocator is asked word by word
   std::array<Span, kSpans> spans;
@@ -317,7 +317,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   LaunchUse elsewhere;
   using OnHost = pool::Pool::OnHost;
   LaunchingDevice launching(*this, stream);
-  const auto offer = [&](Allocator* a, std::span<const std::uintptr_t> words) {
+  const auto offer = [&](Allocator* a, std::span<pool::SubmittedWord> words) {
     // Another pool's blocks come back at once: only the owner's end_launch
     // runs. Those of a pool of another device than the launch's are held
     // there for good (OnHost::bring_back_for_peer).
@@ -338,7 +338,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   const auto ask_pools = [&] {
     for (std::size_t i = 0; i < ordered; ++i) {
       Span& span = spans[order[i]];
-      (void)offer(span.allocator, std::span<const std::uintptr_t>(span.words.data(), span.gathered));
+      (void)offer(span.allocator, std::span<pool::SubmittedWord>(span.words.data(), span.gathered));
       span.gathered = 0;
     }
     ordered = 0;
@@ -347,7 +347,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     Span& span = spans[i];
     if (span.gathered == span.words.size()) ask_pools();
     if (span.gathered == 0) order[ordered++] = i;
-    span.words[span.gathered++] = word;
+    span.words[span.gathered++].address = word;
   };
   if (count == 1 && !more) {
     // One pool (one device): its span in registers.
@@ -361,7 +361,13 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
       for (std::size_t i = 0; i < count; ++i) {
         if (word - spans[i].begin < spans[i].end - spans[i].begin) return gather(i, word);
       }
-      if (more) (void)find_allocator([&](Allocator* a) { return offer(a, std::span<const std::uintptr_t>(&word, 1)); });
+      if (!more) return;
+      (void)find_allocator([&](Allocator* a) {
+        if (!a->pool().may_own(word)) return false;
+        pool::SubmittedWord one{};
+        one.address = word;
+        return offer(a, std::span<pool::SubmittedWord>(&one, 1));
+      });
     });
   }
   ask_pools();

@@ -882,24 +882,28 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUD
   return CUDA_SUCCESS;
 }
 
-TIDEPOOL_SIM_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* params) {
-  if (CUresult r = enter_initialized("cuGraphMemcpyNodeGetParams"); r != CUDA_SUCCESS) return r;
-  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+namespace {
+
+// A copy or set node's parameters, as the node keeps them.
+template <typename Params>
+CUresult node_params(const char* name, CUgraphNode node, CUgraphNodeType type, Params Node::*field, Params* out) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  if (node == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> guard(state().lock);
   const Node* n = node_of(node);
-  if (n->type != CU_GRAPH_NODE_TYPE_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
-  *params = n->copy;
+  if (n->type != type) return CUDA_ERROR_INVALID_VALUE;
+  *out = n->*field;
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* params) {
+  return node_params("cuGraphMemcpyNodeGetParams", node, CU_GRAPH_NODE_TYPE_MEMCPY, &Node::copy, params);
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* params) {
-  if (CUresult r = enter_initialized("cuGraphMemsetNodeGetParams"); r != CUDA_SUCCESS) return r;
-  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> guard(state().lock);
-  const Node* n = node_of(node);
-  if (n->type != CU_GRAPH_NODE_TYPE_MEMSET) return CUDA_ERROR_INVALID_VALUE;
-  *params = n->set;
-  return CUDA_SUCCESS;
+  return node_params("cuGraphMemsetNodeGetParams", node, CU_GRAPH_NODE_TYPE_MEMSET, &Node::set, params);
 }
 
 // The node runs a copy of `child` made now, its nodes in order; the copy

@@ -88,6 +88,16 @@ void slow_fill(void** params, void* /*user*/) {
   }
 }
 
+// The line preload_test reads, then the mode's verdict: no wrong word and
+// no failed call.
+int verdict(const char* mode) {
+  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
+               failed.load());
+  PROBE_CHECK(wrong.load() == 0);
+  PROBE_CHECK(failed.load() == 0);
+  return probe::finish(mode);
+}
+
 struct Kernels {
   CUfunction fill = nullptr;
   CUfunction slow = nullptr;
@@ -189,11 +199,7 @@ int window_route() {
                b_held.load() != 0 ? "was" : "was not", static_cast<unsigned long long>(tidepool_sim_remap_faults()));
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
   for (CUdeviceptr p : {x, y, z}) expect(cuMemFree(p), "cuMemFree");
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("window");
+  return verdict("window");
 }
 
 int copies_route() {
@@ -240,11 +246,7 @@ int copies_route() {
   expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
   for (CUdeviceptr p : {input, weights}) expect(cuMemFree(p), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("copies");
+  return verdict("copies");
 }
 
 // A global-mode capture on thread A's non-blocking stream while thread B's
@@ -299,11 +301,7 @@ int capture_route() {
   expect(cuCtxSynchronize(), "cuCtxSynchronize");
   wrong.fetch_add(wrong_by_copy(x, kBlock, 1) + wrong_by_copy(y, kBlock, 2) + wrong_by_copy(z, kBlock, 3));
   for (CUdeviceptr p : {x, y, z}) expect(cuMemFree(p), "cuMemFree");
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("capture");
+  return verdict("capture");
 }
 
 // A sim kernel that adds 1 to every word. params: words, count
@@ -372,11 +370,7 @@ int graph_route() {
   expect(cuGraphDestroy(graph), "cuGraphDestroy");
   expect(cuMemFree(x), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("graph");
+  return verdict("graph");
 }
 
 // Two devices, one host thread (issue 26, item 5): kernels on device 0 read
@@ -433,12 +427,8 @@ int peer_route() {
   expect(cuMemFree(own), "cuMemFree own");
   std::fprintf(stderr, "peer: %llu remaps under a running kernel\n",
                static_cast<unsigned long long>(tidepool_sim_remap_faults()));
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("peer");
+  return verdict("peer");
 }
 
 // A graph G2 = {kernel: add 1 to X; child graph G1 = {copy S -> D; set M}},
@@ -512,11 +502,7 @@ int graph_nodes_route() {
   expect(cuGraphDestroy(inner), "cuGraphDestroy inner");
   for (CUdeviceptr p : {x, src, dst, set}) expect(cuMemFree(p), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  std::fprintf(stderr, "races: %llu wrong words, %d failed calls\n", static_cast<unsigned long long>(wrong.load()),
-               failed.load());
-  PROBE_CHECK(wrong.load() == 0);
-  PROBE_CHECK(failed.load() == 0);
-  return probe::finish("graph_nodes");
+  return verdict("graph_nodes");
 }
 
 }  // namespace
