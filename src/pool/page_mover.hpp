@@ -84,6 +84,9 @@ struct LaunchedBlock {
 struct SubmittedWord {
   std::uintptr_t address;
   bool found;
+  // The submission's first word in `block`: the one that pinned it. Words
+  // after it in the same block, and words past Pins::kMax blocks, are not.
+  bool pinned_block;
   LaunchedBlock block;
   std::size_t host_pages;
   std::size_t still_on_host;

@@ -456,10 +456,12 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   live_.mark_used(block);
   if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
   bool pinned = pins->holds(block->buffer_id);
+  word->pinned_block = false;
   if (!pinned && pins->count < Pins::kMax) {
     pins->pins[pins->count++] = Pins::Pin{this, block, block->buffer_id};
     block->pins++;
     pinned = true;
+    word->pinned_block = true;
   }
   // Beyond Pins::kMax the block is not pinned: it is not brought back
   // either, since another submission's pin could not be told from ours.

@@ -3,8 +3,6 @@
 // figures of the out-of-memory message.
 #include "runtime/allocator.hpp"
 
-#include <algorithm>
-
 #include "runtime/config.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/oom_message.hpp"
@@ -160,11 +158,10 @@ bool Allocator::use_in_launch(std::span<pool::SubmittedWord> words, CUstream str
   for (const pool::SubmittedWord& word : words) {
     if (!word.found) continue;
     if (!later) use->note_pages(word.host_pages, word.still_on_host);
-    const auto listed = use->blocks.begin() + static_cast<std::ptrdiff_t>(use->count);
-    if (std::any_of(use->blocks.begin(), listed,
-                    [&](const pool::LaunchedBlock& b) { return b.buffer_id == word.block.buffer_id; })) {
-      continue;
-    }
+    // Each block once: its pin tells a block this launch named before. A
+    // block past Pins::kMax is not listed either (the list overflowed long
+    // before), nor brought back: see use_for_submission.
+    if (!word.pinned_block) continue;
     if (use->count < use->blocks.size()) {
       use->blocks[use->count++] = word.block;
       if (later) use->deferred_pages += word.host_pages;

@@ -275,8 +275,50 @@ Allocator* Runtime::allocator(int device) {
   return allocator;
 }
 
+void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra, CUstream stream,
+                                     Submission* s) {
+  const auto [begin, end] = a->launch_span();
+  if (begin >= end) return;
+  auto counts = launch_counts_.mine();
+  counts.add(kLaunchesScanned);
+  // No other device's pool: every launch is this pool's device's (see
+  // launching_allocator).
+  using OnHost = pool::Pool::OnHost;
+  const OnHost on_host = bring_back_at_launch_ ? OnHost::bring_back_later : OnHost::read_there;
+  std::array<pool::SubmittedWord, 32> words;  // trivial: only the gathered are set
+  std::size_t gathered = 0;
+  LaunchUse use;
+  bool named = false;
+  const auto ask_pool = [&] {
+    s->note(a);  // first: a pin taken before a throw is still released
+    named = a->use_in_launch(std::span<pool::SubmittedWord>(words.data(), gathered), stream, &use, &s->pins, on_host) ||
+            named;
+    gathered = 0;
+  };
+  const std::uintptr_t length = end - begin;
+  launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+    if (word - begin >= length) return;
+    if (gathered == words.size()) ask_pool();
+    words[gathered++].address = word;
+  });
+  if (gathered > 0) ask_pool();
+  if (!named) return;
+  counts.add(kLaunchesNamingBlocks);
+  if (bring_back_at_launch_) a->end_launch(function, use, stream);
+}
+
 void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
+  if (created_.load(std::memory_order_acquire) == 1) {
+    if (Allocator* only = in_order_[0].load(std::memory_order_acquire)) {
+      before_launch_one_pool(only, function, params, extra, stream, s);
+      return;
+    }
+  }
+  before_launch_pools(function, params, extra, stream, s);
+}
+
+void Runtime::before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   // The schedule (prefetch:learn) follows the device of the first pool
   // pointer; pointers into other devices' pools are still marked used and
   // brought back.
@@ -311,7 +353,8 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
     return false;
   });
   if (count == 0) return;
-  launches_scanned_.fetch_add(1, std::memory_order_relaxed);
+  auto counts = launch_counts_.mine();
+  counts.add(kLaunchesScanned);
   Allocator* owner = nullptr;
   LaunchUse use;
   LaunchUse elsewhere;
@@ -372,7 +415,7 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
   }
   ask_pools();
   if (owner == nullptr) return;
-  launches_naming_blocks_.fetch_add(1, std::memory_order_relaxed);
+  counts.add(kLaunchesNamingBlocks);
   if (bring_back_at_launch_) owner->end_launch(function, use, stream);
 }
 
@@ -556,8 +599,8 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
   run_ended(report.run);
   report.policy = config_.policy;
   report.passthrough = passthrough_;
-  report.launches.scanned = launches_scanned_.load(std::memory_order_relaxed);
-  report.launches.naming_blocks = launches_naming_blocks_.load(std::memory_order_relaxed);
+  report.launches.scanned = launch_counts_.total(kLaunchesScanned);
+  report.launches.naming_blocks = launch_counts_.total(kLaunchesNamingBlocks);
   for (int device = 0; device < kMaxDevices; ++device) {
     const Allocator* a = allocators_[device].load(std::memory_order_acquire);
     const std::uint64_t passed = passthrough_allocations_[device].load(std::memory_order_relaxed);

@@ -58,6 +58,7 @@
 #include "runtime/report.hpp"
 #include "runtime/trace_format.hpp"
 #include "runtime/trace_recorder.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 
@@ -138,6 +139,13 @@ class Runtime {
   const Allocator* launching_allocator(CUstream stream);
   // launching_allocator(), asked once, when a submission first names a pool
   // block.
+  // before_launch with one pool in the process (a process per GPU, the
+  // common case): its span in registers, no per-pool bookkeeping.
+  [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
+                                                CUstream stream, Submission* s);
+  // before_launch with several pools: each pool's words gathered apart.
+  [[gnu::noinline]] void before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream,
+                                             Submission* s);
   class LaunchingDevice {
    public:
     LaunchingDevice(Runtime& runtime, CUstream stream) : runtime_(runtime), stream_(stream) {}
@@ -229,9 +237,10 @@ class Runtime {
   std::array<std::atomic<unsigned>, kMaxDevices> create_attempts_{};
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
   // Launch prefetch's view of the program's launches, for the report: how
-  // many the hooks scanned, and how many of those named a pool block.
-  std::atomic<std::uint64_t> launches_scanned_{0};
-  std::atomic<std::uint64_t> launches_naming_blocks_{0};
+  // many the hooks scanned, and how many of those named a pool block. Per
+  // thread, so that a launch counts without an atomic read-modify-write.
+  enum LaunchCount : std::size_t { kLaunchesScanned, kLaunchesNamingBlocks, kLaunchCounts };
+  util::ThreadCounts<kLaunchCounts> launch_counts_;
   std::atomic<bool> finished_{false};
   const pid_t owner_pid_;  // the process that created this Runtime
 

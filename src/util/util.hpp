@@ -8,5 +8,6 @@
 #include "util/output_file.hpp"
 #include "util/spin_lock.hpp"
 #include "util/status.hpp"
+#include "util/thread_counts.hpp"
 #include "util/units.hpp"
 #include "util/version.hpp"
