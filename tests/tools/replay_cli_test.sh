@@ -36,6 +36,27 @@ case "$case_name" in
     [ $? -eq 2 ] || fail "--device-limit 8 was accepted"
     grep -q -- '--device-limit: bad size' bad.err || fail "no message for a bad size"
     ;;
+  same_limit)
+    # A 1 TiB request (a PyTorch snapshot of an out-of-memory, converted):
+    # with no --device-limit every target, the baselines too, runs under
+    # the replay device's memory, so every one refuses it and none reports
+    # holding it; the table says which limit that was.
+    printf 'Thread,Time,Action,Pointer,Size,Stream\n0,00:00:00:000001,allocate,0x1000,1048576,0\n0,00:00:00:000002,allocate,0x2000,1099511627776,0\n0,00:00:00:000003,free,0x1000,1048576,0\n' > tib.csv
+    "$replay" --policy all --json tib.csv > tib.jsonl 2> tib.err || fail "the replay failed"
+    [ "$(wc -l < tib.jsonl)" -eq 9 ] || fail "not one line per target"
+    [ "$(grep -c '"failed_allocations":1,' tib.jsonl)" -eq 9 ] || fail "a target did not refuse the 1 TiB request"
+    [ "$(grep -c '"device_limit_bytes":1099511627776,"device_limit_given":false' tib.jsonl)" -eq 9 ] ||
+      fail "the targets did not share the replay device's limit"
+    if grep -q '"peak_reserved_bytes":[0-9]\{13,\}' tib.jsonl; then fail "a target reserved a TiB"; fi
+    "$replay" --policy all tib.csv > tib.txt 2> tib.err || fail "the table failed"
+    grep -q 'ran under one device limit: 1.00 TiB, the replay device' tib.txt || fail "the table does not state the limit"
+    # Given, the limit binds every target alike, and differing failures are pointed out.
+    "$replay" --policy best_fit --policy pytorch_rules --device-limit 300MiB "$sample" > small.txt 2> small.err ||
+      fail "--device-limit 300MiB failed"
+    grep -q 'one device limit: 300.00 MiB, as given' small.txt || fail "the given limit is not stated"
+    grep -q 'failed different numbers of requests (best_fit [0-9]*, pytorch_rules [0-9]*)' small.txt ||
+      fail "rows with different failures are not pointed out"
+    ;;
   lenient)
     # The first 1,000 events cut off: the trace frees blocks it never saw.
     zcat "$sample" | sed '2,1001d' > mid.csv

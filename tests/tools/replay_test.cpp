@@ -37,9 +37,7 @@ TEST(Baselines, PytorchRulesUseTwoAndTwentyMiBSegments) {
 }
 
 TEST(Baselines, PytorchRulesReleaseFreeSegmentsOnlyUnderABudget) {
-  TargetOptions options;
-  options.device_memory = 40 * kMiB;
-  auto t = make_pytorch_rules_target(options);
+  auto t = make_pytorch_rules_target(40 * kMiB);
   std::uint64_t a = 0;
   std::uint64_t b = 0;
   ASSERT_TRUE(t->allocate(30 * kMiB, 0, &a));
@@ -132,10 +130,26 @@ TEST(Reports, JsonLinesHaveExactlyTheDocumentedKeys) {
   r.steps.resize(2);
   r.steps.back().calls.maps = 3;
   const auto j = nlohmann::json::parse(json_line(r));
-  EXPECT_EQ(sorted_keys(j),
-            sorted({"trace", "policy", "events", "peak_live_bytes", "peak_reserved_bytes", "utilization",
-                    "external_fragmentation_at_peak", "internal_waste_at_peak", "failed_allocations", "unknown_frees",
-                    "maps", "unmaps", "evicted_bytes", "ns_per_event", "frees", "driver_calls", "last_step", "steps"}));
+  EXPECT_EQ(sorted_keys(j), sorted({"trace",
+                                    "policy",
+                                    "events",
+                                    "peak_live_bytes",
+                                    "peak_reserved_bytes",
+                                    "utilization",
+                                    "external_fragmentation_at_peak",
+                                    "internal_waste_at_peak",
+                                    "failed_allocations",
+                                    "unknown_frees",
+                                    "maps",
+                                    "unmaps",
+                                    "evicted_bytes",
+                                    "ns_per_event",
+                                    "device_limit_bytes",
+                                    "device_limit_given",
+                                    "frees",
+                                    "driver_calls",
+                                    "last_step",
+                                    "steps"}));
   const std::vector<std::string> calls = {"creates",       "maps",          "set_access",   "unmaps",
                                           "releases",      "context_syncs", "stream_syncs", "event_records",
                                           "event_queries", "event_syncs",   "stream_waits", "mem_allocs"};

@@ -277,13 +277,13 @@ class CudaMalloc final : public Target {
 
 }  // namespace
 
-std::unique_ptr<Target> make_pytorch_rules_target(const TargetOptions& options) {
+std::unique_ptr<Target> make_pytorch_rules_target(std::uint64_t budget) {
   Rules rules;
   rules.name = "pytorch_rules";
-  return std::make_unique<EmulatedPool>(rules, options.device_memory);
+  return std::make_unique<EmulatedPool>(rules, budget);
 }
 
-std::unique_ptr<Target> make_rmm_pool_target(const TargetOptions& options) {
+std::unique_ptr<Target> make_rmm_pool_target(std::uint64_t budget) {
   Rules rules;
   rules.name = "rmm_pool";
   rules.rounding = 256;
@@ -292,11 +292,9 @@ std::unique_ptr<Target> make_rmm_pool_target(const TargetOptions& options) {
   rules.small_split_min = 1;
   rules.doubling = true;
   rules.initial_pool = 256 * kMiB;
-  return std::make_unique<EmulatedPool>(rules, options.device_memory);
+  return std::make_unique<EmulatedPool>(rules, budget);
 }
 
-std::unique_ptr<Target> make_cuda_malloc_target(const TargetOptions& options) {
-  return std::make_unique<CudaMalloc>(options.device_memory);
-}
+std::unique_ptr<Target> make_cuda_malloc_target(std::uint64_t budget) { return std::make_unique<CudaMalloc>(budget); }
 
 }  // namespace tidepool::replay

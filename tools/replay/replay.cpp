@@ -277,9 +277,10 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
   result->trace = trace_name;
   result->policy = policy;
   result->frees = target_options.frees;
-  if (target_options.device_memory != 0) {
+  result->device_limit_bytes = device_limit_of(target_options, &result->device_limit_given);
+  if (result->device_limit_given) {
     result->budget_changes.push_back(
-        BudgetChange{events.empty() ? 0 : events.front().time_us, target_options.device_memory});
+        BudgetChange{events.empty() ? 0 : events.front().time_us, result->device_limit_bytes});
   }
   const std::vector<Step> steps =
       options.step_count == 0 ? detect_steps(events) : split_steps(events, options.step_count);

@@ -84,6 +84,10 @@ struct Result {
   std::vector<FailedAllocation> failures;  // always recorded: they are rare, and each is news
   std::uint64_t failures_dropped = 0;
   std::vector<BudgetChange> budget_changes;  // the budget at the first event, when there is one
+  // The device limit this target ran under, as every target of the replay
+  // (device_limit_of), and whether the user gave it.
+  std::uint64_t device_limit_bytes = 0;
+  bool device_limit_given = false;
 };
 
 // Loads every event of a trace; false with `error` (file:line: reason). A

@@ -47,7 +47,10 @@ ReportRun make_report_run(int argc, const char* const* argv, const TargetOptions
   run.date = utc_now();
   run.host = host_name();
   run.options.emplace_back("frees", free_mode_name(target.frees));
-  run.options.emplace_back("device limit", target.device_memory == 0 ? "none" : size_text(target.device_memory));
+  bool given = false;
+  const std::uint64_t limit = device_limit_of(target, &given);
+  run.options.emplace_back("device limit",
+                           given ? size_text(limit) : size_text(limit) + " (the replay device's memory), every target");
   run.options.emplace_back("conf", target.conf.empty() ? "(none)" : target.conf);
   run.options.emplace_back("steps", replay.step_count == 0 ? "detected" : std::to_string(replay.step_count) + " equal");
   if (replay.lenient) run.options.emplace_back("lenient", "frees of unknown pointers skipped");

@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "util/util.hpp"
 
 namespace tidepool::replay {
 
@@ -47,6 +50,49 @@ nlohmann::json step_json(const StepResult& s) {
 
 }  // namespace
 
+namespace {
+
+// The device limit the rows ran under, once for the table when they share it.
+std::string limits_note(const std::vector<Result>& results) {
+  if (results.empty()) return {};
+  const Result& first = results.front();
+  const bool shared = std::all_of(results.begin(), results.end(), [&](const Result& r) {
+    return r.device_limit_bytes == first.device_limit_bytes && r.device_limit_given == first.device_limit_given;
+  });
+  if (!shared) return "(the rows ran under different device limits: see device_limit_bytes in --json)\n";
+  return "(every target, baselines included, ran under one device limit: " +
+         util::format_size(first.device_limit_bytes) + ", " +
+         (first.device_limit_given ? "as given" : "the replay device's memory; --device-limit sets another") + ")\n";
+}
+
+// A trace whose targets failed different numbers of requests: their peaks
+// count different allocations, so the rows do not compare.
+std::string comparability_note(const std::vector<Result>& results) {
+  std::string out;
+  std::vector<std::string> traces;
+  for (const Result& r : results) {
+    if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
+  }
+  for (const std::string& trace : traces) {
+    std::string failures;
+    std::optional<std::uint64_t> seen;
+    bool differ = false;
+    for (const Result& r : results) {
+      if (r.trace != trace) continue;
+      differ = differ || (seen && *seen != r.failed_allocations);
+      seen = r.failed_allocations;
+      failures += (failures.empty() ? "" : ", ") + r.policy + " " + std::to_string(r.failed_allocations);
+    }
+    if (differ) {
+      out += "(" + base_name(trace) + ": the targets failed different numbers of requests (" + failures +
+             "): their peaks count different allocations and do not compare)\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string table(const std::vector<Result>& results) {
   // The name columns are as wide as their longest entry: a cut name can
   // make two traces look like one.
@@ -81,7 +127,12 @@ std::string table(const std::vector<Result>& results) {
   }
   out +=
       "(after |: driver calls in the last step. vmm: cuMemCreate/Map/SetAccess/Unmap/Release; syncs: "
-      "cuCtxSynchronize, cuStreamSynchronize; evcalls: cuEventRecord/Query/Synchronize, cuStreamWaitEvent)\n";
+      "cuCtxSynchronize, cuStreamSynchronize; evcalls: cuEventRecord/Query/Synchronize, cuStreamWaitEvent)\n"
+      "(ns/event: what replaying one event cost this tool, the simulated driver's calls included for tidepool's "
+      "policies and nothing for the baselines' arithmetic: a replay cost, not an allocator's speed; bench_hot_path and "
+      "bench_live_replay time the allocator)\n";
+  out += limits_note(results);
+  out += comparability_note(results);
   if (any_unknown_frees) {
     for (const Result& r : results) {
       if (r.unknown_frees == 0) continue;
@@ -108,6 +159,8 @@ std::string json_line(const Result& r) {
       {"unmaps", r.unmaps},
       {"evicted_bytes", r.evicted_bytes},
       {"ns_per_event", r.ns_per_event},
+      {"device_limit_bytes", r.device_limit_bytes},
+      {"device_limit_given", r.device_limit_given},
       {"frees", free_mode_name(r.frees)},
       {"driver_calls", calls_json(r.driver_calls)},
       {"last_step", step_json(last_step(r))},

@@ -51,8 +51,13 @@ bool parse_free_mode(const std::string& name, FreeMode* mode);
 // thread in the sim; a trace may name any number of streams.
 inline constexpr std::size_t kDefaultStreamLimit = 128;
 
+// The replay device's memory (the sim's capacity in a replay). Every target
+// runs under it when no smaller limit is given, baselines included, so that
+// no target can hold what the others may not.
+inline constexpr std::uint64_t kReplayDeviceBytes = std::uint64_t{1} << 40;
+
 struct TargetOptions {
-  std::uint64_t device_memory = 0;  // a budget; 0 = none
+  std::uint64_t device_memory = 0;  // a budget (--device-limit); 0: none given
   std::string conf;                 // a TIDEPOOL_CONF string for tidepool targets
   FreeMode frees = FreeMode::stream;
   // Trace stream ids past this many (in order of first use) share the sim
@@ -75,6 +80,11 @@ class Target {
   [[nodiscard]] virtual DriverCalls driver_calls() const { return {}; }
 };
 
+// The one device limit every target of a replay runs under: `device_memory`,
+// else a device_limit in `conf` (a percentage of kReplayDeviceBytes), else
+// kReplayDeviceBytes. `given` (may be null) tells whether one was given.
+std::uint64_t device_limit_of(const TargetOptions& options, bool* given = nullptr);
+
 // tidepool's policies first, then the baselines.
 std::vector<std::string> target_names();
 // Null with `error` set for an unknown name or a target that cannot start.
@@ -82,8 +92,10 @@ std::unique_ptr<Target> make_target(const std::string& name, const TargetOptions
 
 std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const TargetOptions& options,
                                              std::string* error);
-std::unique_ptr<Target> make_pytorch_rules_target(const TargetOptions& options);
-std::unique_ptr<Target> make_rmm_pool_target(const TargetOptions& options);
-std::unique_ptr<Target> make_cuda_malloc_target(const TargetOptions& options);
+// The baselines under `budget` bytes (0: only their address line bounds
+// them); make_target gives them device_limit_of(options).
+std::unique_ptr<Target> make_pytorch_rules_target(std::uint64_t budget);
+std::unique_ptr<Target> make_rmm_pool_target(std::uint64_t budget);
+std::unique_ptr<Target> make_cuda_malloc_target(std::uint64_t budget);
 
 }  // namespace tidepool::replay

@@ -54,7 +54,7 @@ const driver::Driver* sim_driver(std::string* error) {
       // Replays need room, not realism: the sim commits nothing until touched.
       using SetCapacity = void (*)(std::size_t);
       if (auto set = reinterpret_cast<SetCapacity>(::dlsym(driver->handle(), "tidepool_sim_set_capacity"))) {
-        set(std::size_t{1} << 40);
+        set(static_cast<std::size_t>(kReplayDeviceBytes));
       }
       // The replay launches no work: fences are finished once recorded, every
       // run alike, rather than whenever the sim's stream threads get to them.
@@ -187,10 +187,10 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   allocator_options.pool.policy = policy;
   allocator_options.pool.small_size = static_cast<std::size_t>(config.small_size);
   allocator_options.pool.hold_slack_percent = config.hold_slack;
-  allocator_options.device_limit = static_cast<std::size_t>(options.device_memory);
-  if (options.device_memory == 0 && config.device_limit && !config.device_limit->is_percent) {
-    allocator_options.device_limit = static_cast<std::size_t>(config.device_limit->bytes);
-  }
+  // The replay device's memory bounds the pool as it bounds the baselines
+  // (the sim's capacity); a smaller limit is a budget.
+  const std::uint64_t limit = device_limit_of(options);
+  if (limit < kReplayDeviceBytes) allocator_options.device_limit = static_cast<std::size_t>(limit);
   // Counted from before the allocator exists: what creating it costs is the target's too.
   const SimCallCount count = sim_call_count(*driver);
   const DriverCalls before = read_sim_calls(count);
@@ -216,6 +216,18 @@ bool parse_free_mode(const std::string& name, FreeMode* mode) {
   return true;
 }
 
+std::uint64_t device_limit_of(const TargetOptions& options, bool* given) {
+  std::uint64_t limit = options.device_memory;
+  if (limit == 0) {
+    const runtime::Config config = runtime::parse_config(options.conf);
+    if (!config.passthrough && config.device_limit) {
+      limit = static_cast<std::uint64_t>(config.device_limit->resolve(kReplayDeviceBytes));
+    }
+  }
+  if (given != nullptr) *given = limit != 0;
+  return limit == 0 ? kReplayDeviceBytes : std::min(limit, kReplayDeviceBytes);
+}
+
 std::vector<std::string> target_names() {
   std::vector<std::string> names;
   for (std::string_view p : pool::policy_names()) names.emplace_back(p);
@@ -224,9 +236,10 @@ std::vector<std::string> target_names() {
 }
 
 std::unique_ptr<Target> make_target(const std::string& name, const TargetOptions& options, std::string* error) {
-  if (name == "pytorch_rules") return make_pytorch_rules_target(options);
-  if (name == "rmm_pool") return make_rmm_pool_target(options);
-  if (name == "cuda_malloc") return make_cuda_malloc_target(options);
+  // The baselines under the replay's one device limit, as tidepool's policies.
+  if (name == "pytorch_rules") return make_pytorch_rules_target(device_limit_of(options));
+  if (name == "rmm_pool") return make_rmm_pool_target(device_limit_of(options));
+  if (name == "cuda_malloc") return make_cuda_malloc_target(device_limit_of(options));
   if (pool::make_policy(name) != nullptr) return make_tidepool_target(name, options, error);
   *error = "unknown policy \"" + name + "\"";
   return nullptr;
