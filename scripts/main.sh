@@ -20,11 +20,11 @@ if ((${#traces[@]} == 0)); then
   exit 1
 fi
 ./build/default/tools/replay/tidepool-replay --policy all --json-out "$out_dir/replay.jsonl" \
-  --html "$out_dir/replay.html" --chrome-trace "$out_dir/replay.perfetto.json" "${traces[@]}" |
+  --html "$out_dir/replay.html" --chrome-trace "$out_dir/replay.perfetto.json.gz" "${traces[@]}" |
   tee "$out_dir/replay.txt"
 out_abs="$(cd "$out_dir" && pwd)"
 echo
 echo "table:        $out_abs/replay.txt"
 echo "JSON lines:   $out_abs/replay.jsonl (keys: docs/replay.md)"
 echo "HTML report:  $out_abs/replay.html"
-echo "Perfetto:     $out_abs/replay.perfetto.json (open in https://ui.perfetto.dev or chrome://tracing)"
+echo "Perfetto:     $out_abs/replay.perfetto.json.gz (open in https://ui.perfetto.dev or chrome://tracing)"

@@ -3,6 +3,7 @@
 #include "runtime/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -56,6 +57,41 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return previous[b.size()];
 }
 
+// The name in `names` nearest to a mistyped `value`, when it is near enough
+// to be meant; null otherwise.
+template <typename Names>
+std::string_view nearest_name(std::string_view value, const Names& names) {
+  std::string_view nearest;
+  if (value.size() > 64) return nearest;  // no name is that long; and the distance costs value × name
+  std::size_t best = std::max<std::size_t>(2, value.size() / 3) + 1;
+  for (std::string_view name : names) {
+    const std::size_t distance = edit_distance(value, name);
+    if (distance < best) {
+      best = distance;
+      nearest = name;
+    }
+  }
+  return nearest;
+}
+
+// "one of a b c", and the nearest of them to `value` when there is one.
+template <typename Names>
+std::string one_of(std::string_view value, const Names& names) {
+  std::string expected = "one of";
+  // Appended piecewise: `" " + std::string(name)` trips GCC 12's -Wrestrict
+  // false positive at -O3.
+  for (std::string_view name : names) {
+    expected += ' ';
+    expected.append(name);
+  }
+  if (const std::string_view nearest = nearest_name(value, names); !nearest.empty()) {
+    expected += "; did you mean \"";
+    expected.append(nearest);
+    expected += "\"?";
+  }
+  return expected;
+}
+
 // Each kind: parse `value` into the field, or say what was expected.
 bool parse_size_or_percent(std::string_view value, std::optional<util::SizeSpec>& out, std::string& expected) {
   auto spec = util::parse_size(value);
@@ -104,16 +140,22 @@ bool parse_percent(std::string_view value, unsigned& out, std::string& expected)
   return true;
 }
 
+// Case aside: PyTorch's own settings are written `expandable_segments:True`.
 bool parse_switch(std::string_view value, bool& out, std::string& expected) {
-  if (value == "on" || value == "true" || value == "1") {
+  const auto is = [&](std::string_view word) {
+    return value.size() == word.size() && std::equal(value.begin(), value.end(), word.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == b;
+           });
+  };
+  if (is("on") || is("true") || is("yes") || value == "1") {
     out = true;
     return true;
   }
-  if (value == "off" || value == "false" || value == "0") {
+  if (is("off") || is("false") || is("no") || value == "0") {
     out = false;
     return true;
   }
-  expected = "on or off";
+  expected = "on or off (or true, false, yes, no, 1, 0)";
   return false;
 }
 
@@ -126,13 +168,7 @@ bool parse_name_from(const Names& names, std::string_view value, std::string& ou
       return true;
     }
   }
-  expected = "one of";
-  // Appended piecewise: `" " + std::string(name)` trips GCC 12's -Wrestrict
-  // false positive at -O3.
-  for (std::string_view name : names) {
-    expected += ' ';
-    expected.append(name);
-  }
+  expected = one_of(value, names);
   return false;
 }
 
@@ -155,7 +191,8 @@ bool parse_prefetch_mode(std::string_view value, PrefetchMode& out, std::string&
       return true;
     }
   }
-  expected = "one of off hints launch learn";
+  static constexpr std::string_view kNames[] = {"off", "hints", "launch", "learn"};
+  expected = one_of(value, kNames);
   return false;
 }
 
@@ -178,7 +215,8 @@ bool parse_log_level(std::string_view value, LogLevel& out, std::string& expecte
       return true;
     }
   }
-  expected = "one of off error warn info debug trace";
+  static constexpr std::string_view kNames[] = {"off", "error", "warn", "info", "debug", "trace"};
+  expected = one_of(value, kNames);
   return false;
 }
 
@@ -209,24 +247,18 @@ Config defaults() {
 }
 
 // The known key nearest to a misspelt one, when it is near enough to be meant.
-const char* nearest_key(std::string_view key) {
-  const char* nearest = nullptr;
-  if (key.size() > 64) return nullptr;  // no key is that long; and the distance costs key × key
-  std::size_t best = std::max<std::size_t>(2, key.size() / 3) + 1;
-  for (const OptionInfo& option : kOptions) {
-    const std::size_t distance = edit_distance(key, option.key);
-    if (distance < best) {
-      best = distance;
-      nearest = option.key;
-    }
-  }
-  return nearest;
+std::string_view nearest_key(std::string_view key) {
+  std::vector<std::string_view> keys;
+  for (const OptionInfo& option : kOptions) keys.emplace_back(option.key);
+  return nearest_name(key, keys);
 }
 
 Config invalid(std::string message) {
   Config config = defaults();
   config.passthrough = true;
-  config.error = "tidepool: TIDEPOOL_CONF: " + message + "; passing all calls through to the driver";
+  // What is wrong, not what follows from it: the preload passes every call
+  // through (config_from_environment says so), tidepool-run refuses to run.
+  config.error = "tidepool: TIDEPOOL_CONF: " + message;
   if (config.error.size() > kMaxErrorLine) config.error.replace(kMaxErrorLine - 3, std::string::npos, "...");
   return config;
 }
@@ -258,10 +290,10 @@ Config parse_config(std::string_view text) {
     std::string expected;
     if (!apply(config, key, value, expected)) {
       if (expected.empty()) {
-        const char* nearest = nearest_key(key);
+        const std::string_view nearest = nearest_key(key);
         return invalid("unknown key " + quoted(key) +
-                       (nearest != nullptr ? std::string(" (did you mean \"") + nearest + "\"?)"
-                                           : std::string(" (tidepool-run --help lists the keys)")));
+                       (!nearest.empty() ? " (did you mean \"" + std::string(nearest) + "\"?)"
+                                         : std::string(" (tidepool-run --help lists the keys)")));
       }
       return invalid("bad value " + quoted(value) + " for key " + quoted(key) + " (expected " + expected + ")");
     }
@@ -275,7 +307,7 @@ Config config_from_environment() {
   // environment of whoever started it cannot direct its file output.
   const char* text = ::secure_getenv("TIDEPOOL_CONF");
   Config config = parse_config(text != nullptr ? text : "");
-  if (config.passthrough) std::fprintf(stderr, "%s\n", config.error.c_str());
+  if (config.passthrough) std::fprintf(stderr, "%s; passing all calls through to the driver\n", config.error.c_str());
   return config;
 }
 

@@ -121,10 +121,25 @@ TEST(TidepoolRun, KeepsExistingPreloadEntriesFirst) {
   EXPECT_NE(out.find("libtidepool.so"), std::string::npos) << out;
 }
 
-TEST(TidepoolRun, AProgramThatCannotRunIs127) {
+// As a shell answers: 127 for no such program, 126 for a file that cannot
+// be run.
+TEST(TidepoolRun, AProgramNotThereIs127AndOneThatCannotRunIs126) {
   std::string out;
   EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " -- /nonexistent/program 2>/dev/null", &out), 127);
   EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " 2>/dev/null", &out), 2);
+  const std::string plain = ::testing::TempDir() + "/tidepool_run_not_executable";
+  std::ofstream(plain) << "not a program\n";
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " -- " + plain + " 2>/dev/null", &out), 126);
+  std::remove(plain.c_str());
+}
+
+TEST(TidepoolRun, HelpHasOneUsageLineNamingTheProgramsPlace) {
+  std::string out;
+  EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " --help", &out), 0);
+  std::size_t usages = 0;
+  for (std::size_t at = out.find("Usage:"); at != std::string::npos; at = out.find("Usage:", at + 1)) ++usages;
+  EXPECT_EQ(usages, 1u) << out;
+  EXPECT_NE(out.find("Usage: tidepool-run [OPTIONS] [--] CMD [ARGS...]"), std::string::npos) << out;
 }
 
 // The program's own flags, even ones tidepool-run also has, belong to it
@@ -156,6 +171,8 @@ TEST(TidepoolRun, ABadConfigurationIsRefusedWithStatus2AndTheProgramNeverRuns) {
     EXPECT_EQ(run_command(std::string(TIDEPOOL_RUN) + " --conf " + conf + " touch " + marker + " 2>&1", &out), 2)
         << conf;
     EXPECT_NE(out.find("tidepool-run: not running touch"), std::string::npos) << out;
+    // Nothing passes through: the program does not run at all.
+    EXPECT_EQ(out.find("passing all calls through"), std::string::npos) << out;
     std::string inherited;
     EXPECT_EQ(run_command(std::string("TIDEPOOL_CONF=") + conf + " " + TIDEPOOL_RUN + " touch " + marker + " 2>&1",
                           &inherited),

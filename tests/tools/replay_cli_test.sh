@@ -57,6 +57,24 @@ case "$case_name" in
     grep -q 'failed different numbers of requests (best_fit [0-9]*, pytorch_rules [0-9]*)' small.txt ||
       fail "rows with different failures are not pointed out"
     ;;
+  outputs)
+    # Every output is checked before the work: with a trace that would fail
+    # mid-replay, a path that cannot be written is what is reported.
+    printf 'Thread,Time,Action,Pointer,Size,Stream\n0,00:00:00:000001,frobnicate,0x10,64,0\n' > bad.csv
+    for flag in --html --chrome-trace --json-out; do
+      "$replay" "$flag" /no/such/dir/out bad.csv > /dev/null 2> out.err
+      [ $? -eq 1 ] || fail "$flag: an unwritable path was not refused first"
+      grep -q 'cannot write /no/such/dir/out.*No such file or directory' out.err || fail "$flag: no reason given"
+    done
+    # A .gz name is written gzipped, and holds the same trace.
+    "$replay" --policy best_fit --chrome-trace t.json.gz "$sample" > /dev/null 2> gz.err || fail "--chrome-trace .gz"
+    "$replay" --policy best_fit --chrome-trace t.json "$sample" > /dev/null 2> plain.err || fail "--chrome-trace"
+    gzip -t t.json.gz || fail "t.json.gz is not gzip"
+    # The same events (a run's timings differ between the two runs).
+    events() { python3 -c 'import gzip, json, sys; o = gzip.open if sys.argv[1].endswith(".gz") else open; print(len(json.load(o(sys.argv[1], "rt"))["traceEvents"]))' "$1"; }
+    [ "$(events t.json.gz)" -eq "$(events t.json)" ] || fail "the gzipped trace holds other events than the plain one"
+    [ "$(wc -c < t.json.gz)" -lt "$(( $(wc -c < t.json) / 4 ))" ] || fail "the gzipped trace is not smaller"
+    ;;
   lenient)
     # The first 1,000 events cut off: the trace frees blocks it never saw.
     zcat "$sample" | sed '2,1001d' > mid.csv

@@ -8,24 +8,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
+#include "output_file.hpp"
 #include "replay.hpp"
 #include "reports.hpp"
 #include "runtime/runtime.hpp"
 #include "util/util.hpp"
 
 using namespace tidepool::replay;  // NOLINT(google-build-using-namespace): a tool's main
-
-namespace {
-
-bool write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  return static_cast<bool>(out);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Replay RMM-format allocation traces against tidepool's policies and baselines."};
@@ -52,17 +42,19 @@ int main(int argc, char** argv) {
                  "How tidepool's policies see the trace's frees: stream (cudaFreeAsync, the default) or device "
                  "(cudaFree/cuMemFree, as a preloaded cudaMalloc program makes them)")
       ->check(CLI::IsMember({"stream", "device"}));
-  app.add_option("--steps", step_count, "Split the trace into N equal training steps (default: detect them)")
-      ->check(CLI::Range(1, 1000000));
+  app.add_option("--steps", step_count,
+                 "Split the trace into N equal training steps, 1 to 1000000 (default: detect them)")
+      ->check(CLI::Range(1, 1000000).description(""))
+      ->type_name("N");
   app.add_flag("--json", json, "One JSON object per (trace, policy) line on stdout, instead of the table");
   app.add_option("--json-out", json_path, "Also write the JSON lines to this file (the table stays on stdout)");
   app.add_flag("--lenient", lenient,
                "Replay a trace recorded mid-run: count and skip frees of blocks allocated before it began");
   app.add_flag("--progress", progress, "Show the progress line on stderr even when it is not a terminal");
-  app.add_option("--html", html, "Write a self-contained HTML report here");
+  app.add_option("--html", html, "Write a self-contained HTML report here (gzipped if the name ends in .gz)");
   app.add_option("--chrome-trace", chrome,
                  "Write a Perfetto / Chrome trace here: live and reserved counters, one slice per allocation, "
-                 "out-of-memory and budget markers");
+                 "out-of-memory and budget markers. Name it .json.gz to have it gzipped (ui.perfetto.dev opens it)");
   ChromeTraceOptions chrome_options;
   app.add_option("--max-slices", chrome_options.max_slices,
                  "At most this many allocation slices in the --chrome-trace file, over all runs (those nearest each "
@@ -103,11 +95,22 @@ int main(int argc, char** argv) {
     }
     target_options.device_memory = spec->bytes;
   }
+  // Every output is opened before the work, so that one that cannot be
+  // written fails now, with the reason.
   std::FILE* json_file = nullptr;
   if (!json_path.empty()) {
     json_file = std::fopen(json_path.c_str(), "w");
     if (json_file == nullptr) {
       std::fprintf(stderr, "tidepool-replay: cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  OutputFile html_file;
+  OutputFile chrome_file;
+  for (auto [path, file] : {std::pair{&html, &html_file}, std::pair{&chrome, &chrome_file}}) {
+    std::string error;
+    if (!path->empty() && !file->open(*path, &error)) {
+      std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
       return 1;
     }
   }
@@ -148,12 +151,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!json) std::printf("%s", table(results).c_str());
-  if (!html.empty() && !write_file(html, html_report(results, make_report_run(argc, argv, target_options, options)))) {
-    std::fprintf(stderr, "tidepool-replay: cannot write %s\n", html.c_str());
+  std::string error;
+  if (html_file.is_open() &&
+      !html_file.write_and_close(html_report(results, make_report_run(argc, argv, target_options, options)), &error)) {
+    std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
     return 1;
   }
-  if (!chrome.empty() && !write_file(chrome, chrome_trace(results, chrome_options))) {
-    std::fprintf(stderr, "tidepool-replay: cannot write %s\n", chrome.c_str());
+  if (chrome_file.is_open() && !chrome_file.write_and_close(chrome_trace(results, chrome_options), &error)) {
+    std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
     return 1;
   }
   return 0;

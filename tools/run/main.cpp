@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,13 +49,21 @@ void prepend_path(const char* variable, const std::string& entry) {
   setenv(variable, value.c_str(), 1);
 }
 
+// The usage line with the program's place in it: CLI11's own knows only
+// our options.
+class Usage : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* /*app*/, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] [--] CMD [ARGS...]\n";
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.\n"
-      "Usage: tidepool-run [OPTIONS] [--] CMD [ARGS...]",
-      "tidepool-run"};
+  CLI::App app{"Runs CMD with libtidepool.so preloaded, so that its device allocations come from tidepool.",
+               "tidepool-run"};
+  app.formatter(std::make_shared<Usage>());
   std::string conf;
   std::string library = installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
   std::string sim_library = installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
@@ -123,6 +132,9 @@ int main(int argc, char** argv) {
   for (std::string& word : command) args.push_back(word.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  std::fprintf(stderr, "tidepool-run: cannot run \"%s\": %s\n", args[0], std::strerror(errno));
-  return 127;
+  // As a shell answers: 127 when there is no such program, 126 when it is
+  // there but cannot be run (not executable, not a program).
+  const int error = errno;
+  std::fprintf(stderr, "tidepool-run: cannot run \"%s\": %s\n", args[0], std::strerror(error));
+  return error == ENOENT || error == ENOTDIR ? 127 : 126;
 }
