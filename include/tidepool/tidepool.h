@@ -61,8 +61,23 @@ TIDEPOOL_API const char* tidepool_status_string(tidepool_status status);
 /* Allocates `size` bytes on `device` with cudaMalloc semantics: usable by any
  * stream. A zero size yields a null pointer and TIDEPOOL_OK. */
 TIDEPOOL_API tidepool_status tidepool_malloc(void** ptr, size_t size, int device);
-/* Frees with cudaFree semantics: the memory is not reused until work queued
- * before the call has finished. Freeing NULL is a no-op. */
+/* Frees with cudaFree's ordering for device work: no work queued after the
+ * call, on any stream of the device, runs before the work queued before it
+ * has finished. How that holds depends on free_barrier (docs/configuration.md):
+ * - free_barrier:on, the default whenever tidepool sees every stream the
+ *   process creates (preloaded, or linked and the program's streams made
+ *   through the driver or runtime): the memory may be handed out again at
+ *   once, and every stream's later work is ordered behind a device barrier,
+ *   after the work queued before the free. The host never waits.
+ * - free_barrier:off (and whenever tidepool cannot see every stream): the
+ *   memory is not handed out again until the work queued before the call
+ *   has finished.
+ * Writers outside streams are ordered by neither the barrier nor stream
+ * work: host code through mapped memory, cuFile, a NIC's RDMA, another
+ * device over peer access. Under free_barrier:on their writes may land in
+ * memory already handed out again; for memory they touch, set
+ * free_barrier:off and make sure they have finished before the free.
+ * Freeing NULL is a no-op. */
 TIDEPOOL_API tidepool_status tidepool_free(void* ptr);
 
 /* Stream-ordered variants: reuse on `stream` is immediate, on other streams it
