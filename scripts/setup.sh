@@ -36,11 +36,15 @@ if [ ! -f "$cuda_home/include/cuda.h" ]; then
 fi
 
 # RMM's headers (with the CCCL they ship), from the librmm wheel of the Python
-# registry, so that include/tidepool/rmm.hpp is compiled and tested. Best
-# effort: without them that one test is skipped, nothing else changes.
+# registry, so that include/tidepool/rmm.hpp is compiled and tested. Only that
+# one test (tests/rmm) needs them, and the wheels are a 28 MB download, once:
+# best effort, and TIDEPOOL_SETUP_RMM=0 skips it. Without them that test is
+# skipped and nothing else changes.
 rmm_version="26.10.0"
 logger_version="0.3.0"  # librmm.so's one run-time dependency beyond libc and libstdc++
-if [ ! -f .deps/librmm/include/rmm/resource_ref.hpp ] || [ ! -f .deps/rapids_logger/lib64/librapids_logger.so ]; then
+if [ "${TIDEPOOL_SETUP_RMM:-1}" = 0 ]; then
+  echo "setup: TIDEPOOL_SETUP_RMM=0: librmm not fetched; tidepool/rmm.hpp will not be tested" >&2
+elif [ ! -f .deps/librmm/include/rmm/resource_ref.hpp ] || [ ! -f .deps/rapids_logger/lib64/librapids_logger.so ]; then
   rm -rf .deps/wheels .deps/unpacked
   if python3 -m pip download --quiet --no-deps --only-binary=:all: -d .deps/wheels \
       "librmm-cu12==$rmm_version" "rapids-logger==$logger_version" >/dev/null 2>&1; then
