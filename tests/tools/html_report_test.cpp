@@ -129,6 +129,44 @@ TEST(HtmlReport, ABaselineIsNeverTheBestWhileATidepoolPolicyRan) {
   EXPECT_EQ(data.at("traces")[1].at("best"), 1);  // only baselines ran: the better of them
 }
 
+// ... but a baseline ahead of the ★ is pointed out, in the line of winners,
+// the summary table and the trace's section, and in the terminal's table.
+TEST(HtmlReport, ABaselineAheadOfTheStarIsPointedOutNotHidden) {
+  const std::vector<Result> results = {
+      made_up("t1.csv", "best_fit", 0.90, 0), made_up("t1.csv", "cuda_malloc", 0.99, 0),
+      made_up("t1.csv", "rmm_pool", 0.95, 2),  // fails more: not ahead, whatever its utilization
+      made_up("t2.csv", "best_fit", 0.97, 0), made_up("t2.csv", "pytorch_rules", 0.96, 0)};
+  const std::string html = html_report(results);
+  EXPECT_NE(html.find("(ahead of it, a baseline: cuda_malloc 99.00%)"), std::string::npos);
+  EXPECT_EQ(html.find("rmm_pool 95.00%"), std::string::npos);
+  EXPECT_NE(html.find("<tr class=\"ahead\"><td class=\"name\">cuda_malloc <span class=\"ahead\""), std::string::npos);
+  EXPECT_EQ(html.find("<tr class=\"ahead\"><td class=\"name\">pytorch_rules"), std::string::npos);
+  const std::string text = table(results);
+  EXPECT_NE(text.find("(t1.csv: ahead of tidepool's best, best_fit 0.9000, is a baseline: cuda_malloc 0.9900)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("t2.csv: ahead"), std::string::npos) << text;
+}
+
+// The sample traces say how they were recorded (PyTorch on the CPU: one
+// stream, no cuDNN or cuBLAS workspaces); other traces say nothing.
+TEST(HtmlReport, ASampleTraceSaysHowItWasRecorded) {
+  Result sample = made_up("data/traces/mobilenet_v2_b32.csv.gz", "best_fit", 0.97, 0);  // 77,050 events
+  Result renamed = made_up("mine/mobilenet_v2_b32.csv.gz", "best_fit", 0.97, 0);
+  renamed.trace = "other/mobilenet_v2_b32.csv.gz";
+  renamed.events = 12;  // the same name, another trace
+  Result other = made_up("mine/run.csv", "best_fit", 0.97, 0);
+  const std::string html = html_report({sample, renamed, other});
+  const std::string note = "tensor allocations recorded on the CPU, so one stream and no cuDNN or cuBLAS";
+  std::size_t notes = 0;
+  for (std::size_t at = html.find(note); at != std::string::npos; at = html.find(note, at + 1)) ++notes;
+  EXPECT_EQ(notes, 1u);
+  const std::string text = table({sample, renamed, other});
+  EXPECT_NE(text.find("(mobilenet_v2_b32.csv.gz: a sample trace (data/traces): PyTorch's " + note), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("run.csv: a sample"), std::string::npos) << text;
+}
+
 TEST(HtmlReport, HostileTraceNamesAreEscapedAndCannotEndTheData) {
   // A file name cannot hold '/', so "</script>" can only be a directory:
   // the full path is shown (the run's traces), the file name is in the data.

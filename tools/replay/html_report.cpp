@@ -11,6 +11,7 @@
 
 #include "report_assets.hpp"
 #include "reports.hpp"
+#include "trace_notes.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::replay {
@@ -93,35 +94,6 @@ struct TraceGroup {
   std::vector<const Result*> runs;
   std::size_t best = 0;  // index into runs
 };
-
-// The baselines emulate other allocators for reference; a user picks among
-// tidepool's policies, so a baseline is marked best only when nothing else
-// ran. (cuda_malloc's utilization, for one, is bought with a driver call
-// per allocation.)
-bool is_baseline(const std::string& name) {
-  return name == "pytorch_rules" || name == "rmm_pool" || name == "cuda_malloc";
-}
-
-// The best run: a tidepool policy over a baseline, then the fewest failed
-// allocations, then the highest utilization, then the least reserved; the
-// first of equals.
-std::size_t best_run(const std::vector<const Result*>& runs) {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < runs.size(); ++i) {
-    const Result& a = *runs[i];
-    const Result& b = *runs[best];
-    if (is_baseline(a.policy) != is_baseline(b.policy)) {
-      if (!is_baseline(a.policy)) best = i;
-    } else if (a.failed_allocations != b.failed_allocations) {
-      if (a.failed_allocations < b.failed_allocations) best = i;
-    } else if (a.utilization != b.utilization) {
-      if (a.utilization > b.utilization) best = i;
-    } else if (a.peak_reserved_bytes < b.peak_reserved_bytes) {
-      best = i;
-    }
-  }
-  return best;
-}
 
 std::vector<TraceGroup> group_by_trace(const std::vector<Result>& results) {
   std::vector<TraceGroup> groups;
@@ -282,12 +254,17 @@ std::string summary_table(const std::vector<TraceGroup>& groups) {
   for (const TraceGroup& g : groups) {
     out += "<tr class=\"group\"><td colspan=\"13\"><a href=\"#trace-" + std::to_string(index++) + "\">" +
            escape(base_name(g.path)) + "</a> · " + count_text(g.runs.front()->events) + " events</td></tr>\n";
+    const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
     for (std::size_t i = 0; i < g.runs.size(); ++i) {
       const Result& r = *g.runs[i];
       const bool best = i == g.best;
+      const bool beats_best = std::find(ahead.begin(), ahead.end(), &r) != ahead.end();
       const StepResult last = last_step(r);
-      out += std::string(best ? "<tr class=\"best\">" : "<tr>") + "<td class=\"name\">" +
-             (best ? "<span class=\"star\">★</span> " : "") + escape(r.policy) + "</td><td>" +
+      out += std::string(best         ? "<tr class=\"best\">"
+                         : beats_best ? "<tr class=\"ahead\">"
+                                      : "<tr>") +
+             "<td class=\"name\">" + (best ? "<span class=\"star\">★</span> " : "") + escape(r.policy) +
+             (beats_best ? " <span class=\"ahead\" title=\"a baseline ahead of the ★\">▲</span>" : "") + "</td><td>" +
              mib_text(r.peak_live_bytes) + "</td><td>" + mib_text(r.peak_reserved_bytes) + "</td><td>" +
              fixed(100.0 * r.utilization, 2) + "%</td><td>" + fixed(r.external_fragmentation_at_peak, 4) + "</td><td>" +
              mib_text(r.internal_waste_at_peak) + "</td><td>" + count_text(r.failed_allocations) + "</td><td>" +
@@ -325,6 +302,26 @@ std::string steps_table(const TraceGroup& g) {
   return out + "</table>\n";
 }
 
+// Baselines that beat the ★, said where the ★ is: " (ahead of it: a
+// baseline, cuda_malloc 99.41%)", or nothing.
+std::string ahead_text(const TraceGroup& g) {
+  const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
+  if (ahead.empty()) return {};
+  std::string out = " <span class=\"ahead\">(ahead of it, ";
+  out += ahead.size() == 1 ? "a baseline: " : "baselines: ";
+  for (std::size_t i = 0; i < ahead.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + escape(ahead[i]->policy) + " " + fixed(100.0 * ahead[i]->utilization, 2) + "%";
+  }
+  return out + ")</span>";
+}
+
+// How a sample trace was recorded, where its section begins.
+std::string origin_note(const Result& r) {
+  const std::string origin = sample_origin(r);
+  return origin.empty() ? std::string()
+                        : "<p class=\"note origin\">" + escape(base_name(r.trace)) + ": " + escape(origin) + ".</p>\n";
+}
+
 // One line naming each trace's winner, for the reader who looks no further.
 std::string best_list(const std::vector<TraceGroup>& groups) {
   std::string out = "<p class=\"winners\">";
@@ -332,7 +329,7 @@ std::string best_list(const std::vector<TraceGroup>& groups) {
     const Result& best = *groups[i].runs[groups[i].best];
     out += std::string(i == 0 ? "" : " · ") + "<a href=\"#trace-" + std::to_string(i) + "\">" +
            escape(base_name(groups[i].path)) + "</a>: <span class=\"star\">★</span> <b>" + escape(best.policy) +
-           "</b> " + fixed(100.0 * best.utilization, 2) + "%";
+           "</b> " + fixed(100.0 * best.utilization, 2) + "%" + ahead_text(groups[i]);
   }
   return out + "</p>\n";
 }
@@ -398,9 +395,10 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
            " events, frees: " + free_mode_name(best.frees) + ". Best: <b>★ " + escape(best.policy) +
            "</b>, utilization " + fixed(100.0 * best.utilization, 2) + "%, peak reserved " +
            mib_text(best.peak_reserved_bytes) + " MiB for a live peak of " + mib_text(best.peak_live_bytes) + " MiB" +
-           ".</p>\n<h3 id=\"" + id + "-timeline\">Live and reserved bytes over time</h3>\n<div class=\"chart\" id=\"" +
-           id + "-timeline-chart\" data-chart=\"timeline\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" +
-           id + "-pool\">The pool at the live peak</h3>\n<div class=\"chart\" id=\"" + id +
+           ahead_text(g) + ".</p>\n" + origin_note(best) + "<h3 id=\"" + id +
+           "-timeline\">Live and reserved bytes over time</h3>\n<div class=\"chart\" id=\"" + id +
+           "-timeline-chart\" data-chart=\"timeline\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
+           "-pool\">The pool at the live peak</h3>\n<div class=\"chart\" id=\"" + id +
            "-pool-chart\" data-chart=\"pool\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
            "-steps\">Driver calls per step</h3>\n<details><summary>every step, every policy (step 0 holds the "
            "setup)</summary>\n" +

@@ -244,11 +244,19 @@ function comparePanels(container, data, kind) {
     const plot = {x: label, y: 24, w: width - label - valueW, h: rowH * trace.runs.length};
     const root = svg('svg', {width: width, height: plot.y + plot.h + 40, role: 'img'}, panel);
     svgText(root, 0, 14, trace.name, {class: 'title'});
-    const sx = kind === 'calls' ? v => plot.x + plot.w * Math.log10(1 + v) / logTop : v => plot.x + plot.w * v;
+    // Utilization bars start where this trace's runs differ, not at 0%, so
+    // that 99.0% and 99.7% look different: the axis starts at the whole
+    // percent (five, when the runs span more than 20%) below the lowest run,
+    // and its label says where.
+    const lowest = Math.min(...trace.runs.map(r => r.util));
+    const step = 1 - lowest > 0.2 ? 0.05 : 0.01;
+    const from = kind === 'calls' ? 0 : Math.max(0, Math.floor(lowest / step - 1e-9) * step - step);
+    const sx = kind === 'calls' ? v => plot.x + plot.w * Math.log10(1 + v) / logTop :
+                                  v => plot.x + plot.w * (v - from) / (1 - from);
     const gridG = svg('g', {class: 'grid'}, root);
     const ticks = kind === 'calls' ?
         [0, 1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7].filter(v => v <= Math.max(top, 1) * 1.0001) :
-        [0, 0.25, 0.5, 0.75, 1];
+        [0, 1, 2, 3, 4].map(k => from + k * (1 - from) / 4);
     for (const v of ticks) svg('line', {x1: sx(v), x2: sx(v), y1: plot.y, y2: plot.y + plot.h}, gridG);
     trace.runs.forEach((r, i) => {
       const y = plot.y + i * rowH;
@@ -287,9 +295,11 @@ function comparePanels(container, data, kind) {
       lastLabelled = sx(v);
       return true;
     });
-    axisBottom(
-        root, plot, labelled.map(v => ({x: sx(v), text: kind === 'calls' ? shortCount(v) : Math.round(100 * v) + '%'})),
-        kind === 'calls' ? 'driver calls in the last step (log scale)' : 'utilization: peak live / peak reserved');
+    const percent = v => (100 * v).toFixed(from > 0 && (1 - from) < 0.1 ? 1 : 0) + '%';
+    axisBottom(root, plot, labelled.map(v => ({x: sx(v), text: kind === 'calls' ? shortCount(v) : percent(v)})),
+               kind === 'calls' ? 'driver calls in the last step (log scale)' :
+                                  'utilization: peak live / peak reserved' +
+                       (from > 0 ? ' (axis from ' + percent(from) + ')' : ''));
   });
   container.dataset.drawn = String(marks);
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "trace_notes.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::replay {
@@ -91,6 +92,40 @@ std::string comparability_note(const std::vector<Result>& results) {
   return out;
 }
 
+// Per trace: a baseline ahead of tidepool's best policy, and how a sample
+// trace was recorded.
+std::string trace_notes(const std::vector<Result>& results) {
+  std::string out;
+  std::vector<std::string> traces;
+  for (const Result& r : results) {
+    if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
+  }
+  for (const std::string& trace : traces) {
+    std::vector<const Result*> runs;
+    for (const Result& r : results) {
+      if (r.trace == trace) runs.push_back(&r);
+    }
+    const Result& best = *runs[best_run(runs)];
+    const std::vector<const Result*> ahead = baselines_ahead(runs, best);
+    if (!ahead.empty()) {
+      std::string names;
+      for (const Result* r : ahead) {
+        char figure[32];
+        std::snprintf(figure, sizeof figure, " %.4f", r->utilization);
+        names += (names.empty() ? "" : ", ") + r->policy + figure;
+      }
+      char best_figure[32];
+      std::snprintf(best_figure, sizeof best_figure, "%.4f", best.utilization);
+      out += "(" + base_name(trace) + ": ahead of tidepool's best, " + best.policy + " " + best_figure +
+             (ahead.size() == 1 ? ", is a baseline: " : ", are baselines: ") + names + ")\n";
+    }
+    if (const std::string origin = sample_origin(*runs.front()); !origin.empty()) {
+      out += "(" + base_name(trace) + ": " + origin + ")\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string table(const std::vector<Result>& results) {
@@ -133,6 +168,7 @@ std::string table(const std::vector<Result>& results) {
       "bench_live_replay time the allocator)\n";
   out += limits_note(results);
   out += comparability_note(results);
+  out += trace_notes(results);
   if (any_unknown_frees) {
     for (const Result& r : results) {
       if (r.unknown_frees == 0) continue;
