@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "runtime/logging.hpp"
 #include "util/util.hpp"
@@ -39,19 +40,6 @@ std::uint64_t thread_id() noexcept {
   return id;
 }
 
-bool write_all(int fd, const char* data, std::size_t size) noexcept {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
 TraceRecorder::Slot* TraceRecorder::map_slots() {
@@ -76,7 +64,7 @@ util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
   const bool empty = ::lseek(fd, 0, SEEK_END) == 0;
   std::string header(kTraceHeader);
   header += '\n';
-  if (empty && !write_all(fd, header.data(), header.size())) {
+  if (empty && !util::write_all(fd, header)) {
     const int error = errno;
     ::close(fd);
     return util::Status(util::Error::io_error, std::strerror(error));
@@ -216,7 +204,7 @@ void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
 void TraceRecorder::write_out() noexcept {
   if (buffered_ == 0) return;
   if (!write_failed_) {
-    if (write_all(fd_, buffer_.get(), buffered_)) {
+    if (util::write_all(fd_, std::string_view(buffer_.get(), buffered_))) {
       written_.fetch_add(buffered_events_, std::memory_order_relaxed);
     } else {
       write_failed_ = true;

@@ -11,8 +11,6 @@
 
 namespace tidepool::util {
 
-namespace {
-
 bool write_all(int fd, std::string_view data) noexcept {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
@@ -24,6 +22,8 @@ bool write_all(int fd, std::string_view data) noexcept {
   }
   return true;
 }
+
+namespace {
 
 const char* not_regular_reason(mode_t mode) {
   if (S_ISDIR(mode)) return "is a directory, not a regular file";

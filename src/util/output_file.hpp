@@ -29,6 +29,10 @@ enum class OutputMode { truncate, append };
 // A descriptor for writing `path` (O_CLOEXEC, blocking), or why not.
 Result<int> open_output_file(const std::string& path, OutputMode mode);
 
+// Writes all of `data` to `fd`, through short writes and EINTR; false (errno
+// set) on an error.
+bool write_all(int fd, std::string_view data) noexcept;
+
 // Replaces `path` with `contents` atomically (readers see the old file or the
 // new one, never a part).
 Status replace_file(const std::string& path, std::string_view contents);

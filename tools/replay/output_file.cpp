@@ -9,22 +9,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/util.hpp"
+
 namespace tidepool::replay {
 
 namespace {
-
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
 
 // `text` as one gzip member; false when zlib fails (out of memory).
 bool gzip(std::string_view text, std::string* out) {
@@ -73,7 +62,7 @@ bool OutputFile::write_and_close(std::string_view text, std::string* error) {
     }
     text = compressed;
   }
-  const bool written = write_all(fd_, text.data(), text.size());
+  const bool written = util::write_all(fd_, text);
   const int write_error = errno;
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;

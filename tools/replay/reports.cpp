@@ -66,15 +66,20 @@ std::string limits_note(const std::vector<Result>& results) {
          (first.device_limit_given ? "as given" : "the replay device's memory; --device-limit sets another") + ")\n";
 }
 
-// A trace whose targets failed different numbers of requests: their peaks
-// count different allocations, so the rows do not compare.
-std::string comparability_note(const std::vector<Result>& results) {
-  std::string out;
+// Each trace once, in the order of its first result.
+std::vector<std::string> traces_in_order(const std::vector<Result>& results) {
   std::vector<std::string> traces;
   for (const Result& r : results) {
     if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
   }
-  for (const std::string& trace : traces) {
+  return traces;
+}
+
+// A trace whose targets failed different numbers of requests: their peaks
+// count different allocations, so the rows do not compare.
+std::string comparability_note(const std::vector<Result>& results) {
+  std::string out;
+  for (const std::string& trace : traces_in_order(results)) {
     std::string failures;
     std::optional<std::uint64_t> seen;
     bool differ = false;
@@ -96,11 +101,7 @@ std::string comparability_note(const std::vector<Result>& results) {
 // trace was recorded.
 std::string trace_notes(const std::vector<Result>& results) {
   std::string out;
-  std::vector<std::string> traces;
-  for (const Result& r : results) {
-    if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
-  }
-  for (const std::string& trace : traces) {
+  for (const std::string& trace : traces_in_order(results)) {
     std::vector<const Result*> runs;
     for (const Result& r : results) {
       if (r.trace == trace) runs.push_back(&r);
