@@ -222,6 +222,15 @@ function axisBottom(layer, plot, ticks, label) {
   if (label) svgText(g, plot.x + plot.w, plot.y + plot.h + 30, label, {'text-anchor': 'end'});
 }
 
+// Ticks from `from` to 100% at a whole step (1%, 2%, 5%, 10% or 25%), four
+// or five of them.
+function percentTicks(from) {
+  const step = [0.01, 0.02, 0.05, 0.1, 0.25].find(s => (1 - from) / s <= 5) || 0.25;
+  const ticks = [];
+  for (let k = Math.ceil(from / step - 1e-9); k * step <= 1 + 1e-9; k++) ticks.push(k * step);
+  return ticks;
+}
+
 // ---- policies compared: one panel per trace, rows in the same order ----
 
 function comparePanels(container, data, kind) {
@@ -256,7 +265,7 @@ function comparePanels(container, data, kind) {
     const gridG = svg('g', {class: 'grid'}, root);
     const ticks = kind === 'calls' ?
         [0, 1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7].filter(v => v <= Math.max(top, 1) * 1.0001) :
-        [0, 1, 2, 3, 4].map(k => from + k * (1 - from) / 4);
+        percentTicks(from);
     for (const v of ticks) svg('line', {x1: sx(v), x2: sx(v), y1: plot.y, y2: plot.y + plot.h}, gridG);
     trace.runs.forEach((r, i) => {
       const y = plot.y + i * rowH;
@@ -295,7 +304,7 @@ function comparePanels(container, data, kind) {
       lastLabelled = sx(v);
       return true;
     });
-    const percent = v => (100 * v).toFixed(from > 0 && (1 - from) < 0.1 ? 1 : 0) + '%';
+    const percent = v => Math.round(100 * v) + '%';
     axisBottom(root, plot, labelled.map(v => ({x: sx(v), text: kind === 'calls' ? shortCount(v) : percent(v)})),
                kind === 'calls' ? 'driver calls in the last step (log scale)' :
                                   'utilization: peak live / peak reserved' +
