@@ -159,9 +159,13 @@ bool Allocator::use_in_launch(std::span<pool::SubmittedWord> words, CUstream str
     if (!word.found) continue;
     if (!later) use->note_pages(word.host_pages, word.still_on_host);
     // Each block once: its pin tells a block this launch named before. A
-    // block past Pins::kMax is not listed either (the list overflowed long
-    // before), nor brought back: see use_for_submission.
-    if (!word.pinned_block) continue;
+    // block past Pins::kMax (the pins are shared by every pool the launch
+    // names) is neither listed nor brought back (see use_for_submission),
+    // and the list is then incomplete.
+    if (!word.pinned_block) {
+      if (pins->overflow && !pins->holds(word.block.buffer_id)) use->overflow = true;
+      continue;
+    }
     if (use->count < use->blocks.size()) {
       use->blocks[use->count++] = word.block;
       if (later) use->deferred_pages += word.host_pages;

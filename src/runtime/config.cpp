@@ -307,8 +307,17 @@ Config config_from_environment() {
   // environment of whoever started it cannot direct its file output.
   const char* text = ::secure_getenv("TIDEPOOL_CONF");
   Config config = parse_config(text != nullptr ? text : "");
-  if (config.passthrough) std::fprintf(stderr, "%s; passing all calls through to the driver\n", config.error.c_str());
+  if (config.passthrough) std::fprintf(stderr, "%s\n", passthrough_line(config).c_str());
   return config;
+}
+
+std::string passthrough_line(const Config& config) {
+  constexpr std::string_view kFollows = "; passing all calls through to the driver";
+  std::string line = config.error;
+  if (line.size() + kFollows.size() > kMaxErrorLine) {
+    line.replace(kMaxErrorLine - kFollows.size() - 3, std::string::npos, "...");
+  }
+  return line.append(kFollows);
 }
 
 const char* budget_problem(std::uint64_t bytes, std::uint64_t device_total) {

@@ -50,9 +50,12 @@ struct Config {
 };
 
 Config parse_config(std::string_view text);
-// Parses $TIDEPOOL_CONF (unset means defaults) and, on error, writes the one
-// line to stderr.
+// Parses $TIDEPOOL_CONF (unset means defaults) and, on error, writes
+// passthrough_line() to stderr.
 Config config_from_environment();
+// What the preload says of a refused configuration: its error and what
+// follows from it, in one line of at most kMaxErrorLine.
+std::string passthrough_line(const Config& config);
 // The one rule for a device budget, however it is set (TIDEPOOL_CONF's
 // device_limit, tidepool_set_device_limit): null when `bytes` can work on a
 // device of `device_total` bytes, else why not ("it leaves less than 2MiB",

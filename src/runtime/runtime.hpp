@@ -137,8 +137,6 @@ class Runtime {
   // on; null with a single pool, or when it cannot be told (no pool is made
   // for it). One driver call with several pools.
   const Allocator* launching_allocator(CUstream stream);
-  // launching_allocator(), asked once, when a submission first names a pool
-  // block.
   // before_launch with one pool in the process (a process per GPU, the
   // common case): its span in registers, no per-pool bookkeeping.
   [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
@@ -146,6 +144,8 @@ class Runtime {
   // before_launch with several pools: each pool's words gathered apart.
   [[gnu::noinline]] void before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream,
                                              Submission* s);
+  // launching_allocator(), asked once, when a submission first names a pool
+  // block.
   class LaunchingDevice {
    public:
     LaunchingDevice(Runtime& runtime, CUstream stream) : runtime_(runtime), stream_(stream) {}

@@ -14,39 +14,43 @@ CMakeLists.txt) and checks:
 
 usage: doc_paths_exist.py REPOSITORY_ROOT
 """
-import glob
+import fnmatch
 import os
 import re
 import subprocess
 import sys
 
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")  # [text](path) and [text](path "title")
+REFERENCE = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)")  # [name]: path
 CODE = re.compile(r"`([^`\n]+)`")
 RELATIVE = re.compile(r"(?<![\w./])((?:\.\./)+[\w.*<>-][\w./*<>-]*)")
 
 
-def tracked_markdown(root):
-    out = subprocess.run(["git", "-C", root, "ls-files", "*.md"], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if line]
+class Tracked:
+    """What a clone holds: the files git tracks, and the folders above them."""
 
+    def __init__(self, root):
+        out = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True, check=True).stdout
+        self.files = {line for line in out.splitlines() if line}
+        self.folders = {""}
+        for f in self.files:
+            parts = f.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                self.folders.add("/".join(parts[:i]))
 
-def top_folders(root):
-    return {name for name in os.listdir(root) if os.path.isdir(os.path.join(root, name)) and name not in
-            (".git", "build")}
-
-
-def exists(root, path):
-    full = os.path.join(root, path)
-    if "*" in path:
-        return bool(glob.glob(full))
-    return os.path.exists(full)
+    def exists(self, path):
+        path = path.rstrip("/")
+        if "*" in path:
+            return any(fnmatch.fnmatch(f, path) for f in self.files | self.folders)
+        return path in self.files or path in self.folders
 
 
 SOURCE_FOLDERS = set()
 
 
 def code_path(text, folders):
-    """The repository path a backticked text names, or None."""
+    """The repository path a backticked text names, or None. `folders`: the
+    repository's top-level folders (a clone's, so never build/ or out/)."""
     text = text.strip()
     if " " in text or "{" in text or "<" in text or "$" in text:
         return None
@@ -67,12 +71,16 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     root = sys.argv[1]
-    folders = top_folders(root)
-    SOURCE_FOLDERS.update(name for name in os.listdir(os.path.join(root, "src"))
-                          if os.path.isdir(os.path.join(root, "src", name)))
+    try:
+        tracked = Tracked(root)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"skipped: no git checkout to read the tracked files from ({e})")
+        return 77
+    folders = {f for f in tracked.folders if f and "/" not in f}
+    SOURCE_FOLDERS.update(f[len("src/"):] for f in tracked.folders if f.startswith("src/") and f.count("/") == 1)
     problems = []
     checked = 0
-    sources = tracked_markdown(root) + ["CMakeLists.txt"]
+    sources = sorted(f for f in tracked.files if f.endswith(".md")) + ["CMakeLists.txt"]
     for doc in sources:
         with open(os.path.join(root, doc), encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -85,20 +93,23 @@ def main():
                 path = os.path.normpath(os.path.join(base, relative))
                 if path.startswith(".."):
                     problems.append(f"{where}: {relative} is outside the repository")
-                elif "<" not in path and not exists(root, path):
-                    problems.append(f"{where}: {relative} names nothing ({path})")
-            for target in LINK.findall(line):
+                elif "<" not in path and not tracked.exists(path):
+                    problems.append(f"{where}: {relative} names nothing in the repository ({path})")
+            for target in LINK.findall(line) + REFERENCE.findall(line):
                 if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                    continue
+                if target.startswith("/"):
+                    problems.append(f"{where}: the link {target} is an absolute path")
                     continue
                 path = os.path.normpath(os.path.join(base, target.split("#", 1)[0]))
                 if path.startswith(".."):
                     problems.append(f"{where}: the link {target} leaves the repository")
-                elif not os.path.exists(os.path.join(root, path)):
-                    problems.append(f"{where}: the link {target} names nothing ({path})")
+                elif not tracked.exists(path):
+                    problems.append(f"{where}: the link {target} names nothing in the repository ({path})")
             for text in CODE.findall(line):
                 path = code_path(text, folders)
                 checked += path is not None
-                if path is not None and not exists(root, path):
+                if path is not None and not tracked.exists(path):
                     problems.append(f"{where}: `{text}` names nothing in the repository")
     for p in problems:
         print(p)

@@ -65,6 +65,9 @@ TEST_P(BadConfig, IsOneClearLineNamingTheKeyAndPassesThrough) {
   // What is wrong, not what follows: the preload and tidepool-run each say
   // what they do about it.
   EXPECT_EQ(c.error.find("passing"), std::string::npos) << c.error;
+  const std::string line = passthrough_line(c);
+  EXPECT_EQ(line.rfind(c.error, 0), 0u) << line;
+  EXPECT_NE(line.find("; passing all calls through to the driver"), std::string::npos) << line;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -151,6 +154,11 @@ TEST(Config, ErrorLinesArePrintableAsciiAndShortWhateverTheInput) {
     EXPECT_LE(c.error.size(), kMaxErrorLine) << c.error.size();
     EXPECT_TRUE(printable_ascii(c.error)) << c.error;
     EXPECT_EQ(c.error.rfind("tidepool: TIDEPOOL_CONF: ", 0), 0u) << c.error;
+    // The line the preload writes, the consequence included, is as short.
+    const std::string line = passthrough_line(c);
+    EXPECT_LE(line.size(), kMaxErrorLine) << line.size();
+    EXPECT_TRUE(printable_ascii(line)) << line;
+    EXPECT_TRUE(line.ends_with("; passing all calls through to the driver")) << line;
   }
 }
 

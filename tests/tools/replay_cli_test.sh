@@ -56,6 +56,16 @@ case "$case_name" in
     grep -q 'one device limit: 300.00 MiB, as given' small.txt || fail "the given limit is not stated"
     grep -q 'failed different numbers of requests (best_fit [0-9]*, pytorch_rules [0-9]*)' small.txt ||
       fail "rows with different failures are not pointed out"
+    # A device_limit in --conf binds the baselines too; a bad --conf, or a
+    # limit past the replay device's memory, is refused before any work.
+    "$replay" --policy cuda_malloc --conf device_limit:300MiB --json "$sample" > conf.jsonl 2> conf.err ||
+      fail "--conf device_limit:300MiB failed"
+    grep -q '"device_limit_bytes":314572800,"device_limit_given":true' conf.jsonl || fail "--conf's limit did not bind cuda_malloc"
+    "$replay" --policy cuda_malloc --conf evict:maybe "$sample" > /dev/null 2> badconf.err
+    [ $? -eq 2 ] || fail "a bad --conf was accepted with only baselines asked for"
+    "$replay" --policy cuda_malloc --device-limit 2TiB "$sample" > /dev/null 2> big.err
+    [ $? -eq 2 ] || fail "a limit past the replay device was accepted"
+    grep -q 'above the replay device' big.err || fail "no reason for the refused limit"
     ;;
   outputs)
     # Every output is checked before the work: with a trace that would fail
@@ -66,6 +76,12 @@ case "$case_name" in
       [ $? -eq 1 ] || fail "$flag: an unwritable path was not refused first"
       grep -q 'cannot write /no/such/dir/out.*No such file or directory' out.err || fail "$flag: no reason given"
     done
+    # A replay that fails loses no earlier output and leaves no new one behind.
+    echo "an earlier report" > kept.html
+    "$replay" --html kept.html --chrome-trace new.json.gz bad.csv > /dev/null 2> fail.err
+    [ $? -eq 2 ] || fail "the bad trace was not refused"
+    [ "$(cat kept.html)" = "an earlier report" ] || fail "a failed replay cut an earlier report"
+    [ ! -e new.json.gz ] || fail "a failed replay left an empty new output behind"
     # A .gz name is written gzipped, and holds the same trace.
     "$replay" --policy best_fit --chrome-trace t.json.gz "$sample" > /dev/null 2> gz.err || fail "--chrome-trace .gz"
     "$replay" --policy best_fit --chrome-trace t.json "$sample" > /dev/null 2> plain.err || fail "--chrome-trace"

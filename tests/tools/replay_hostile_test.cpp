@@ -358,6 +358,7 @@ TEST(ReplaySizes, BaselineAccountingCannotWrap) {
     const Counters c = t->counters();
     EXPECT_EQ(c.live_bytes, placed * runtime::kMaxTraceSize) << name;
     EXPECT_GE(c.reserved_bytes, c.live_bytes) << name;
+    EXPECT_GE(c.handed_out_bytes, c.live_bytes) << name;
     EXPECT_LE(c.reserved_bytes, std::uint64_t{1} << 62) << name;
   }
 }

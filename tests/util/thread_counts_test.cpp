@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -27,11 +28,15 @@ TEST(ThreadCounts, ManyThreadsAtOnceLoseNoAddEvenPastTheirOwnSlots) {
   // at the same time as each other.
   auto counts = std::make_unique<ThreadCounts<2>>();
   constexpr std::size_t kThreads = ThreadCounts<2>::kOwnSlots + 24;
-  constexpr std::uint64_t kAdds = 2000;
+  constexpr std::uint64_t kAdds = 20000;
+  // Every thread starts adding at once, so that those sharing a slot add
+  // to it together.
+  std::latch start(kThreads);
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
   for (std::size_t t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&counts] {
+    threads.emplace_back([&counts, &start] {
+      start.arrive_and_wait();
       for (std::uint64_t i = 0; i < kAdds; ++i) {
         auto mine = counts->mine();
         mine.add(0);

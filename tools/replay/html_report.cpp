@@ -302,8 +302,8 @@ std::string steps_table(const TraceGroup& g) {
   return out + "</table>\n";
 }
 
-// Baselines that beat the ★, said where the ★ is: " (ahead of it: a
-// baseline, cuda_malloc 99.41%)", or nothing.
+// Baselines that beat the ★, said where the ★ is: " (ahead of it, a
+// baseline: cuda_malloc 99.41%)", or nothing.
 std::string ahead_text(const TraceGroup& g) {
   const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
   if (ahead.empty()) return {};

@@ -83,6 +83,11 @@ int main(int argc, char** argv) {
   }
   TargetOptions target_options;
   target_options.conf = conf;
+  // Checked once, for every target: the baselines take its device_limit too.
+  if (const auto parsed = tidepool::runtime::parse_config(conf); parsed.passthrough) {
+    std::fprintf(stderr, "tidepool-replay: --conf: %s\n", parsed.error.c_str());
+    return 2;
+  }
   (void)parse_free_mode(frees, &target_options.frees);  // checked by the parser
   if (!device_limit.empty()) {
     auto spec = tidepool::util::parse_size(device_limit);
@@ -95,22 +100,35 @@ int main(int argc, char** argv) {
     }
     target_options.device_memory = spec->bytes;
   }
+  // A limit above the replay device's memory cannot be simulated: refused,
+  // never clamped.
+  std::uint64_t asked = target_options.device_memory;
+  if (const auto limit = tidepool::runtime::parse_config(conf).device_limit;
+      asked == 0 && limit && !limit->is_percent) {
+    asked = limit->bytes;
+  }
+  if (asked > kReplayDeviceBytes) {
+    std::fprintf(stderr, "tidepool-replay: device limit %s is above the replay device's memory (%s)\n",
+                 tidepool::util::format_size(asked).c_str(), tidepool::util::format_size(kReplayDeviceBytes).c_str());
+    return 2;
+  }
   // Every output is opened before the work, so that one that cannot be
   // written fails now, with the reason.
-  std::FILE* json_file = nullptr;
-  if (!json_path.empty()) {
-    json_file = std::fopen(json_path.c_str(), "w");
-    if (json_file == nullptr) {
-      std::fprintf(stderr, "tidepool-replay: cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
-      return 1;
-    }
-  }
   OutputFile html_file;
   OutputFile chrome_file;
   for (auto [path, file] : {std::pair{&html, &html_file}, std::pair{&chrome, &chrome_file}}) {
     std::string error;
     if (!path->empty() && !file->open(*path, &error)) {
       std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
+      return 1;
+    }
+  }
+  // Last: it is written as the replay goes.
+  std::FILE* json_file = nullptr;
+  if (!json_path.empty()) {
+    json_file = std::fopen(json_path.c_str(), "w");
+    if (json_file == nullptr) {
+      std::fprintf(stderr, "tidepool-replay: cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
       return 1;
     }
   }

@@ -38,12 +38,16 @@ bool gzip(std::string_view text, std::string* out) {
 }  // namespace
 
 OutputFile::~OutputFile() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  ::close(fd_);
+  if (created_) ::unlink(path_.c_str());
 }
 
 bool OutputFile::open(const std::string& path, std::string* error) {
   path_ = path;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  created_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EEXIST) fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd_ < 0) {
     *error = path + ": " + std::strerror(errno);
     return false;
@@ -62,7 +66,7 @@ bool OutputFile::write_and_close(std::string_view text, std::string* error) {
     }
     text = compressed;
   }
-  const bool written = util::write_all(fd_, text);
+  const bool written = ::ftruncate(fd_, 0) == 0 && util::write_all(fd_, text);
   const int write_error = errno;
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;

@@ -3,6 +3,9 @@
 // cannot be written fails at once with the reason rather than after the
 // whole replay, and written whole at the end; a name ending in .gz is
 // written gzipped (ui.perfetto.dev opens a gzipped trace as it is).
+// Opening changes nothing: an existing file keeps its contents until the
+// write, and a file the open created is removed again if no write comes
+// (the replay failed).
 #pragma once
 
 #include <string>
@@ -17,7 +20,8 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
   ~OutputFile();
 
-  // Creates or truncates `path`; false with `error` ("PATH: reason").
+  // Opens `path` for writing, creating it if need be; false with `error`
+  // ("PATH: reason").
   bool open(const std::string& path, std::string* error);
   [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
   // Writes `text` (gzipped for a .gz name) and closes the file; false with
@@ -27,6 +31,7 @@ class OutputFile {
  private:
   std::string path_;
   int fd_ = -1;
+  bool created_ = false;  // by open(): removed again unless written
 };
 
 }  // namespace tidepool::replay

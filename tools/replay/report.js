@@ -222,8 +222,8 @@ function axisBottom(layer, plot, ticks, label) {
   if (label) svgText(g, plot.x + plot.w, plot.y + plot.h + 30, label, {'text-anchor': 'end'});
 }
 
-// Ticks from `from` to 100% at a whole step (1%, 2%, 5%, 10% or 25%), four
-// or five of them.
+// Ticks from `from` to 100% at the smallest whole step (1%, 2%, 5%, 10% or
+// 25%) that makes at most about five of them.
 function percentTicks(from) {
   const step = [0.01, 0.02, 0.05, 0.1, 0.25].find(s => (1 - from) / s <= 5) || 0.25;
   const ticks = [];
@@ -254,9 +254,9 @@ function comparePanels(container, data, kind) {
     const root = svg('svg', {width: width, height: plot.y + plot.h + 40, role: 'img'}, panel);
     svgText(root, 0, 14, trace.name, {class: 'title'});
     // Utilization bars start where this trace's runs differ, not at 0%, so
-    // that 99.0% and 99.7% look different: the axis starts at the whole
-    // percent (five, when the runs span more than 20%) below the lowest run,
-    // and its label says where.
+    // that 99.0% and 99.7% look different: the axis starts one step below
+    // the lowest run, rounded down to a whole step (1%, or 5% when the lowest
+    // run is more than 20% under 100%), and its label says where.
     const lowest = Math.min(...trace.runs.map(r => r.util));
     const step = 1 - lowest > 0.2 ? 0.05 : 0.01;
     const from = kind === 'calls' ? 0 : Math.max(0, Math.floor(lowest / step - 1e-9) * step - step);

@@ -164,8 +164,8 @@ std::string table(const std::vector<Result>& results) {
   out +=
       "(after |: driver calls in the last step. vmm: cuMemCreate/Map/SetAccess/Unmap/Release; syncs: "
       "cuCtxSynchronize, cuStreamSynchronize; evcalls: cuEventRecord/Query/Synchronize, cuStreamWaitEvent)\n"
-      "(ns/event: what replaying one event cost this tool, the simulated driver's calls included for tidepool's "
-      "policies and nothing for the baselines' arithmetic: a replay cost, not an allocator's speed; bench_hot_path and "
+      "(ns/event: what replaying one event cost this tool: for tidepool's policies the simulated driver's calls "
+      "included, for the baselines only their arithmetic; a replay cost, not an allocator's speed: bench_hot_path and "
       "bench_live_replay time the allocator)\n";
   out += limits_note(results);
   out += comparability_note(results);

@@ -132,9 +132,11 @@ int main(int argc, char** argv) {
   for (std::string& word : command) args.push_back(word.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  // As a shell answers: 127 when there is no such program, 126 when it is
-  // there but cannot be run (not executable, not a program).
+  // As bash answers: 127 when there is no such program (a path that does
+  // not exist, a name not on PATH), 126 when it is there but cannot be run
+  // (not executable, not a program, a path through a file).
   const int error = errno;
   std::fprintf(stderr, "tidepool-run: cannot run \"%s\": %s\n", args[0], std::strerror(error));
-  return error == ENOENT || error == ENOTDIR ? 127 : 126;
+  const bool searched = std::strchr(args[0], '/') == nullptr;
+  return error == ENOENT || (error == ENOTDIR && searched) ? 127 : 126;
 }
