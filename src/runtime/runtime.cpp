@@ -277,7 +277,11 @@ Allocator* Runtime::allocator(int device) {
 
 void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra, CUstream stream,
                                      Submission* s) {
-  const auto [begin, end] = a->launch_span();
+  // Not a structured binding: the lambda below captures `begin`, which
+  // clang before 16 refuses for a binding.
+  const std::pair<std::uintptr_t, std::uintptr_t> span = a->launch_span();
+  const std::uintptr_t begin = span.first;
+  const std::uintptr_t end = span.second;
   if (begin >= end) return;
   auto counts = launch_counts_.mine();
   counts.add(kLaunchesScanned);
