@@ -63,13 +63,19 @@ std::uint64_t calls_to_learn(std::size_t count) {
   return calls;
 }
 
+// A driver that describes every kernel (`describe`), its calls counted from 0.
+driver::Api counting_api() {
+  driver::Api api;
+  api.funcGetParamInfo = &describe;
+  driver_calls = 0;
+  return api;
+}
+
 TEST(LaunchScanner, EachOfTwentyThousandKernelsIsAskedOnceAndScannedWithItsOwnLayout) {
   // Many more kernels than the lock-free table holds: the rest are kept
   // aside, and still scanned, and still asked only once.
-  driver::Api api;
-  api.funcGetParamInfo = &describe;
+  const driver::Api api = counting_api();
   LaunchScanner scanner(api);
-  driver_calls = 0;
   constexpr std::size_t kKernels = 20000;
   for (int round = 0; round < 2; ++round) {
     for (std::size_t i = 0; i < kKernels; ++i) {
@@ -80,10 +86,8 @@ TEST(LaunchScanner, EachOfTwentyThousandKernelsIsAskedOnceAndScannedWithItsOwnLa
 }
 
 TEST(LaunchScanner, ThreadsLaunchingTheSameNewKernelsAtOnceAskTheDriverOnceForEach) {
-  driver::Api api;
-  api.funcGetParamInfo = &describe;
+  const driver::Api api = counting_api();
   LaunchScanner scanner(api);
-  driver_calls = 0;
   constexpr std::size_t kKernels = 6000;
   constexpr int kThreads = 4;
   std::atomic<std::size_t> wrong{0};
