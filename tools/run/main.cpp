@@ -28,19 +28,6 @@
 
 namespace {
 
-// PREFIX/lib*/NAME beside PREFIX/bin/tidepool-run, else the build tree's copy.
-std::string installed_or_built(const char* relative, const char* built) {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (const char* lib : {"lib", "lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"}) {
-      const auto candidate = exe.parent_path().parent_path() / lib / relative;
-      if (std::filesystem::exists(candidate, ec)) return candidate.string();
-    }
-  }
-  return built;
-}
-
 void prepend_path(const char* variable, const std::string& entry) {
   std::string value = entry;
   if (const char* existing = std::getenv(variable); existing != nullptr && *existing != '\0') {
@@ -65,8 +52,8 @@ int main(int argc, char** argv) {
                "tidepool-run"};
   app.formatter(std::make_shared<Usage>());
   std::string conf;
-  std::string library = installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
-  std::string sim_library = installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
+  std::string library = tidepool::util::installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
+  std::string sim_library = tidepool::util::installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
   bool sim = false;
   std::vector<std::string> command;
   app.set_version_flag("--version", std::string("tidepool-run ") + tidepool::util::version());
