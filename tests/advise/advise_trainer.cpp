@@ -156,8 +156,8 @@ class Trainer {
     CUdeviceptr upper = 0;
     for (std::size_t l = layers; l-- > 0;) {
       CUdeviceptr gradient = 0;
-      if (!allocate(&gradient, bytes_) || !launch(activation[l], upper, gradient, 2 * layers - 1 - l) || !release(activation[l]) ||
-          !release(upper)) {
+      if (!allocate(&gradient, bytes_) || !launch(activation[l], upper, gradient, 2 * layers - 1 - l) ||
+          !release(activation[l]) || !release(upper)) {
         return false;
       }
       upper = gradient;

@@ -1,5 +1,7 @@
 // One trial's process: exit codes, output tails, step markers timed as they
 // arrive, the timeout, and nothing left running afterwards.
+#include "child.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -7,8 +9,6 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
-
-#include "child.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration)
 
@@ -71,7 +71,8 @@ TEST(AdviseChild, TheTimeoutKillsTheWholeGroupAndLeavesNothingRunning) {
   pid_t grandchild = 0;
   ASSERT_TRUE(in >> grandchild);
   // Reaped by init once killed: give it a moment, then it must be gone.
-  for (int i = 0; i < 100 && ::kill(grandchild, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 100 && ::kill(grandchild, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_NE(::kill(grandchild, 0), 0) << "pid " << grandchild << " still runs";
 }
 

@@ -1,7 +1,7 @@
 // The command template: {batch} required, {steps} optional, both anywhere in a word.
-#include <gtest/gtest.h>
-
 #include "command.hpp"
+
+#include <gtest/gtest.h>
 
 namespace tidepool::advise {
 namespace {
@@ -9,8 +9,8 @@ namespace {
 TEST(AdviseCommand, ReplacesEveryPlaceholderInsideWords) {
   CommandTemplate c;
   std::string error;
-  ASSERT_TRUE(CommandTemplate::parse({"python", "train.py", "--batch-size={batch}", "--steps", "{steps}", "b{batch}x{batch}"},
-                                     &c, &error));
+  ASSERT_TRUE(CommandTemplate::parse(
+      {"python", "train.py", "--batch-size={batch}", "--steps", "{steps}", "b{batch}x{batch}"}, &c, &error));
   EXPECT_TRUE(c.names_steps());
   const auto argv = c.expand(48, 6);
   EXPECT_EQ(argv, (std::vector<std::string>{"python", "train.py", "--batch-size=48", "--steps", "6", "b48x48"}));

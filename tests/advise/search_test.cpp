@@ -1,11 +1,11 @@
 // The advisor's search over fake trials: a program that fits up to a known
 // batch without eviction and to another with it, at a known speed.
+#include "search.hpp"
+
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <set>
-
-#include "search.hpp"
 
 namespace tidepool::advise {
 namespace {
@@ -30,8 +30,9 @@ class FakeProgram {
     } else {
       t.outcome = Outcome::fits;
       // Throughput rises with the batch, and falls once eviction has to move pages.
-      const double speed = batch <= fits_without_ ? 100.0 * static_cast<double>(batch)
-                                                   : 100.0 * static_cast<double>(fits_without_) - (batch - fits_without_);
+      const double speed = batch <= fits_without_
+                               ? 100.0 * static_cast<double>(batch)
+                               : 100.0 * static_cast<double>(fits_without_) - (batch - fits_without_);
       t.samples_per_s = speed;
       t.step_s = static_cast<double>(batch) / speed;
     }

@@ -1,10 +1,10 @@
 // Step timing: from a trace's repeating allocations, and from marker lines.
+#include "trial.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
-
-#include "trial.hpp"
 
 namespace tidepool::advise {
 namespace {

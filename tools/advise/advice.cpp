@@ -1,6 +1,7 @@
 // See advice.hpp.
 #include "advice.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -98,9 +99,8 @@ json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const 
   for (const auto& t : trials) out["trials"].push_back(trial_json(t));
 
   json answer;
-  answer["largest_without_eviction"] =
-      point_json(a.largest_without_eviction > 0 ? fitting_trial(trials, a.largest_without_eviction, false) : nullptr,
-                 c);
+  answer["largest_without_eviction"] = point_json(
+      a.largest_without_eviction > 0 ? fitting_trial(trials, a.largest_without_eviction, false) : nullptr, c);
   answer["largest_with_eviction"] =
       point_json(a.largest_with_eviction > 0 ? fitting_trial(trials, a.largest_with_eviction, true) : nullptr, c);
   answer["eviction_searched"] = a.eviction_searched;
@@ -119,6 +119,9 @@ json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const 
                             {"stderr_tail", a.stopped_by->stderr_tail}};
   }
   answer["interrupted"] = a.interrupted;
+  // Trials that fit but whose step never repeated: too few steps to trust.
+  answer["untimed_trials"] = std::count_if(trials.begin(), trials.end(),
+                                           [](const Trial& t) { return t.outcome == Outcome::fits && t.step_s <= 0; });
   out["answer"] = answer;
   return out;
 }
@@ -126,9 +129,8 @@ json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const 
 std::string advice_table(const json& advice) {
   std::string s;
   char line[512];
-  std::snprintf(line, sizeof line, "%5s %7s %5s  %-13s %10s %10s %9s %10s %11s %11s %7s\n", "trial", "batch",
-                "evict", "result", "live MiB", "resv MiB", "step ms", "samples/s", "evict MiB", "fetch MiB",
-                "wall s");
+  std::snprintf(line, sizeof line, "%5s %7s %5s  %-13s %10s %10s %9s %10s %11s %11s %7s\n", "trial", "batch", "evict",
+                "result", "live MiB", "resv MiB", "step ms", "samples/s", "evict MiB", "fetch MiB", "wall s");
   s += line;
   for (const auto& t : advice["trials"]) {
     const bool fits = t["outcome"] == "fits";
@@ -136,13 +138,12 @@ std::string advice_table(const json& advice) {
     const auto per_step = [&](const char* key) {
       return fits && step_s > 0 ? mib(t[key].get<double>()) : std::string("-");
     };
-    std::snprintf(line, sizeof line, "%5d %7ld %5s  %-13s %10s %10s %9s %10s %11s %11s %7.2f\n",
-                  t["trial"].get<int>(), t["batch"].get<long>(), t["eviction"].get<bool>() ? "on" : "off",
+    std::snprintf(line, sizeof line, "%5d %7ld %5s  %-13s %10s %10s %9s %10s %11s %11s %7.2f\n", t["trial"].get<int>(),
+                  t["batch"].get<long>(), t["eviction"].get<bool>() ? "on" : "off",
                   t["outcome"].get<std::string>().c_str(), mib(t["peak_live_bytes"].get<double>()).c_str(),
                   mib(t["peak_reserved_bytes"].get<double>()).c_str(),
                   step_s > 0 ? format("%.1f", step_s * 1e3).c_str() : "-",
-                  t["samples_per_s"].get<double>() > 0 ? format("%.1f", t["samples_per_s"].get<double>()).c_str()
-                                                        : "-",
+                  t["samples_per_s"].get<double>() > 0 ? format("%.1f", t["samples_per_s"].get<double>()).c_str() : "-",
                   per_step("evicted_per_step_bytes").c_str(), per_step("prefetched_per_step_bytes").c_str(),
                   t["wall_s"].get<double>());
     s += line;
@@ -159,11 +160,11 @@ std::string advice_table(const json& advice) {
     if (p.is_null()) {
       std::snprintf(line, sizeof line, "%-34s %s\n", title, none.c_str());
     } else {
-      std::snprintf(line, sizeof line, "%-34s %ld (peak reserved %s MiB, %s samples/s%s)\n", title,
-                    p["batch"].get<long>(), mib(p["peak_reserved_bytes"].get<double>()).c_str(),
-                    p["samples_per_s"].get<double>() > 0 ? format("%.1f", p["samples_per_s"].get<double>()).c_str()
-                                                         : "?",
-                    lr(p).c_str());
+      std::snprintf(
+          line, sizeof line, "%-34s %ld (peak reserved %s MiB, %s samples/s%s)\n", title, p["batch"].get<long>(),
+          mib(p["peak_reserved_bytes"].get<double>()).c_str(),
+          p["samples_per_s"].get<double>() > 0 ? format("%.1f", p["samples_per_s"].get<double>()).c_str() : "?",
+          lr(p).c_str());
     }
     s += line;
   };
@@ -181,6 +182,12 @@ std::string advice_table(const json& advice) {
     s += line;
   } else if (!a["largest_without_eviction"].is_null() || !a["largest_with_eviction"].is_null()) {
     s += "most samples per second:           unknown: no trial's steps could be timed (give --step-marker)\n";
+  }
+  if (const int untimed = a["untimed_trials"].get<int>(); untimed > 0) {
+    std::snprintf(line, sizeof line,
+                  "note: %d trial(s) that fit showed no repeating step (raise --steps, or give --step-marker)\n",
+                  untimed);
+    s += line;
   }
   if (!a["learning_rate"].is_null()) {
     std::snprintf(line, sizeof line, "learning rates scale from %.6g at batch %ld by the %s\n",

@@ -15,8 +15,8 @@
 namespace tidepool::advise {
 
 struct AdviceContext {
-  std::string command;           // the template, as a shell shows it
-  std::string budget_text;       // as given ("20GiB", "90%"), or "" for the whole device
+  std::string command;             // the template, as a shell shows it
+  std::string budget_text;         // as given ("20GiB", "90%"), or "" for the whole device
   std::uint64_t budget_bytes = 0;  // resolved (0: unknown, no trial reported)
   double margin_percent = 0;
   std::uint64_t trial_limit_bytes = 0;  // what each trial's device_limit came to

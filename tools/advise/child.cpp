@@ -32,9 +32,7 @@ void on_interrupt(int signal) {
   }
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One of the program's output streams: its tail, and its marker lines timed.
 class OutputStream {

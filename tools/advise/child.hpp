@@ -21,21 +21,21 @@
 namespace tidepool::advise {
 
 struct ChildSpec {
-  std::vector<std::string> argv;         // argv[0] is searched on PATH
-  std::vector<std::string> environment;  // the whole environment, NAME=value
-  double timeout_s = 0;                  // 0: none
+  std::vector<std::string> argv;          // argv[0] is searched on PATH
+  std::vector<std::string> environment;   // the whole environment, NAME=value
+  double timeout_s = 0;                   // 0: none
   std::optional<std::regex> step_marker;  // lines of stdout or stderr to time
 };
 
 struct ChildResult {
-  bool started = false;      // false: it could not be run (start_error says why)
+  bool started = false;  // false: it could not be run (start_error says why)
   std::string start_error;
   bool timed_out = false;    // killed at the timeout
   bool interrupted = false;  // killed because the advisor was asked to stop
   int exit_code = -1;        // when it exited
   int signal = 0;            // when a signal ended it
   double wall_s = 0;
-  std::string stdout_tail;   // the last kTailBytes of each
+  std::string stdout_tail;  // the last kTailBytes of each
   std::string stderr_tail;
   std::vector<double> marker_s;  // seconds from start at which marker lines arrived
 };

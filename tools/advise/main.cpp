@@ -169,8 +169,7 @@ int main(int argc, char** argv) {
   std::string keep;
   bool sim = false;
   std::string library = tidepool::util::installed_or_built("libtidepool.so", TIDEPOOL_BUILD_LIBRARY);
-  std::string sim_library =
-      tidepool::util::installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
+  std::string sim_library = tidepool::util::installed_or_built("tidepool/sim/libcuda.so.1", TIDEPOOL_BUILD_SIM_LIBRARY);
   app.add_option("--device-limit", device_limit,
                  "The device budget: bytes with a unit (20GiB) or a % of the device (default: the whole device)");
   app.add_option("--batch", range, "The batch sizes to search, MIN:MAX (default 1:1024)");
@@ -243,7 +242,8 @@ int main(int argc, char** argv) {
       budget_bytes = spec->bytes;
       const auto bytes = static_cast<std::uint64_t>(std::floor(static_cast<double>(spec->bytes) * keep_share));
       if (bytes < 2 * tidepool::util::MiB) {
-        return bad_input("--device-limit " + device_limit + " less the margin is under 2 MiB, tidepool's smallest budget");
+        return bad_input("--device-limit " + device_limit +
+                         " less the margin is under 2 MiB, tidepool's smallest budget");
       }
       trial_limit = std::to_string(bytes);
     }

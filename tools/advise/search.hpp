@@ -32,8 +32,8 @@ struct Answer {
   long largest_without_eviction = 0;  // 0: not even min fits
   long largest_with_eviction = 0;     // 0: none, or phase 2 not run
   bool eviction_searched = false;
-  std::string eviction_note;  // why phase 2 did not run or stopped early, if it did
-  const Trial* best = nullptr;  // the fitting trial with the most samples per second
+  std::string eviction_note;          // why phase 2 did not run or stopped early, if it did
+  const Trial* best = nullptr;        // the fitting trial with the most samples per second
   const Trial* stopped_by = nullptr;  // the failed trial that ended the search
   bool interrupted = false;
 };

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "child.hpp"
-#include "steps.hpp"
 #include "replay.hpp"
+#include "steps.hpp"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
 
@@ -66,14 +66,10 @@ std::string describe_exit(const ChildResult& r) {
 
 const char* outcome_name(Outcome outcome) noexcept {
   switch (outcome) {
-    case Outcome::fits:
-      return "fits";
-    case Outcome::out_of_memory:
-      return "out of memory";
-    case Outcome::timed_out:
-      return "timed out";
-    case Outcome::failed:
-      return "failed";
+    case Outcome::fits: return "fits";
+    case Outcome::out_of_memory: return "out of memory";
+    case Outcome::timed_out: return "timed out";
+    case Outcome::failed: return "failed";
   }
   return "?";
 }
@@ -144,6 +140,10 @@ std::vector<std::string> TrialRunner::environment(const std::string& conf) const
   }
   // A marker is timed when its line arrives: Python must not hold it in a buffer.
   if (settings_.step_marker) env.emplace_back("PYTHONUNBUFFERED=1");
+  // PyTorch's caching allocator on top of the pool would hide every step's
+  // allocations after the first (nothing to time) and hold its cache in the
+  // peaks; off, as docs/pytorch.md runs the preload. A value the user set stays.
+  if (std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING") == nullptr) env.emplace_back("PYTORCH_NO_CUDA_MEMORY_CACHING=1");
   return env;
 }
 

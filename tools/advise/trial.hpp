@@ -62,7 +62,7 @@ struct Trial {
 
 struct TrialSettings {
   CommandTemplate command;
-  int steps = 6;          // what {steps} becomes
+  int steps = 6;  // what {steps} becomes
   double timeout_s = 600;
   std::optional<std::regex> step_marker;
   std::string device_limit;  // the device_limit each trial gets (bytes or a percentage)
