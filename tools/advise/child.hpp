@@ -40,7 +40,7 @@ struct ChildResult {
   std::vector<double> marker_s;  // seconds from start at which marker lines arrived
 };
 
-inline constexpr std::size_t kTailBytes = 16 * 1024;
+inline constexpr std::size_t kTailBytes = std::size_t{16} * 1024;
 
 // Runs `spec` to its end. Never throws for anything the program does.
 ChildResult run_child(const ChildSpec& spec);

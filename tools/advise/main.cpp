@@ -145,9 +145,7 @@ class WorkDir {
   bool temporary_ = false;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int advise(int argc, char** argv) {
   CLI::App app{
       "Finds the largest batch that fits a device budget, the largest that trains with eviction, and the batch "
       "with the most samples per second, by running CMD under the preload with {batch} replaced.",
@@ -350,4 +348,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return advise(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tidepool-advise: %s\n", e.what());
+    return 1;
+  }
 }
