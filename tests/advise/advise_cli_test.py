@@ -213,6 +213,20 @@ def case_failing_program():
     stopped = advice["answer"]["stopped_by"]
     if stopped is None or stopped["batch"] != 8 or advice["trials"][-1]["batch"] != 8:
         fail("the search did not stop at the failed trial: %s" % stopped)
+    # A program that leaves a process outside its group (setsid) and fails
+    # with bytes that are not UTF-8: the JSON is still written, exit 2, and
+    # nothing is left running.
+    out_json = os.path.join(WORK, "broken.json")
+    p = subprocess.run([ADVISE, "--sim", "--json", out_json, "--", "sh", "-c",
+                        'setsid sleep 300.25 & printf "\\342\\226 broken\\n" >&2; exit 4', "{batch}"],
+                       capture_output=True, timeout=60, env=ENV)
+    if p.returncode != 2 or not os.path.exists(out_json):
+        fail("a failure with non-UTF-8 stderr: exit %d, JSON written: %s\n%s" % (p.returncode,
+                                                                               os.path.exists(out_json), p.stderr))
+    tail = json.load(open(out_json))["answer"]["stopped_by"]["stderr_tail"]
+    if "broken" not in tail:
+        fail("the stderr tail was lost: %r" % tail)
+    no_trainer_left("sleep 300.25")
 
 
 def case_timeout():
@@ -237,10 +251,13 @@ def case_interrupt():
                           "--hang-at-batch", "1"] + tag.split(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=ENV)
     # Wait until the trial's program runs, then interrupt as Ctrl-C would.
-    for _ in range(100):
+    for _ in range(200):
         if subprocess.run(["pgrep", "-f", "weights-mib 16.0427"], capture_output=True).stdout.strip():
             break
         time.sleep(0.05)
+    else:
+        p.kill()
+        fail("the trial's program never started")
     time.sleep(0.3)
     start = time.time()
     p.send_signal(signal.SIGINT)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <set>
 
@@ -112,10 +113,12 @@ TEST(AdviseSearch, AFailureOtherThanMemoryStopsTheSearch) {
 
 TEST(AdviseSearch, ATimedOutTrialDoesNotTrainButTheSearchGoesOn) {
   FakeProgram program(10, 20);
-  program.time_out_at_ = 22;  // bisection with eviction lands on it
+  program.time_out_at_ = 22;  // doubling with eviction, 11 then 22, lands on it
   const Answer a = program.search(1, 64);
   EXPECT_EQ(a.largest_with_eviction, 20);
   EXPECT_EQ(a.stopped_by, nullptr);
+  EXPECT_TRUE(std::any_of(program.trials_.begin(), program.trials_.end(),
+                          [](const Trial& t) { return t.outcome == Outcome::timed_out && t.batch == 22; }));
 }
 
 TEST(AdviseSearch, EvictionTheDeviceCannotDoStopsPhaseTwoWithAReason) {
@@ -123,7 +126,8 @@ TEST(AdviseSearch, EvictionTheDeviceCannotDoStopsPhaseTwoWithAReason) {
   program.eviction_state_ = "off";
   const Answer a = program.search(1, 64);
   EXPECT_EQ(a.largest_without_eviction, 10);
-  EXPECT_EQ(a.largest_with_eviction, 10);
+  EXPECT_EQ(a.largest_with_eviction, 0);  // no trial with eviction worked: no answer
+  EXPECT_FALSE(a.eviction_searched);
   EXPECT_NE(a.eviction_note.find("not available"), std::string::npos);
   EXPECT_EQ(program.trials_.back().eviction, true);
   EXPECT_EQ(std::count_if(program.trials_.begin(), program.trials_.end(), [](const Trial& t) { return t.eviction; }),

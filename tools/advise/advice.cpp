@@ -201,7 +201,7 @@ std::string advice_table(const json& advice) {
 std::string advice_html(const json& advice) {
   // The document goes inside a <script> element: `<` is written as \u003c so
   // that no string in it (a command, a program's stderr) can end the element.
-  std::string data = advice.dump();
+  std::string data = advice.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string escaped;
   escaped.reserve(data.size());
   for (const char c : data) {

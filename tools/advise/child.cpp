@@ -1,6 +1,7 @@
 // See child.hpp.
 #include "child.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 namespace tidepool::advise {
@@ -90,23 +92,85 @@ class OutputStream {
   std::string line_;
 };
 
-// Ends every process of the group: TERM, a grace period, then KILL.
-void end_group(pid_t group, pid_t leader, int* status, bool* reaped) {
-  ::kill(-group, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (!*reaped && Clock::now() < deadline) {
-    const pid_t r = ::waitpid(leader, status, WNOHANG);
-    if (r == leader) *reaped = true;
-    if (!*reaped) ::usleep(20 * 1000);
-  }
-  ::kill(-group, SIGKILL);
+bool make_pipe(int fds[2]) { return ::pipe2(fds, O_CLOEXEC) == 0; }
+
+void close_fd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
 }
 
-bool make_pipe(int fds[2]) { return ::pipe2(fds, O_CLOEXEC) == 0; }
+// True once the leader has exited; it stays a zombie, so its pid, which is
+// also the group's id, cannot be reused before reap() below.
+bool leader_exited(pid_t leader) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(leader), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid == leader;
+}
+
+// Reaps the leader; false when its status is lost (SIGCHLD ignored by
+// whoever started the advisor: the kernel reaped it).
+bool reap(pid_t leader, int* status) {
+  for (;;) {
+    if (::waitpid(leader, status, 0) == leader) return true;
+    if (errno != EINTR) return false;
+  }
+}
+
+// The pids of this process's children: the trial's leader, and, since the
+// advisor is a subreaper, whatever the trial left behind that outlived its
+// parent, in its group or out of it (setsid).
+std::vector<pid_t> children() {
+  std::vector<pid_t> pids;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return pids;
+  while (const dirent* task = ::readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    std::FILE* f = std::fopen((std::string("/proc/self/task/") + task->d_name + "/children").c_str(), "r");
+    if (f == nullptr) continue;
+    long pid = 0;
+    while (std::fscanf(f, "%ld", &pid) == 1) pids.push_back(static_cast<pid_t>(pid));
+    std::fclose(f);
+  }
+  ::closedir(tasks);
+  return pids;
+}
+
+// Kills and reaps every remaining child (see children()), until none is
+// left: a killed child's own children come to the advisor in turn. Waiting
+// for them matters: a dying process may still hold device memory that the
+// next trial needs.
+void end_leftovers() {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (std::vector<pid_t> left = children(); !left.empty() && Clock::now() < deadline; left = children()) {
+    for (const pid_t pid : left) ::kill(pid, SIGKILL);  // each unreaped, so each pid is still its own
+    for (const pid_t pid : left) {
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+}
+
+void prepare_once() {
+  static bool prepared = false;
+  if (prepared) return;
+  prepared = true;
+  // Exit statuses are ours to read, and orphans of a trial come to us.
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGCHLD, &action, nullptr);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
 
 }  // namespace
 
 void install_interrupt_handlers() {
+  prepare_once();
+  // A descriptor 0, 1 or 2 that is closed would be reused by a pipe below,
+  // and the child's dup2 onto it would go wrong.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) (void)::open("/dev/null", O_RDWR);
+  }
   if (g_wake_fds[0] < 0 && ::pipe2(g_wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     g_wake_fds[0] = g_wake_fds[1] = -1;
   }
@@ -132,6 +196,7 @@ std::string last_lines(const std::string& text, std::size_t lines) {
 }
 
 ChildResult run_child(const ChildSpec& spec) {
+  prepare_once();
   ChildResult result;
   if (interrupted()) {
     result.start_error = "interrupted";
@@ -142,17 +207,18 @@ ChildResult run_child(const ChildSpec& spec) {
     result.start_error = "no program";
     return result;
   }
-  int out_fds[2];
-  int err_fds[2];
-  int exec_fds[2];  // closed by a successful exec; carries errno otherwise
-  if (!make_pipe(out_fds)) {
+  int out_fds[2] = {-1, -1};
+  int err_fds[2] = {-1, -1};
+  int exec_fds[2] = {-1, -1};  // closed by a successful exec; carries errno otherwise
+  const auto close_all = [&] {
+    for (int* fds : {out_fds, err_fds, exec_fds}) {
+      close_fd(&fds[0]);
+      close_fd(&fds[1]);
+    }
+  };
+  if (!make_pipe(out_fds) || !make_pipe(err_fds) || !make_pipe(exec_fds)) {
     result.start_error = std::string("pipe: ") + std::strerror(errno);
-    return result;
-  }
-  if (!make_pipe(err_fds) || !make_pipe(exec_fds)) {
-    result.start_error = std::string("pipe: ") + std::strerror(errno);
-    ::close(out_fds[0]);
-    ::close(out_fds[1]);
+    close_all();
     return result;
   }
   std::vector<char*> argv;
@@ -173,7 +239,7 @@ ChildResult run_child(const ChildSpec& spec) {
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(signal, &action, nullptr);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
+    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(out_fds[1], STDOUT_FILENO);
     ::dup2(err_fds[1], STDERR_FILENO);
@@ -182,14 +248,12 @@ ChildResult run_child(const ChildSpec& spec) {
     (void)!::write(exec_fds[1], &error, sizeof error);
     ::_exit(127);
   }
-  ::close(out_fds[1]);
-  ::close(err_fds[1]);
-  ::close(exec_fds[1]);
+  close_fd(&out_fds[1]);
+  close_fd(&err_fds[1]);
+  close_fd(&exec_fds[1]);
   if (pid < 0) {
     result.start_error = std::string("fork: ") + std::strerror(errno);
-    ::close(out_fds[0]);
-    ::close(err_fds[0]);
-    ::close(exec_fds[0]);
+    close_all();
     return result;
   }
   ::setpgid(pid, pid);  // also here, so the group exists before any kill below
@@ -198,39 +262,44 @@ ChildResult run_child(const ChildSpec& spec) {
   do {
     got = ::read(exec_fds[0], &exec_error, sizeof exec_error);
   } while (got < 0 && errno == EINTR);
-  ::close(exec_fds[0]);
+  close_fd(&exec_fds[0]);
 
   OutputStream out(out_fds[0], spec, start, &result.marker_s);
   OutputStream err(err_fds[0], spec, start, &result.marker_s);
+  out_fds[0] = err_fds[0] = -1;  // the streams own them now
   int status = 0;
-  bool reaped = false;
   if (got == static_cast<ssize_t>(sizeof exec_error)) {
     result.start_error = "cannot run \"" + spec.argv[0] + "\": " + std::strerror(exec_error);
     out.finish();
     err.finish();
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    (void)reap(pid, &status);
     return result;
   }
   result.started = true;
 
-  // Until the program has exited and its output is read: the streams can
-  // close before it exits, and a process it left behind can hold them open
-  // after, so both are watched, the exit at least every 100 ms.
-  const auto deadline = start + std::chrono::duration<double>(spec.timeout_s);
-  Clock::time_point drain_until{};
-  for (;;) {
-    if (!reaped) {
-      const pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == pid || (r < 0 && errno == ECHILD)) {
-        reaped = true;
-        ::kill(-pid, SIGKILL);  // what it left in its group
-        drain_until = Clock::now() + std::chrono::seconds(1);
-      }
+  // Reads the program's output for up to `wait_ms`; false once both streams are closed.
+  const auto read_output = [&](int wait_ms) {
+    if (!out.open() && !err.open()) {
+      if (wait_ms > 0) ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
+      return false;
     }
-    if (reaped && (!(out.open() || err.open()) || Clock::now() >= drain_until)) break;
+    pollfd fds[3] = {{out.fd(), POLLIN, 0}, {err.fd(), POLLIN, 0}, {g_wake_fds[0], POLLIN, 0}};
+    if (::poll(fds, 3, wait_ms) > 0) {  // a closed stream's fd is -1: poll skips it
+      if (out.open() && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) out.drain();
+      if (err.open() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) err.drain();
+    }
+    return true;
+  };
+
+  // Until the program has exited: its output is read meanwhile, so it never
+  // blocks on a full pipe, and its exit is looked for at least every 100 ms
+  // (the streams can close before it exits, or stay open after it, held by
+  // something it started).
+  const auto deadline = start + std::chrono::duration<double>(spec.timeout_s);
+  bool exited = false;
+  while (!(exited = leader_exited(pid))) {
     int wait_ms = 100;
-    if (!reaped && spec.timeout_s > 0) {
+    if (spec.timeout_s > 0) {
       const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) {
         result.timed_out = true;
@@ -238,23 +307,25 @@ ChildResult run_child(const ChildSpec& spec) {
       }
       wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, 100.0));
     }
-    pollfd fds[3] = {{out.fd(), POLLIN, 0}, {err.fd(), POLLIN, 0}, {g_wake_fds[0], POLLIN, 0}};
-    const int ready = ::poll(fds, 3, wait_ms);  // a closed stream's fd is -1: poll skips it
+    read_output(wait_ms);
     if (interrupted()) {
       result.interrupted = true;
       break;
     }
-    if (ready <= 0) continue;  // the wait ran out, or EINTR
-    if (out.open() && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) out.drain();
-    if (err.open() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) err.drain();
   }
-  if (!reaped) end_group(pid, pid, &status, &reaped);
-  // Whatever the program left running in its group goes with it.
-  ::kill(-pid, SIGKILL);
-  while (!reaped) {
-    const pid_t r = ::waitpid(pid, &status, 0);
-    if (r == pid || (r < 0 && errno != EINTR)) reaped = true;
+  if (!exited) {
+    // TERM to the whole group, a grace period (still reading, so that what
+    // it prints on its way out cannot block it), then KILL.
+    ::kill(-pid, SIGTERM);
+    const auto grace = Clock::now() + std::chrono::seconds(3);
+    while (!leader_exited(pid) && Clock::now() < grace) read_output(20);
   }
+  ::kill(-pid, SIGKILL);  // the rest of its group; the unreaped leader keeps the group's id ours
+  const bool status_known = reap(pid, &status);
+  const auto drain_until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < drain_until && read_output(20)) {
+  }
+  end_leftovers();
   out.finish();
   err.finish();
   result.wall_s = seconds_since(start);
@@ -262,8 +333,13 @@ ChildResult run_child(const ChildSpec& spec) {
   result.stderr_tail = err.tail();
   if (result.stdout_tail.size() > kTailBytes) result.stdout_tail.erase(0, result.stdout_tail.size() - kTailBytes);
   if (result.stderr_tail.size() > kTailBytes) result.stderr_tail.erase(0, result.stderr_tail.size() - kTailBytes);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  if (!status_known) {
+    result.status_lost = true;
+  } else if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+  }
   return result;
 }
 

@@ -3,8 +3,11 @@
 // group of its own, so that the group (a training script's data-loader
 // workers included) can be ended together; it is killed at its timeout, when
 // the advisor is interrupted (SIGINT, SIGTERM, SIGHUP), and, should the
-// advisor itself die, by the kernel (PR_SET_PDEATHSIG). When run() returns,
-// no process of the group is left.
+// advisor itself die, by the kernel (PR_SET_PDEATHSIG: the program itself;
+// what it started then goes with it only if it watches its parent). The
+// advisor is a child subreaper, so whatever the program leaves behind, in its
+// group or out of it (setsid), comes back to the advisor, which kills and
+// reaps it: when run_child() returns, nothing the trial started is left.
 //
 // The program's stdout and stderr are read through pipes, never shown: the
 // tail of each is kept for messages, and lines matching the step marker are
@@ -34,6 +37,7 @@ struct ChildResult {
   bool interrupted = false;  // killed because the advisor was asked to stop
   int exit_code = -1;        // when it exited
   int signal = 0;            // when a signal ended it
+  bool status_lost = false;  // reaped by someone else: SIGCHLD was ignored
   double wall_s = 0;
   std::string stdout_tail;  // the last kTailBytes of each
   std::string stderr_tail;
@@ -47,7 +51,8 @@ ChildResult run_child(const ChildSpec& spec);
 
 // Signals that stop the advisor (SIGINT, SIGTERM, SIGHUP) end the running
 // child's group instead of leaving it behind; after one arrives,
-// interrupted() is true and run_child() refuses to start another.
+// interrupted() is true and run_child() refuses to start another. Also
+// opens /dev/null on a closed descriptor 0, 1 or 2.
 void install_interrupt_handlers();
 bool interrupted() noexcept;
 // The signal that interrupted the advisor, 0 if none.

@@ -281,6 +281,18 @@ int advise(int argc, char** argv) {
   WorkDir work;
   if (!work.open(keep, &error)) return bad_input(error);
   settings.work_dir = work.path();
+  // The trials' report and trace paths go into TIDEPOOL_CONF, where a comma
+  // ends a value.
+  if (work.path().find(',') != std::string::npos) {
+    return bad_input("the trials' folder " + work.path() +
+                     " holds a comma, which TIDEPOOL_CONF cannot carry in a path: give --keep another folder");
+  }
+  if (const auto full =
+          tidepool::runtime::parse_config(TrialRunner(settings).conf_for(true) + ",report:" + work.path() +
+                                          "/trial-1.json,trace:" + work.path() + "/trial-1.csv");
+      full.passthrough) {
+    return bad_input("the configuration trials would get is refused: " + full.error);
+  }
 
   install_interrupt_handlers();
   if (!command.names_steps()) {
@@ -323,7 +335,8 @@ int advise(int argc, char** argv) {
   const auto advice = advice_json(context, runner.trials(), answer);
   std::fputs(advice_table(advice).c_str(), stdout);
   std::fflush(stdout);
-  if (json_file.is_open() && !json_file.write_and_close(advice.dump(2) + "\n", &error)) {
+  if (json_file.is_open() &&
+      !json_file.write_and_close(advice.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", &error)) {
     std::fprintf(stderr, "tidepool-advise: --json %s\n", error.c_str());
     return 1;
   }
@@ -343,8 +356,9 @@ int advise(int argc, char** argv) {
     return kBadInput;
   }
   if (answer.largest_without_eviction == 0 && answer.largest_with_eviction == 0) {
-    std::fprintf(stderr, "tidepool-advise: no batch from %ld fits%s\n", min_batch,
-                 no_evict ? " (eviction not tried: --no-evict)" : ", even with eviction");
+    std::fprintf(
+        stderr, "tidepool-advise: no batch from %ld fits%s\n", min_batch,
+        answer.eviction_searched ? ", even with eviction" : (" (eviction " + answer.eviction_note + ")").c_str());
     return 1;
   }
   return 0;

@@ -28,6 +28,11 @@ class BatchSearch {
     }
     answer_->eviction_searched = true;
     answer_->largest_with_eviction = largest(true, std::max(settings_.min_batch, without + 1), without);
+    if (eviction_unavailable_) {
+      // Nothing was learnt of eviction: no answer is better than phase 1's again.
+      answer_->eviction_searched = false;
+      answer_->largest_with_eviction = 0;
+    }
     finish();
   }
 
@@ -45,8 +50,8 @@ class BatchSearch {
     }
     if (eviction && t.report_found && t.eviction_state == "off") {
       answer_->eviction_note =
-          "stopped: eviction is not available on this device (the report says it is off; it needs host-located "
-          "VMM, CUDA 12.2+)";
+          "not available on this device (the report says it is off; it needs host-located VMM, CUDA 12.2+)";
+      eviction_unavailable_ = true;
       return Verdict::stop;
     }
     return t.outcome == Outcome::fits ? Verdict::fits : Verdict::does_not_fit;
@@ -90,6 +95,7 @@ class BatchSearch {
   Answer* answer_;
   std::vector<const Trial*> ran_;
   bool stopped_ = false;
+  bool eviction_unavailable_ = false;
 };
 
 }  // namespace

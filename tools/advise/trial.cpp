@@ -207,6 +207,9 @@ const Trial& TrialRunner::run(long batch, bool eviction) {
     char text[96];
     std::snprintf(text, sizeof text, "still running after %g s: killed", settings_.timeout_s);
     t.reason = text;
+  } else if (r.status_lost) {
+    t.outcome = Outcome::failed;
+    t.reason = "its exit status was lost (something reaped it first)";
   } else if (r.exit_code == 0 && r.signal == 0) {
     if (!t.report_found) {
       t.outcome = Outcome::failed;
