@@ -52,8 +52,7 @@ def main():
     browser = Browser(chromium, os.path.join(work, "profile"))
     try:
         browser.open_page(1100, 1800)
-        browser.call("Page.navigate", {"url": "file://" + page})
-        browser.wait_event("Page.loadEventFired", timeout=30)
+        browser.load(page)
         drawn = browser.evaluate(
             "(() => { const q = (s) => document.querySelectorAll(s); return {"
             "speedPoints: q('#speed circle.point').length, speedCrosses: q('#speed g.failed').length,"

@@ -107,6 +107,11 @@ class Browser:
         self.call("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
+    def load(self, path, timeout=30):
+        """Opens the local file `path` in the page and waits until it has loaded."""
+        self.call("Page.navigate", {"url": "file://" + path})
+        self.wait_event("Page.loadEventFired", timeout=timeout)
+
     def evaluate(self, expression):
         result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
                                                 "awaitPromise": True})

@@ -98,8 +98,7 @@ def main():
         browser = Browser(chromium, os.path.join(work, "profile"))
         try:
             browser.open_page(1400, 3000)
-            browser.call("Page.navigate", {"url": "file://" + report})
-            browser.wait_event("Page.loadEventFired", timeout=30)
+            browser.load(report)
 
             charts = browser.evaluate(
                 "[...document.querySelectorAll('[data-chart]')].map(c => ({id: c.id, kind: c.dataset.chart, "
