@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from chromium_page import SKIP, Browser, fail, find_chromium, problems_in  # noqa: E402
+from preload_env import preload_env  # noqa: E402
 
 
 def main():
@@ -39,7 +40,7 @@ def main():
     run = subprocess.run([args.advise, "--sim", "--device-limit", "100MiB", "--batch", "1:24", "--base-batch", "8",
                           "--base-lr", "0.1", "--html", page, "--json", data, "--", args.trainer, "--batch",
                           "{batch}", "--steps", "{steps}"], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, TIDEPOOL_SIM_MEMORY="64GiB"))
+                         env=preload_env(args.advise, TIDEPOOL_SIM_MEMORY="64GiB"))
     if run.returncode != 0:
         fail("tidepool-advise exited %d: %s" % (run.returncode, run.stderr))
     advice = json.load(open(data))

@@ -17,10 +17,13 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from preload_env import preload_env  # noqa: E402
+
 CASE, ADVISE, TRAINER = sys.argv[1], sys.argv[2], sys.argv[3]
 WORK = tempfile.mkdtemp(prefix="advise_cli_" + CASE + "_")
 # The sim commits nothing until touched; room for every batch tried.
-ENV = dict(os.environ, TIDEPOOL_SIM_MEMORY="64GiB")
+ENV = preload_env(ADVISE, TIDEPOOL_SIM_MEMORY="64GiB")
 
 
 def fail(message):

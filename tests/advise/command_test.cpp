@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "advice.hpp"
+
 namespace tidepool::advise {
 namespace {
 
@@ -31,6 +35,25 @@ TEST(AdviseCommand, TextQuotesWhatAShellWouldSplit) {
   ASSERT_TRUE(CommandTemplate::parse({"run", "--name", "it's a test", "{batch}"}, &c, &error));
   EXPECT_FALSE(c.names_steps());
   EXPECT_EQ(c.text(), "run --name 'it'\\''s a test' {batch}");
+}
+
+}  // namespace
+}  // namespace tidepool::advise
+
+namespace tidepool::advise {
+namespace {
+
+TEST(AdviseText, ValidUtf8KeepsWellFormedTextAndReplacesEveryBadByte) {
+  EXPECT_EQ(valid_utf8("plain ascii"), "plain ascii");
+  EXPECT_EQ(valid_utf8("\xE2\x96\x88 bar \xF0\x9F\x98\x80"), "\xE2\x96\x88 bar \xF0\x9F\x98\x80");
+  const std::string replacement = "\xEF\xBF\xBD";
+  EXPECT_EQ(valid_utf8("\xE2\x96 x"), replacement + replacement + " x");           // cut short, then ASCII
+  EXPECT_EQ(valid_utf8("end \xE2\x96"), "end " + replacement + replacement);       // cut at the end
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), replacement + replacement);                    // overlong
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), replacement + replacement + replacement);  // a surrogate
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80"), replacement + replacement + replacement + replacement);  // past U+10FFFF
+  EXPECT_EQ(valid_utf8(std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(nlohmann::json(valid_utf8("\xFF\xFE tail")).dump(), "\"" + replacement + replacement + " tail\"");
 }
 
 }  // namespace

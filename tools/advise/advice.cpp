@@ -18,12 +18,14 @@ constexpr const char* kLearningRateCaveat =
     "linear scaling rule: multiply the rate by the batch's ratio to the base batch; when the batch grows a lot, "
     "warm the rate up over the first epochs (Goyal et al., 2017), or the first steps can diverge";
 
+json text_or_null(const std::string& text) { return text.empty() ? json(nullptr) : json(valid_utf8(text)); }
+
 json trial_json(const Trial& t) {
   json j = {{"trial", t.index},
             {"batch", t.batch},
             {"eviction", t.eviction},
             {"outcome", outcome_name(t.outcome)},
-            {"reason", t.reason.empty() ? json(nullptr) : json(t.reason)},
+            {"reason", text_or_null(t.reason)},
             {"exit_code", t.exit_code},
             {"signal", t.signal},
             {"wall_s", t.wall_s},
@@ -40,7 +42,7 @@ json trial_json(const Trial& t) {
             {"samples_per_s", t.samples_per_s},
             {"evicted_per_step_bytes", t.evicted_per_step},
             {"prefetched_per_step_bytes", t.prefetched_per_step}};
-  if (!t.stderr_tail.empty()) j["stderr_tail"] = t.stderr_tail;
+  if (!t.stderr_tail.empty()) j["stderr_tail"] = valid_utf8(t.stderr_tail);
   return j;
 }
 
@@ -81,20 +83,58 @@ std::string format(const char* pattern, double value) {
 
 }  // namespace
 
+std::string valid_utf8(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto byte = [&text](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = byte(i);
+    std::size_t length = 0;
+    unsigned char low = 0x80;
+    unsigned char high = 0xBF;
+    if (c < 0x80) {
+      length = 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      length = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      length = 3;
+      if (c == 0xE0) low = 0xA0;   // no overlong forms
+      if (c == 0xED) high = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      length = 4;
+      if (c == 0xF0) low = 0x90;
+      if (c == 0xF4) high = 0x8F;  // nothing past U+10FFFF
+    }
+    bool ok = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      const unsigned char next = byte(i + k);
+      ok = k == 1 ? next >= low && next <= high : next >= 0x80 && next <= 0xBF;
+    }
+    if (ok) {
+      out.append(text, i, length);
+      i += length;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
 json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const Answer& a) {
   json out;
   out["tool"] = "tidepool-advise";
   out["tidepool_version"] = util::version();
-  out["command"] = c.command;
+  out["command"] = valid_utf8(c.command);
   out["sim"] = c.sim;
-  out["budget"] = {{"given", c.budget_text.empty() ? json(nullptr) : json(c.budget_text)},
+  out["budget"] = {{"given", text_or_null(c.budget_text)},
                    {"bytes", c.budget_bytes},
                    {"margin_percent", c.margin_percent},
                    {"trial_limit_bytes", c.trial_limit_bytes}};
   out["range"] = {{"min", c.min_batch}, {"max", c.max_batch}};
   out["steps"] = c.steps;
   out["steps_in_command"] = c.steps_in_command;
-  out["step_marker"] = c.step_marker.empty() ? json(nullptr) : json(c.step_marker);
+  out["step_marker"] = text_or_null(c.step_marker);
   out["trials"] = json::array();
   for (const auto& t : trials) out["trials"].push_back(trial_json(t));
 
@@ -104,7 +144,7 @@ json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const 
   answer["largest_with_eviction"] =
       point_json(a.largest_with_eviction > 0 ? fitting_trial(trials, a.largest_with_eviction, true) : nullptr, c);
   answer["eviction_searched"] = a.eviction_searched;
-  answer["eviction_note"] = a.eviction_note.empty() ? json(nullptr) : json(a.eviction_note);
+  answer["eviction_note"] = text_or_null(a.eviction_note);
   answer["best"] = point_json(a.best, c);
   answer["learning_rate"] = nullptr;
   if (c.base_batch && c.base_lr) {
@@ -115,8 +155,8 @@ json advice_json(const AdviceContext& c, const std::deque<Trial>& trials, const 
   if (a.stopped_by != nullptr) {
     answer["stopped_by"] = {{"trial", a.stopped_by->index},
                             {"batch", a.stopped_by->batch},
-                            {"reason", a.stopped_by->reason},
-                            {"stderr_tail", a.stopped_by->stderr_tail}};
+                            {"reason", valid_utf8(a.stopped_by->reason)},
+                            {"stderr_tail", valid_utf8(a.stopped_by->stderr_tail)}};
   }
   answer["interrupted"] = a.interrupted;
   // Trials that fit but whose step never repeated: too few steps to trust.

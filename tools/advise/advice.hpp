@@ -30,6 +30,11 @@ struct AdviceContext {
   bool sim = false;
 };
 
+// `text` with every byte that is not part of a well-formed UTF-8 sequence
+// replaced by U+FFFD: a program's stderr, cut at any byte, or its arguments
+// may hold such bytes, and a JSON document may not.
+std::string valid_utf8(const std::string& text);
+
 nlohmann::json advice_json(const AdviceContext& context, const std::deque<Trial>& trials, const Answer& answer);
 std::string advice_table(const nlohmann::json& advice);
 // A self-contained page: no network, the data inside it.
