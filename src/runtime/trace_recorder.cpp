@@ -13,6 +13,7 @@
 #include <new>
 #include <string_view>
 
+#include "runtime/gzip_members.hpp"
 #include "runtime/logging.hpp"
 #include "util/util.hpp"
 
@@ -58,24 +59,32 @@ void TraceRecorder::SlotsUnmap::operator()(Slot* slots) const noexcept {
 util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
     const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from) {
   std::call_once(g_atfork_once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  // zlib first: a .gz trace that cannot be compressed creates no file.
+  std::unique_ptr<GzipMembers> gzip;
+  if (GzipMembers::wanted_for(path)) {
+    auto made = GzipMembers::create(kBufferBytes);
+    if (!made) return made.status();
+    gzip = std::move(made.value());
+  }
   auto opened = util::open_output_file(path, continue_from ? util::OutputMode::append : util::OutputMode::truncate);
   if (!opened) return opened.status();
   const int fd = opened.value();
   const bool empty = ::lseek(fd, 0, SEEK_END) == 0;
+  std::unique_ptr<TraceRecorder> recorder(
+      new TraceRecorder(fd, path, continue_from.value_or(std::chrono::steady_clock::now()), std::move(gzip)));
   std::string header(kTraceHeader);
   header += '\n';
-  if (empty && !util::write_all(fd, header)) {
-    const int error = errno;
-    ::close(fd);
-    return util::Status(util::Error::io_error, std::strerror(error));
+  if (empty && !recorder->write_text(header)) {
+    return util::Status(util::Error::io_error, std::strerror(errno));  // the recorder closes the file
   }
-  return std::unique_ptr<TraceRecorder>(
-      new TraceRecorder(fd, path, continue_from.value_or(std::chrono::steady_clock::now())));
+  return recorder;
 }
 
-TraceRecorder::TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start)
+TraceRecorder::TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start,
+                             std::unique_ptr<GzipMembers> gzip)
     : fd_(fd),
       path_(std::move(path)),
+      gzip_(std::move(gzip)),
       fork_generation_(g_fork_generation.load(std::memory_order_relaxed)),
       start_(start),
       slots_(map_slots()),
@@ -204,7 +213,7 @@ void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
 void TraceRecorder::write_out() noexcept {
   if (buffered_ == 0) return;
   if (!write_failed_) {
-    if (util::write_all(fd_, std::string_view(buffer_.get(), buffered_))) {
+    if (write_text(std::string_view(buffer_.get(), buffered_))) {
       written_.fetch_add(buffered_events_, std::memory_order_relaxed);
     } else {
       write_failed_ = true;
@@ -213,6 +222,10 @@ void TraceRecorder::write_out() noexcept {
   }
   buffered_ = 0;
   buffered_events_ = 0;
+}
+
+bool TraceRecorder::write_text(std::string_view text) noexcept {
+  return gzip_ != nullptr ? gzip_->write(fd_, text) : util::write_all(fd_, text);
 }
 
 }  // namespace tidepool::runtime

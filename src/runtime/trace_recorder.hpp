@@ -1,5 +1,6 @@
 // TraceRecorder: records every allocation event of a run as RMM logging CSV
-// (`trace:PATH`), off the hot path.
+// (`trace:PATH`), off the hot path; gzipped when PATH ends in .gz, one gzip
+// member per write (gzip_members.hpp).
 //
 // Allocating threads push fixed-size events into a bounded lock-free ring
 // (one atomic fetch-add, a clock read and a slot write: no allocation, no
@@ -35,12 +36,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "runtime/trace_format.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::runtime {
+
+class GzipMembers;
 
 class TraceRecorder {
  public:
@@ -84,7 +88,10 @@ class TraceRecorder {
   static constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
   static constexpr std::chrono::milliseconds kFinishWait{1000};  // finish() waits no longer for the drain lock
 
-  TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start);
+  TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start,
+                std::unique_ptr<GzipMembers> gzip);
+  // Writes `text` to the file: as it is, or as one gzip member.
+  bool write_text(std::string_view text) noexcept;
   static Slot* map_slots();
   void run();
   // False when the trace was abandoned meanwhile (the event is dropped).
@@ -97,7 +104,8 @@ class TraceRecorder {
 
   const int fd_;
   const std::string path_;
-  const std::uint64_t fork_generation_;  // the process generation this recorder belongs to
+  const std::unique_ptr<GzipMembers> gzip_;  // null for a plain trace
+  const std::uint64_t fork_generation_;      // the process generation this recorder belongs to
   const std::chrono::steady_clock::time_point start_;
   // The ring is mapped, not taken from malloc: 4 MiB from the heap per
   // recorder fragments it for good when a plugin is loaded and unloaded again

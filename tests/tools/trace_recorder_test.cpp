@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <regex>
@@ -157,6 +159,61 @@ TEST(TraceRecorder, ProducersOutrunningTheWriterLoseNothing) {
     ASSERT_EQ(e.size, 512u + static_cast<unsigned>(t));
   }
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(next[t], kEach);
+}
+
+TEST(TraceRecorder, AGzNameWritesGzipMembersThatReadBackAsThePlainTrace) {
+  const std::string plain_path = temp_path("recorder_plain.csv");
+  const std::string gz_path = temp_path("recorder_packed.csv.gz");
+  {
+    auto plain = runtime::TraceRecorder::open(plain_path);
+    auto packed = runtime::TraceRecorder::open(gz_path);
+    ASSERT_TRUE(plain.ok() && packed.ok()) << packed.status().message();
+    // Enough events for many writes (members), flushed between some of them.
+    for (std::uint64_t i = 0; i < 3 * runtime::TraceRecorder::kCapacity; ++i) {
+      for (auto* r : {plain.value().get(), packed.value().get()}) {
+        r->record(i % 2 == 0 ? TraceAction::allocate : TraceAction::free, 0x7f0000000000 + i / 2 * 4096, 4096 + i % 7,
+                  i % 3);
+      }
+      if (i % 50000 == 0) packed.value()->flush();
+    }
+  }
+  // A gzip file, smaller than the text.
+  std::ifstream in(gz_path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), 0x1f);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[1]), 0x8b);
+  EXPECT_LT(bytes.size() * 4, std::filesystem::file_size(plain_path));
+
+  const auto plain = load(plain_path);
+  const auto packed = load(gz_path);
+  ASSERT_EQ(plain.size(), 3 * runtime::TraceRecorder::kCapacity);
+  ASSERT_EQ(packed.size(), plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(packed[i].action, plain[i].action) << i;
+    ASSERT_EQ(packed[i].pointer, plain[i].pointer) << i;
+    ASSERT_EQ(packed[i].size, plain[i].size) << i;
+    ASSERT_EQ(packed[i].stream, plain[i].stream) << i;
+  }
+}
+
+TEST(TraceRecorder, AGzTraceContinuedByAReloadAppendsMembers) {
+  const std::string path = temp_path("recorder_reload.csv.gz");
+  const auto start = std::chrono::steady_clock::now();
+  {
+    auto first = runtime::TraceRecorder::open(path);
+    ASSERT_TRUE(first.ok());
+    first.value()->record(TraceAction::allocate, 0x1000, 512, 0);
+  }
+  {
+    auto second = runtime::TraceRecorder::open(path, start);
+    ASSERT_TRUE(second.ok());
+    second.value()->record(TraceAction::free, 0x1000, 512, 0);
+  }
+  const auto events = load(path);  // one header: the second load appends lines only
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].action, TraceAction::allocate);
+  EXPECT_EQ(events[1].action, TraceAction::free);
 }
 
 TEST(TraceRecorder, AForkedChildDoesNotWriteTheParentsTrace) {
