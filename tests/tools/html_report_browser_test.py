@@ -120,6 +120,15 @@ def main():
             first = next(c for c in charts if c["kind"] == "timeline")
             if expected is not None and first["drawn"] != expected + 1:
                 fail("timeline drew %d series, expected %d" % (first["drawn"], expected + 1))
+            # Step boundaries: one dashed line per detected step after the first.
+            steps = browser.evaluate(
+                "(() => { const c = document.querySelector('[data-chart=timeline]');"
+                "return {lines: c.querySelectorAll('line.step').length,"
+                "labels: [...c.querySelectorAll('.step-label')].map(t => t.textContent),"
+                "data: tidepoolReport.data.traces[Number(c.dataset.trace)].steps.length}; })()")
+            if expected is not None and (steps["data"] < 2 or steps["lines"] != steps["data"] or
+                                         steps["labels"][0] != "step 1"):
+                fail("step boundaries on the first timeline: %s" % steps)
 
             # The helpers the charts are built on.
             checks = browser.evaluate(

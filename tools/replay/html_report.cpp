@@ -196,6 +196,12 @@ nlohmann::json trace_json(const TraceGroup& g, const std::vector<std::string>& p
                           {"t", series.front().t},
                           {"runs", std::move(runs)}};
   trace["live"] = same_live ? nlohmann::json(series.front().live) : nlohmann::json(nullptr);
+  // Where each detected step after the first begins, on the timeline's
+  // clock: every run of a trace shares its steps.
+  nlohmann::json step_starts = nlohmann::json::array();
+  const auto& steps = g.runs.front()->steps;
+  for (std::size_t s = 1; s < steps.size(); ++s) step_starts.push_back(steps[s].begin_us);
+  trace["steps"] = std::move(step_starts);
   return trace;
 }
 

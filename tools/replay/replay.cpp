@@ -150,6 +150,7 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
     const DriverCalls now = target.driver_calls();
     step.begin = steps[next_step].begin;
     step.end = steps[next_step].end;
+    step.begin_us = step.begin < events.size() ? events[step.begin].time_us : 0;
     step.events = step.end - step.begin;
     step.calls = now - at_step_start;
     result->steps.push_back(step);

@@ -22,6 +22,7 @@ struct Sample {
 struct StepResult {
   std::uint64_t begin = 0;  // event indices [begin, end)
   std::uint64_t end = 0;
+  std::uint64_t begin_us = 0;  // the trace's time at its first event
   std::uint64_t events = 0;
   DriverCalls calls;                  // made during the step's events
   std::uint64_t peak_live_bytes = 0;  // the highest within the step

@@ -380,6 +380,11 @@ function timelineChart(container, data, trace) {
     swatch.style.background = 'var(--oom)';
     item.appendChild(document.createTextNode('device budget ' + formatBytes(budget)));
   }
+  if (trace.steps && trace.steps.length) {
+    const item = tag('span', 'item static', null, legend);
+    tag('span', 'swatch step', null, item);
+    item.appendChild(document.createTextNode('step boundaries (' + (trace.steps.length + 1) + ' steps detected)'));
+  }
   if (series.some(s => s.run.ooms && s.run.ooms.length)) {
     const item = tag('span', 'item static', null, legend);
     tag('span', 'swatch oom', null, item);
@@ -468,6 +473,15 @@ function timelineChart(container, data, trace) {
     if (budget) {
       svg('line', {class: 'budget', x1: plot.x, x2: plot.x + plot.w, y1: sy(budget), y2: sy(budget)}, body);
     }
+    // Step boundaries: where each step the replay detected begins (step 0
+    // holds the setup before the first repeat, as in the driver-calls table).
+    const starts = trace.steps || [];
+    starts.forEach((t, k) => {
+      if (t < x0 || t > x1) return;
+      const x = sx(t);
+      svg('line', {class: 'step', x1: x, x2: x, y1: plot.y, y2: plot.y + plot.h}, body);
+      svgText(body, x + 3, plot.y + 11, 'step ' + (k + 1), {class: 'step-label'});
+    });
     // Worst first, so the best policy's line is drawn on top.
     for (let k = series.length - 1; k >= 0; k--) {
       const s = series[k];
