@@ -120,6 +120,20 @@ def main():
             first = next(c for c in charts if c["kind"] == "timeline")
             if expected is not None and first["drawn"] != expected + 1:
                 fail("timeline drew %d series, expected %d" % (first["drawn"], expected + 1))
+            # The pool at another moment: the slider redraws every strip from
+            # that moment's layout.
+            moved = browser.evaluate(
+                "(() => { const c = document.querySelector('[data-chart=pool]');"
+                "const s = c.querySelector('input.moment-slider'); if (!s) return {slider: false};"
+                "const peak = c.querySelector('.moment-text').textContent;"
+                "s.value = String(Math.max(1, Math.floor(Number(s.max) / 2)));"
+                "s.dispatchEvent(new Event('input'));"
+                "return {slider: true, max: Number(s.max), moment: c.dataset.moment, drawn: Number(c.dataset.drawn),"
+                "peak: peak, text: c.querySelector('.moment-text').textContent}; })()")
+            if expected is not None and (not moved["slider"] or moved["max"] < 2 or moved["moment"] == "0" or
+                                         moved["drawn"] <= 0 or "live peak" not in moved["peak"] or
+                                         "into the trace" not in moved["text"]):
+                fail("the pool's time slider: %s" % moved)
             # Step boundaries: one dashed line per detected step after the first.
             steps = browser.evaluate(
                 "(() => { const c = document.querySelector('[data-chart=timeline]');"

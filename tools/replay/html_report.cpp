@@ -187,6 +187,19 @@ nlohmann::json trace_json(const TraceGroup& g, const std::vector<std::string>& p
       layout.push_back(s.used ? size : -size);
     }
     run["layout"] = std::move(layout);
+    // The pool at evenly spaced moments, for the time slider (same signed
+    // sizes as `layout`, with same-kind neighbours merged).
+    nlohmann::json moments = nlohmann::json::array();
+    for (const LayoutMoment& m : r.moments) {
+      nlohmann::json spans = nlohmann::json::array();
+      for (const Span& s : m.layout) {
+        const auto size = static_cast<std::int64_t>(s.size);
+        spans.push_back(s.used ? size : -size);
+      }
+      moments.push_back(
+          {{"t", m.time_us}, {"live", m.live_bytes}, {"reserved", m.reserved_bytes}, {"layout", std::move(spans)}});
+    }
+    run["moments"] = std::move(moments);
     runs.push_back(std::move(run));
   }
   nlohmann::json trace = {{"name", base_name(g.path)},

@@ -129,13 +129,30 @@ void record_failure(const TraceEvent& e, const Target& target, const ReplayOptio
   result->failures.push_back(FailedAllocation{e.time_us, e.size, e.stream, e.line, c.live_bytes, c.reserved_bytes});
 }
 
+// The target's layout with same-kind neighbours merged (LayoutMoment).
+std::vector<Span> merged_layout(const Target& target) {
+  std::vector<Span> merged;
+  for (const Span& s : target.layout()) {
+    if (!merged.empty() && merged.back().used == s.used && merged.back().offset + merged.back().size == s.offset) {
+      merged.back().size += s.size;
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
+}
+
 // One pass over the events, stopping after `stop_after` events (all when 0).
+// A pass that is not measuring (stop_after set) captures the layout at
+// `stop_after` (the live peak) and, when `moments` is set, goes on to the end
+// capturing a LayoutMoment after each of those event counts.
 bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::vector<Step>& steps,
                  Target& target, std::size_t stop_after, const ReplayOptions& options, Result* result, Pass* pass,
-                 std::string* error) {
+                 std::string* error, const std::vector<std::size_t>& moments = {}) {
   std::unordered_map<std::uint64_t, Live> live;  // trace pointer -> its allocation
   live.reserve(events.size());
-  const std::size_t limit = stop_after == 0 ? events.size() : stop_after;
+  const std::size_t limit = stop_after == 0 || !moments.empty() ? events.size() : stop_after;
+  std::size_t next_moment = 0;
   const std::size_t stride =
       std::max<std::size_t>(1, events.size() / std::max<std::size_t>(1, options.timeline_points));
   const bool measuring = stop_after == 0;
@@ -230,7 +247,15 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
       }
     }
     in_target += std::chrono::steady_clock::now() - call_start;
-    if (!measuring) continue;
+    if (!measuring) {
+      if (i + 1 == stop_after) result->peak_layout = target.layout();
+      if (next_moment < moments.size() && i + 1 == moments[next_moment]) {
+        const Counters c = target.counters();
+        result->moments.push_back(LayoutMoment{e.time_us, c.live_bytes, c.reserved_bytes, merged_layout(target)});
+        ++next_moment;
+      }
+      continue;
+    }
     const Counters c = target.counters();
     if (c.live_bytes > result->peak_live_bytes) {
       result->peak_live_bytes = c.live_bytes;
@@ -265,8 +290,6 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
     result->utilization = result->peak_reserved_bytes == 0 ? 1.0
                                                            : static_cast<double>(result->peak_live_bytes) /
                                                                  static_cast<double>(result->peak_reserved_bytes);
-  } else {
-    result->peak_layout = target.layout();
   }
   return true;
 }
@@ -298,10 +321,17 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
     Pass ignored;
     ReplayOptions quiet = options;
     quiet.progress = false;
-    if (!replay_pass(trace_name, events, steps, *target, pass.peak_event, quiet, &scratch, &ignored, error)) {
+    // Moments after 1/K, 2/K, ... K/K of the events.
+    std::vector<std::size_t> moments;
+    for (std::size_t k = 1; k <= options.layout_moments; ++k) {
+      const std::size_t at = k * events.size() / options.layout_moments;
+      if (at > 0 && (moments.empty() || at > moments.back())) moments.push_back(at);
+    }
+    if (!replay_pass(trace_name, events, steps, *target, pass.peak_event, quiet, &scratch, &ignored, error, moments)) {
       return false;
     }
     result->peak_layout = std::move(scratch.peak_layout);
+    result->moments = std::move(scratch.moments);
   }
   return true;
 }

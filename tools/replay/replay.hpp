@@ -58,6 +58,16 @@ struct BudgetChange {
   std::uint64_t bytes = 0;
 };
 
+// The pool at one moment of the trace, for the report's time slider: its
+// layout with neighbouring blocks of the same kind (used or free) merged, so
+// that a moment costs twice its free blocks, whatever the live count.
+struct LayoutMoment {
+  std::uint64_t time_us = 0;
+  std::uint64_t live_bytes = 0;
+  std::uint64_t reserved_bytes = 0;
+  std::vector<Span> layout;
+};
+
 struct Result {
   std::string trace;
   std::string policy;
@@ -74,10 +84,11 @@ struct Result {
   std::uint64_t unmaps = 0;
   std::uint64_t evicted_bytes = 0;
   double ns_per_event = 0;
-  DriverCalls driver_calls;       // over the whole trace: the sum of the steps'
-  std::vector<StepResult> steps;  // the first holds the setup; the last is the last training step
-  std::vector<Sample> timeline;   // a few thousand points at most
-  std::vector<Span> peak_layout;  // filled when asked for
+  DriverCalls driver_calls;           // over the whole trace: the sum of the steps'
+  std::vector<StepResult> steps;      // the first holds the setup; the last is the last training step
+  std::vector<Sample> timeline;       // a few thousand points at most
+  std::vector<Span> peak_layout;      // filled when asked for
+  std::vector<LayoutMoment> moments;  // evenly spaced through the trace, when the layout is asked for
   // For the Chrome trace and the report's out-of-memory marks. Beyond the
   // caps in ReplayOptions only the count of what was left out grows.
   std::vector<Lifetime> lifetimes;  // in allocation order; when record_allocations
@@ -98,8 +109,9 @@ bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::s
                 std::string* warning = nullptr);
 
 struct ReplayOptions {
-  bool want_layout = false;  // capture the layout at the live peak (costs a second pass)
-  bool progress = false;     // a progress bar on stderr
+  bool want_layout = false;         // capture the layout at the live peak and at moments (costs a second pass)
+  std::size_t layout_moments = 12;  // how many moments, evenly spaced by event, the second pass captures
+  bool progress = false;            // a progress bar on stderr
   std::size_t timeline_points = 2000;
   std::size_t step_count = 0;  // split into this many steps (split_steps); 0: detect them (detect_steps)
   bool lenient = false;        // count and skip frees of unknown pointers instead of refusing the trace

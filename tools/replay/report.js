@@ -563,14 +563,27 @@ function timelineChart(container, data, trace) {
 
 // ---- per trace: the pool at the live peak, one strip per policy ----
 
+// The pool's layout per policy as strips: at the live peak (block by block),
+// or, with the slider, at one of the moments the replay captured (neighbouring
+// blocks of one kind merged there).
 function poolChart(container, data, trace) {
   container.textContent = '';
-  const rows = rank(trace).map(i => trace.runs[i]).filter(r => r.layout && r.layout.length).map(r => {
-    const starts = new Float64Array(r.layout.length + 1);
+  const runs = rank(trace).map(i => trace.runs[i]).filter(r => r.layout && r.layout.length);
+  // 0: the live peak; k > 0: the k-th moment.
+  const momentCount = runs.reduce((n, r) => Math.max(n, (r.moments || []).length), 0);
+  let moment = 0;
+  function layoutOf(r) {
+    if (moment === 0) return r.layout;
+    const m = (r.moments || [])[moment - 1];
+    return m ? m.layout : [];
+  }
+  function buildRow(r) {
+    const layout = layoutOf(r);
+    const starts = new Float64Array(layout.length + 1);
     let free = 0;
     let freeBlocks = 0;
     let largest = 0;
-    r.layout.forEach((v, k) => {
+    layout.forEach((v, k) => {
       starts[k + 1] = starts[k] + Math.abs(v);
       if (v < 0) {
         free -= v;
@@ -580,20 +593,54 @@ function poolChart(container, data, trace) {
     });
     return {
       run: r,
+      layout: layout,
       name: data.policies[r.policy],
       best: trace.runs.indexOf(r) === trace.best,
       starts: starts,
-      total: starts[r.layout.length],
+      total: starts[layout.length],
       free: free,
       freeBlocks: freeBlocks,
       largest: largest
     };
-  });
+  }
+  let rows = runs.map(buildRow);
   if (!rows.length) {
     tag('p', 'note', 'no layout captured', container);
     container.dataset.drawn = '0';
     return;
   }
+  if (momentCount > 0) {
+    const bar = tag('div', 'moment-bar', null, container);
+    const label = tag('label', 'moment-label', 'Pool at: ', bar);
+    const slider = tag('input', 'moment-slider', null, label);
+    slider.type = 'range';
+    slider.min = '0';
+    slider.max = String(momentCount);
+    slider.value = '0';
+    slider.setAttribute('aria-label', 'moment of the trace');
+    const text = tag('span', 'moment-text', null, bar);
+    const describe = () => {
+      if (moment === 0) {
+        text.textContent = 'the live peak, block by block';
+        return;
+      }
+      const m = runs.map(r => (r.moments || [])[moment - 1]).find(x => x);
+      text.textContent = m ? formatTime(m.t - trace.t[0]) + ' into the trace (' + moment + ' of ' + momentCount +
+              '): live ' + formatMiB(m.live) + '; blocks of one kind merged' :
+                             'no layout at this moment';
+    };
+    slider.addEventListener('input', () => {
+      moment = Number(slider.value);
+      rows = runs.map(buildRow);
+      view = null;
+      container.dataset.moment = String(moment);
+      describe();
+      totalMax = rows.reduce((t, row) => Math.max(t, row.total), 0) || 1;
+      draw();
+    });
+    describe();
+  }
+  container.dataset.moment = '0';
   const legend = tag('div', 'legend', null, container);
   for (const [cls, text] of [['used', 'used: a live block'], ['free', 'free: held by the pool, not handed out']]) {
     const item = tag('span', 'item static', null, legend);
@@ -607,6 +654,7 @@ function poolChart(container, data, trace) {
           'used share is drawn as its height. Drag to zoom, hover for blocks.');
   let totalMax = 0;
   for (const row of rows) totalMax = Math.max(totalMax, row.total);
+  totalMax = totalMax || 1;
   const width = Math.max(480, container.clientWidth || 900);
   const stripH = 22;
   const gap = 9;
@@ -649,7 +697,7 @@ function poolChart(container, data, trace) {
       const cols = Math.ceil(plot.w) + 1;
       const usedPx = new Float64Array(cols);
       const freePx = new Float64Array(cols);
-      const layout = row.run.layout;
+      const layout = row.layout;
       for (let i = 0; i < layout.length; i++) {
         const b0 = row.starts[i];
         const b1 = row.starts[i + 1];
@@ -705,9 +753,9 @@ function poolChart(container, data, trace) {
     let free = 0;
     let n = 0;
     let one = -1;
-    for (; i < row.run.layout.length && row.starts[i] < a + perPx; i++) {
+    for (; i < row.layout.length && row.starts[i] < a + perPx; i++) {
       if (row.starts[i + 1] <= a) continue;
-      const v = row.run.layout[i];
+      const v = row.layout[i];
       if (v > 0)
         used += v;
       else
@@ -716,7 +764,7 @@ function poolChart(container, data, trace) {
       one = i;
     }
     if (n === 1) {
-      const v = row.run.layout[one];
+      const v = row.layout[one];
       out.push({
         label: v > 0 ? 'used block' : 'free block',
         value: formatBytes(Math.abs(v)),
