@@ -5,6 +5,7 @@
 // checks the same report drawn in a browser.)
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -274,6 +275,86 @@ TEST(ReportRun, TakesTheCommandLineAndTheOptionsThatChangeTheFigures) {
   const std::vector<std::pair<std::string, std::string>> want = {
       {"frees", "device"}, {"device limit", "8GiB"}, {"conf", "policy:best_fit"}, {"steps", "3 equal"}};
   EXPECT_EQ(run.options, want);
+}
+
+}  // namespace
+}  // namespace tidepool::replay
+
+namespace tidepool::replay {
+namespace {
+
+Result compared_result(const std::string& trace, const std::string& policy, double util, std::uint64_t reserved) {
+  Result r;
+  r.trace = trace;
+  r.policy = policy;
+  r.utilization = util;
+  r.peak_reserved_bytes = reserved;
+  r.peak_live_bytes = static_cast<std::uint64_t>(util * static_cast<double>(reserved));
+  r.events = 10;
+  return r;
+}
+
+TEST(Comparison, MatchesByFileNamePolicyAndFreesAndNamesWhatOneSideLacks) {
+  const std::vector<BaselineRun> before = {{"a.csv", "best_fit", "stream", 0.95, 100 << 20, 0},
+                                           {"a.csv", "first_fit", "stream", 0.90, 110 << 20, 2},
+                                           {"a.csv", "best_fit", "device", 0.93, 105 << 20, 0}};
+  const std::vector<Result> now = {compared_result("/elsewhere/a.csv", "best_fit", 0.97, 98 << 20),
+                                   compared_result("/elsewhere/a.csv", "worst_fit", 0.80, 130 << 20)};
+  const Comparison c = compare_runs(now, before, "before.jsonl");
+  ASSERT_EQ(c.runs.size(), 1u);
+  EXPECT_EQ(c.runs[0].trace, "a.csv");
+  EXPECT_EQ(c.runs[0].policy, "best_fit");
+  EXPECT_DOUBLE_EQ(c.runs[0].before_utilization, 0.95);
+  EXPECT_DOUBLE_EQ(c.runs[0].after_utilization, 0.97);
+  EXPECT_EQ(c.runs[0].before_peak_reserved, 100u << 20);
+  ASSERT_EQ(c.unmatched.size(), 3u);
+  EXPECT_EQ(c.unmatched[0], "a.csv worst_fit (frees stream): only in this replay");
+  EXPECT_EQ(c.unmatched[1], "a.csv first_fit (frees stream): only in before.jsonl");
+  EXPECT_EQ(c.unmatched[2], "a.csv best_fit (frees device): only in before.jsonl");
+
+  // The HTML section: the better utilization and the smaller peak are green.
+  const std::string html = html_report(now, {}, &c);
+  const auto at = html.find("id=\"changes\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string section = html.substr(at, html.find("</section>", at) - at);
+  EXPECT_NE(section.find("<td class=\"better\">+2.00 pt</td>"), std::string::npos) << section;
+  EXPECT_NE(section.find("<td class=\"better\">-2.00%</td>"), std::string::npos) << section;
+  EXPECT_EQ(section.find("class=\"worse\""), std::string::npos);
+  EXPECT_NE(section.find("only in this replay"), std::string::npos);
+  EXPECT_EQ(html_report(now).find("id=\"changes\""), std::string::npos);  // no --compare, no section
+}
+
+TEST(Comparison, ABaselineThatIsNotReplayJsonLinesIsRefusedWithItsLine) {
+  const std::string path = ::testing::TempDir() + "/comparison_baseline.jsonl";
+  std::vector<BaselineRun> runs;
+  std::string error;
+  {
+    std::ofstream(path)
+        << "{\"trace\":\"a.csv\",\"policy\":\"best_fit\",\"utilization\":0.9,\"peak_reserved_bytes\":1}\n"
+        << "not json\n";
+  }
+  EXPECT_FALSE(load_baseline(path, &runs, &error));
+  EXPECT_NE(error.find(":2: not a JSON line"), std::string::npos) << error;
+  { std::ofstream(path) << "{\"trace\":\"a.csv\",\"policy\":\"best_fit\"}\n"; }
+  runs.clear();
+  EXPECT_FALSE(load_baseline(path, &runs, &error));
+  EXPECT_NE(error.find(":1: a JSON object without"), std::string::npos) << error;
+  { std::ofstream(path) << "\n"; }
+  runs.clear();
+  EXPECT_FALSE(load_baseline(path, &runs, &error));
+  EXPECT_NE(error.find("no runs"), std::string::npos) << error;
+  runs.clear();
+  EXPECT_FALSE(load_baseline("/no/such/file.jsonl", &runs, &error));
+  {
+    std::ofstream(path) << "{\"trace\":\"/x/a.csv\",\"policy\":\"best_fit\",\"utilization\":0.9,"
+                           "\"peak_reserved_bytes\":4096,\"frees\":\"device\",\"failed_allocations\":3}\n";
+  }
+  runs.clear();
+  ASSERT_TRUE(load_baseline(path, &runs, &error)) << error;
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].trace, "a.csv");
+  EXPECT_EQ(runs[0].frees, "device");
+  EXPECT_EQ(runs[0].failed_allocations, 3u);
 }
 
 }  // namespace

@@ -125,6 +125,28 @@ case "$case_name" in
       fail "exit $?"
     grep -q '^a_trace_name_well_over_twenty_two_characters.csv pytorch_rules ' long.txt || fail "a name was cut"
     ;;
+  compare)
+    # A replay set against an earlier one: matched by trace file name (the
+    # copy here sits in another folder), policy and free mode; a change shows
+    # with its sign; what one side lacks is named; a file that is not
+    # tidepool-replay's JSON lines is refused before any replay.
+    zcat "$sample" > seq2seq_b32.csv.gz.csv
+    "$replay" --policy best_fit --policy first_fit --device-limit 440MiB --json-out before.jsonl "$sample" \
+      > /dev/null || fail "the earlier replay exited $?"
+    "$replay" --policy best_fit --policy worst_fit --device-limit 440MiB --compare before.jsonl --html cmp.html \
+      "$sample" > cmp.txt || fail "exit $?"
+    grep -q '^compared with before.jsonl' cmp.txt || fail "no comparison table"
+    grep -q '^seq2seq_b32.csv.gz *best_fit *stream .* +0.0000 .* +0.00%' cmp.txt || fail "best_fit not matched unchanged"
+    grep -q 'not compared: seq2seq_b32.csv.gz worst_fit (frees stream): only in this replay' cmp.txt ||
+      fail "worst_fit not named as new"
+    grep -q 'not compared: seq2seq_b32.csv.gz first_fit (frees stream): only in before.jsonl' cmp.txt ||
+      fail "first_fit not named as gone"
+    grep -q 'id="changes"' cmp.html || fail "no comparison section in the HTML"
+    echo '{"trace": "x"}' > bad.jsonl
+    "$replay" --compare bad.jsonl "$sample" > /dev/null 2> bad.err
+    [ $? -eq 2 ] || fail "a bad --compare file was not refused with exit 2"
+    grep -q 'bad.jsonl:1: .*keys' bad.err || fail "the refusal does not say where and why"
+    ;;
   *)
     fail "unknown case"
     ;;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "comparison.hpp"
 #include "report_assets.hpp"
 #include "reports.hpp"
 #include "trace_notes.hpp"
@@ -353,9 +354,46 @@ std::string best_list(const std::vector<TraceGroup>& groups) {
   return out + "</p>\n";
 }
 
+// This replay against an earlier one (--compare): a row per matched run,
+// the change coloured by whether it is better (higher utilization, fewer
+// bytes reserved, fewer failures) or worse.
+std::string changes_section(const Comparison& c) {
+  std::string out = "<section id=\"changes\"><h2>Compared with " + escape(base_name(c.baseline)) +
+                    "</h2>\n<p class=\"note\">Runs matched by trace file name, policy and free mode against the JSON "
+                    "lines of an earlier replay (<code>" +
+                    escape(c.baseline) +
+                    "</code>). Green: better now (higher utilization, less reserved, fewer failed allocations); red: "
+                    "worse.</p>\n<table class=\"changes\"><thead><tr><th>trace</th><th>policy</th><th>frees</th>"
+                    "<th>utilization before</th><th>now</th><th>change</th><th>peak reserved before</th><th>now</th>"
+                    "<th>change</th><th>failed before</th><th>now</th></tr></thead><tbody>\n";
+  const auto tone = [](double better_by) {
+    return better_by > 1e-12 ? " class=\"better\"" : better_by < -1e-12 ? " class=\"worse\"" : "";
+  };
+  for (const ComparedRun& r : c.runs) {
+    const double du = r.after_utilization - r.before_utilization;
+    const double before = static_cast<double>(r.before_peak_reserved);
+    const double after = static_cast<double>(r.after_peak_reserved);
+    const double dp = before == 0 ? 0.0 : 100.0 * (after - before) / before;
+    const double df = static_cast<double>(r.before_failed) - static_cast<double>(r.after_failed);
+    out += "<tr><td>" + escape(r.trace) + "</td><td>" + escape(r.policy) + "</td><td>" + escape(r.frees) + "</td><td>" +
+           fixed(100.0 * r.before_utilization, 2) + "%</td><td>" + fixed(100.0 * r.after_utilization, 2) + "%</td><td" +
+           tone(du) + ">" + (du >= 0 ? "+" : "") + fixed(100.0 * du, 2) + " pt</td><td>" +
+           mib_text(r.before_peak_reserved) + " MiB</td><td>" + mib_text(r.after_peak_reserved) + " MiB</td><td" +
+           tone(-dp) + ">" + (dp >= 0 ? "+" : "") + fixed(dp, 2) + "%</td><td>" + std::to_string(r.before_failed) +
+           "</td><td" + tone(df) + ">" + std::to_string(r.after_failed) + "</td></tr>\n";
+  }
+  out += "</tbody></table>\n";
+  if (!c.unmatched.empty()) {
+    out += "<p class=\"note\">Not compared:</p><ul class=\"note\">";
+    for (const std::string& u : c.unmatched) out += "<li>" + escape(u) + "</li>";
+    out += "</ul>\n";
+  }
+  return out + "</section>\n";
+}
+
 }  // namespace
 
-std::string html_report(const std::vector<Result>& results, const ReportRun& run) {
+std::string html_report(const std::vector<Result>& results, const ReportRun& run, const Comparison* comparison) {
   const std::vector<TraceGroup> groups = group_by_trace(results);
   std::vector<std::string> policies;
   for (const Result& r : results) {
@@ -379,9 +417,10 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
     out += "<li><a href=\"#" + id + "\">" + escape(base_name(g.path)) + "</a> <span class=\"best-tag\">★ " +
            escape(g.runs[g.best]->policy) + "</span><ol><li><a href=\"#" + id +
            "-timeline\">memory over time</a></li><li><a href=\"#" + id +
-           "-pool\">pool at the live peak</a></li><li><a href=\"#" + id +
+           "-pool\">the pool, at the peak and at moments</a></li><li><a href=\"#" + id +
            "-steps\">driver calls per step</a></li></ol></li>";
   }
+  if (comparison != nullptr) out += "<li><a href=\"#changes\">Compared with an earlier replay</a></li>";
   out += "<li><a href=\"#run\">Run</a></li></ol></nav>\n<main>\n<h1>tidepool replay report</h1>\n<p class=\"sub\">" +
          std::to_string(groups.size()) + (groups.size() == 1 ? " trace" : " traces") + " × " +
          std::to_string(policies.size()) + (policies.size() == 1 ? " policy" : " policies");
@@ -405,6 +444,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
       "<div class=\"chart\" id=\"chart-calls\" data-chart=\"calls\"></div>\n</section>\n";
 
   out += "<section id=\"summary\"><h2>Summary table</h2>\n" + summary_table(groups) + "</section>\n";
+  if (comparison != nullptr) out += changes_section(*comparison);
 
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string id = "trace-" + std::to_string(i);
@@ -417,7 +457,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
            ahead_text(g) + ".</p>\n" + origin_note(best) + "<h3 id=\"" + id +
            "-timeline\">Live and reserved bytes over time</h3>\n<div class=\"chart\" id=\"" + id +
            "-timeline-chart\" data-chart=\"timeline\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
-           "-pool\">The pool at the live peak</h3>\n<div class=\"chart\" id=\"" + id +
+           "-pool\">The pool at the live peak, and at moments of the trace</h3>\n<div class=\"chart\" id=\"" + id +
            "-pool-chart\" data-chart=\"pool\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
            "-steps\">Driver calls per step</h3>\n<details><summary>every step, every policy (step 0 holds the "
            "setup)</summary>\n" +

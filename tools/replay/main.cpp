@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "comparison.hpp"
 #include "output_file.hpp"
 #include "replay.hpp"
 #include "reports.hpp"
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
       ->type_name("N");
   app.add_flag("--json", json, "One JSON object per (trace, policy) line on stdout, instead of the table");
   app.add_option("--json-out", json_path, "Also write the JSON lines to this file (the table stays on stdout)");
+  std::string compare_path;
+  app.add_option("--compare", compare_path,
+                 "Set each run against an earlier replay's, from the JSON lines it wrote (--json or --json-out): a "
+                 "table after this one, and a section of the HTML report");
   app.add_flag("--lenient", lenient,
                "Replay a trace recorded mid-run: count and skip frees of blocks allocated before it began");
   app.add_flag("--progress", progress, "Show the progress line on stderr even when it is not a terminal");
@@ -123,6 +128,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::vector<BaselineRun> baseline;
+  if (!compare_path.empty()) {
+    std::string error;
+    if (!load_baseline(compare_path, &baseline, &error)) {
+      std::fprintf(stderr, "tidepool-replay: --compare %s\n", error.c_str());
+      return 2;
+    }
+  }
   // Last: it is written as the replay goes.
   std::FILE* json_file = nullptr;
   if (!json_path.empty()) {
@@ -169,9 +182,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!json) std::printf("%s", table(results).c_str());
+  const Comparison comparison = compare_runs(results, baseline, compare_path);
+  if (!json && !compare_path.empty()) std::printf("%s", comparison_table(comparison).c_str());
   std::string error;
   if (html_file.is_open() &&
-      !html_file.write_and_close(html_report(results, make_report_run(argc, argv, target_options, options)), &error)) {
+      !html_file.write_and_close(html_report(results, make_report_run(argc, argv, target_options, options),
+                                             compare_path.empty() ? nullptr : &comparison),
+                                 &error)) {
     std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
     return 1;
   }

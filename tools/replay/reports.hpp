@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comparison.hpp"
 #include "replay.hpp"
 #include "report_run.hpp"
 
@@ -15,8 +16,10 @@ std::string table(const std::vector<Result>& results);
 // One JSON object per result, with exactly the documented keys.
 std::string json_line(const Result& result);
 // One offline file: the data, the script (report.js) and the style
-// (report.css) inline; nothing is fetched.
-std::string html_report(const std::vector<Result>& results, const ReportRun& run = {});
+// (report.css) inline; nothing is fetched. With `comparison`, a section
+// sets each run against an earlier replay's.
+std::string html_report(const std::vector<Result>& results, const ReportRun& run = {},
+                        const Comparison* comparison = nullptr);
 // Live and reserved counters, allocation slices per stream (when the results
 // recorded lifetimes), out-of-memory and budget markers; one process per result.
 std::string chrome_trace(const std::vector<Result>& results, const ChromeTraceOptions& options = {});
