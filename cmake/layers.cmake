@@ -30,7 +30,7 @@ function(tidepool_layer name)
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${name}/*.cpp")
   add_library(tidepool_${name} OBJECT ${sources})
   target_include_directories(tidepool_${name} PRIVATE "${view}")
-  target_link_libraries(tidepool_${name} PRIVATE tidepool_cuda_headers tidepool_logging_deps
+  target_link_libraries(tidepool_${name} PRIVATE tidepool_cuda_headers tidepool_logging_deps tidepool_zlib_headers
     nlohmann_json::nlohmann_json Threads::Threads)
   target_sources(tidepool_core PRIVATE $<TARGET_OBJECTS:tidepool_${name}>)
   set_property(GLOBAL APPEND PROPERTY TIDEPOOL_LAYERS ${name})

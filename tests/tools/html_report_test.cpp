@@ -359,3 +359,19 @@ TEST(Comparison, ABaselineThatIsNotReplayJsonLinesIsRefusedWithItsLine) {
 
 }  // namespace
 }  // namespace tidepool::replay
+
+namespace tidepool::replay {
+namespace {
+
+TEST(Comparison, AKeyASideHoldsTwiceIsNamedNotPaired) {
+  const std::vector<BaselineRun> before = {{"a.csv", "best_fit", "stream", 0.95, 100 << 20, 0}};
+  const std::vector<Result> now = {compared_result("/one/a.csv", "best_fit", 0.97, 98 << 20),
+                                   compared_result("/two/a.csv", "best_fit", 0.90, 120 << 20)};
+  const Comparison c = compare_runs(now, before, "before.jsonl");
+  EXPECT_TRUE(c.runs.empty());
+  ASSERT_EQ(c.unmatched.size(), 1u);
+  EXPECT_NE(c.unmatched[0].find("more than once"), std::string::npos) << c.unmatched[0];
+}
+
+}  // namespace
+}  // namespace tidepool::replay

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace tidepool::replay {
@@ -64,25 +65,40 @@ Comparison compare_runs(const std::vector<Result>& results, const std::vector<Ba
                         const std::string& baseline_name) {
   Comparison c;
   c.baseline = baseline_name;
+  // A key more than once on a side (two traces of one name from different
+  // folders) cannot be paired without a guess: such runs are named instead.
+  std::map<std::string, int> now_count;
+  std::map<std::string, int> before_count;
+  for (const Result& r : results) ++now_count[key_text(file_name(r.trace), r.policy, free_mode_name(r.frees))];
+  for (const BaselineRun& b : baseline) ++before_count[key_text(b.trace, b.policy, b.frees)];
+  const auto ambiguous = [&](const std::string& key) { return now_count[key] > 1 || before_count[key] > 1; };
   std::vector<bool> used(baseline.size(), false);
   for (const Result& r : results) {
     const std::string trace = file_name(r.trace);
     const std::string frees = free_mode_name(r.frees);
+    const std::string key = key_text(trace, r.policy, frees);
+    if (ambiguous(key)) continue;
     bool found = false;
     for (std::size_t i = 0; i < baseline.size() && !found; ++i) {
       const BaselineRun& b = baseline[i];
-      if (used[i] || b.trace != trace || b.policy != r.policy || b.frees != frees) continue;
+      if (b.trace != trace || b.policy != r.policy || b.frees != frees) continue;
       used[i] = true;
       found = true;
       c.runs.push_back(ComparedRun{trace, r.policy, frees, b.utilization, r.utilization, b.peak_reserved_bytes,
                                    r.peak_reserved_bytes, b.failed_allocations, r.failed_allocations});
     }
-    if (!found) c.unmatched.push_back(key_text(trace, r.policy, frees) + ": only in this replay");
+    if (!found) c.unmatched.push_back(key + ": only in this replay");
   }
   for (std::size_t i = 0; i < baseline.size(); ++i) {
-    if (!used[i]) {
-      c.unmatched.push_back(key_text(baseline[i].trace, baseline[i].policy, baseline[i].frees) + ": only in " +
-                            baseline_name);
+    const std::string key = key_text(baseline[i].trace, baseline[i].policy, baseline[i].frees);
+    if (!used[i] && !ambiguous(key)) c.unmatched.push_back(key + ": only in " + baseline_name);
+  }
+  for (const auto& [key, count] : now_count) {
+    if (ambiguous(key)) c.unmatched.push_back(key + ": more than once on a side (traces of one name), not compared");
+  }
+  for (const auto& [key, count] : before_count) {
+    if (ambiguous(key) && now_count.count(key) == 0) {
+      c.unmatched.push_back(key + ": more than once in " + baseline_name + ", not compared");
     }
   }
   return c;

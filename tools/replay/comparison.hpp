@@ -2,7 +2,7 @@
 // that run wrote (`--json` or `--json-out`), given with `--compare FILE`.
 // Runs are matched by trace file name (not path: the two runs may have read
 // the traces from different folders), policy and free mode; what only one
-// side has is listed, not guessed at. Owns the reading of the earlier file
+// side has, or a key a side holds twice, is listed, not guessed at. Owns the reading of the earlier file
 // and the matching; the table and the HTML section are drawn from it.
 #pragma once
 

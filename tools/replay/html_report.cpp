@@ -366,18 +366,20 @@ std::string changes_section(const Comparison& c) {
                     "worse.</p>\n<table class=\"changes\"><thead><tr><th>trace</th><th>policy</th><th>frees</th>"
                     "<th>utilization before</th><th>now</th><th>change</th><th>peak reserved before</th><th>now</th>"
                     "<th>change</th><th>failed before</th><th>now</th></tr></thead><tbody>\n";
+  // Coloured only where the change shows at the two decimals printed.
   const auto tone = [](double better_by) {
-    return better_by > 1e-12 ? " class=\"better\"" : better_by < -1e-12 ? " class=\"worse\"" : "";
+    return better_by >= 0.005 ? " class=\"better\"" : better_by <= -0.005 ? " class=\"worse\"" : "";
   };
   for (const ComparedRun& r : c.runs) {
     const double du = r.after_utilization - r.before_utilization;
     const double before = static_cast<double>(r.before_peak_reserved);
     const double after = static_cast<double>(r.after_peak_reserved);
-    const double dp = before == 0 ? 0.0 : 100.0 * (after - before) / before;
+    // From nothing reserved, any growth is worse: shown as +100%.
+    const double dp = before == 0 ? (after > 0 ? 100.0 : 0.0) : 100.0 * (after - before) / before;
     const double df = static_cast<double>(r.before_failed) - static_cast<double>(r.after_failed);
     out += "<tr><td>" + escape(r.trace) + "</td><td>" + escape(r.policy) + "</td><td>" + escape(r.frees) + "</td><td>" +
            fixed(100.0 * r.before_utilization, 2) + "%</td><td>" + fixed(100.0 * r.after_utilization, 2) + "%</td><td" +
-           tone(du) + ">" + (du >= 0 ? "+" : "") + fixed(100.0 * du, 2) + " pt</td><td>" +
+           tone(100.0 * du) + ">" + (du >= 0 ? "+" : "") + fixed(100.0 * du, 2) + " pt</td><td>" +
            mib_text(r.before_peak_reserved) + " MiB</td><td>" + mib_text(r.after_peak_reserved) + " MiB</td><td" +
            tone(-dp) + ">" + (dp >= 0 ? "+" : "") + fixed(dp, 2) + "%</td><td>" + std::to_string(r.before_failed) +
            "</td><td" + tone(df) + ">" + std::to_string(r.after_failed) + "</td></tr>\n";
@@ -411,6 +413,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
   out +=
       "<nav id=\"toc\"><b>Contents</b><ol><li><a href=\"#compare\">Policies compared</a></li><li><a "
       "href=\"#summary\">Summary table</a></li>";
+  if (comparison != nullptr) out += "<li><a href=\"#changes\">Compared with an earlier replay</a></li>";
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string id = "trace-" + std::to_string(i);
     const TraceGroup& g = groups[i];
@@ -420,7 +423,6 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
            "-pool\">the pool, at the peak and at moments</a></li><li><a href=\"#" + id +
            "-steps\">driver calls per step</a></li></ol></li>";
   }
-  if (comparison != nullptr) out += "<li><a href=\"#changes\">Compared with an earlier replay</a></li>";
   out += "<li><a href=\"#run\">Run</a></li></ol></nav>\n<main>\n<h1>tidepool replay report</h1>\n<p class=\"sub\">" +
          std::to_string(groups.size()) + (groups.size() == 1 ? " trace" : " traces") + " × " +
          std::to_string(policies.size()) + (policies.size() == 1 ? " policy" : " policies");

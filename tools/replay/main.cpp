@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
   }
   if (!json) std::printf("%s", table(results).c_str());
   const Comparison comparison = compare_runs(results, baseline, compare_path);
-  if (!json && !compare_path.empty()) std::printf("%s", comparison_table(comparison).c_str());
+  // Under --json, stdout holds JSON lines only: the table goes to stderr.
+  if (!compare_path.empty()) std::fputs(comparison_table(comparison).c_str(), json ? stderr : stdout);
   std::string error;
   if (html_file.is_open() &&
       !html_file.write_and_close(html_report(results, make_report_run(argc, argv, target_options, options),

@@ -383,7 +383,7 @@ function timelineChart(container, data, trace) {
   if (trace.steps && trace.steps.length) {
     const item = tag('span', 'item static', null, legend);
     tag('span', 'swatch step', null, item);
-    item.appendChild(document.createTextNode('step boundaries (' + (trace.steps.length + 1) + ' steps detected)'));
+    item.appendChild(document.createTextNode('step boundaries (' + (trace.steps.length + 1) + ' steps)'));
   }
   if (series.some(s => s.run.ooms && s.run.ooms.length)) {
     const item = tag('span', 'item static', null, legend);
@@ -475,12 +475,17 @@ function timelineChart(container, data, trace) {
     }
     // Step boundaries: where each step the replay detected begins (step 0
     // holds the setup before the first repeat, as in the driver-calls table).
+    // Past about one label per 60 pixels only every n-th is labelled.
     const starts = trace.steps || [];
+    const shown = starts.filter(t => t >= x0 && t <= x1).length;
+    const every = Math.max(1, Math.ceil(shown / Math.max(1, plot.w / 60)));
     starts.forEach((t, k) => {
       if (t < x0 || t > x1) return;
       const x = sx(t);
       svg('line', {class: 'step', x1: x, x2: x, y1: plot.y, y2: plot.y + plot.h}, body);
-      svgText(body, x + 3, plot.y + 11, 'step ' + (k + 1), {class: 'step-label'});
+      if ((k + 1) % every === 0 || every === 1) {
+        svgText(body, x + 3, plot.y + 11, 'step ' + (k + 1), {class: 'step-label'});
+      }
     });
     // Worst first, so the best policy's line is drawn on top.
     for (let k = series.length - 1; k >= 0; k--) {
@@ -594,6 +599,7 @@ function poolChart(container, data, trace) {
     return {
       run: r,
       layout: layout,
+      merged: moment > 0,
       name: data.policies[r.policy],
       best: trace.runs.indexOf(r) === trace.best,
       starts: starts,
@@ -685,10 +691,12 @@ function poolChart(container, data, trace) {
       svgText(
           layer, plot.x - 8, y + stripH / 2 + 4, (row.best ? '★ ' : '') + row.name,
           {'text-anchor': 'end', class: row.best ? 'best-label' : 'label'});
+      // At a moment, neighbouring blocks of one kind are merged: their count
+      // would not be the pool's, so none is given.
       svgText(
           layer, plot.x + plot.w + 8, y + stripH / 2 + 4,
-          formatMiB(row.total) + ' held, ' + formatMiB(row.free) + ' free in ' + formatCount(row.freeBlocks) +
-              (row.freeBlocks === 1 ? ' block' : ' blocks'),
+          formatMiB(row.total) + ' held, ' + formatMiB(row.free) + ' free' +
+              (row.merged ? '' : ' in ' + formatCount(row.freeBlocks) + (row.freeBlocks === 1 ? ' block' : ' blocks')),
           {class: 'value'});
       svg('rect', {x: plot.x, y: y, width: plot.w, height: stripH, fill: '#f4f5f7'}, layer);
       const strip = svg('g', {}, layer);
@@ -766,13 +774,13 @@ function poolChart(container, data, trace) {
     if (n === 1) {
       const v = row.layout[one];
       out.push({
-        label: v > 0 ? 'used block' : 'free block',
+        label: (v > 0 ? 'used' : 'free') + (row.merged ? ' (neighbouring blocks merged)' : ' block'),
         value: formatBytes(Math.abs(v)),
         swatch: v > 0 ? 'used' : 'free'
       });
       out.push({label: 'from', value: formatBytes(row.starts[one])});
     } else if (n > 1) {
-      out.push({label: formatCount(n) + ' blocks in this pixel'});
+      out.push({label: formatCount(n) + (row.merged ? ' runs of blocks' : ' blocks') + ' in this pixel'});
       out.push({label: 'used', value: formatBytes(used), swatch: 'used'});
       out.push({label: 'free', value: formatBytes(free), swatch: 'free'});
     } else {
