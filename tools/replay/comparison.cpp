@@ -91,14 +91,20 @@ Comparison compare_runs(const std::vector<Result>& results, const std::vector<Ba
   }
   for (std::size_t i = 0; i < baseline.size(); ++i) {
     const std::string key = key_text(baseline[i].trace, baseline[i].policy, baseline[i].frees);
-    if (!used[i] && !ambiguous(key)) c.unmatched.push_back(key + ": only in " + baseline_name);
+    if (used[i] || ambiguous(key)) continue;
+    std::string line = key + ": only in ";
+    line += baseline_name;
+    c.unmatched.push_back(std::move(line));
   }
   for (const auto& [key, count] : now_count) {
     if (ambiguous(key)) c.unmatched.push_back(key + ": more than once on a side (traces of one name), not compared");
   }
   for (const auto& [key, count] : before_count) {
     if (ambiguous(key) && now_count.count(key) == 0) {
-      c.unmatched.push_back(key + ": more than once in " + baseline_name + ", not compared");
+      std::string line = key + ": more than once in ";
+      line += baseline_name;
+      line += ", not compared";
+      c.unmatched.push_back(std::move(line));
     }
   }
   return c;
