@@ -12,8 +12,6 @@
 // Exit status: 0 with an answer; 1 when no batch of the range fits even
 // with eviction; 2 for bad input or a trial that failed for a reason other
 // than memory (its stderr tail is shown); 128+N when signal N stopped it.
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -269,10 +267,6 @@ int advise(int argc, char** argv) {
     std::error_code ec;
     if (!std::filesystem::exists(library, ec)) return bad_input("--lib: no library at " + library);
   }
-  TrialRunner probe(settings);
-  const auto parsed = tidepool::runtime::parse_config(probe.conf_for(true));
-  if (parsed.passthrough) return bad_input("the configuration trials would get is refused: " + parsed.error);
-
   // Every output is checked before the first trial, not after the last.
   tidepool::replay::OutputFile json_file;
   tidepool::replay::OutputFile html_file;
@@ -281,8 +275,9 @@ int advise(int argc, char** argv) {
   WorkDir work;
   if (!work.open(keep, &error)) return bad_input(error);
   settings.work_dir = work.path();
-  // The trials' report and trace paths go into TIDEPOOL_CONF, where a comma
-  // ends a value.
+  // The whole configuration a trial gets, its report and trace paths
+  // included: they go into TIDEPOOL_CONF, where a comma ends a value. (A
+  // refusal here removes the outputs opened above and the temporary folder.)
   if (work.path().find(',') != std::string::npos) {
     return bad_input("the trials' folder " + work.path() +
                      " holds a comma, which TIDEPOOL_CONF cannot carry in a path: give --keep another folder");
