@@ -53,6 +53,7 @@
 #include "runtime/allocator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/graph_holds.hpp"
+#include "runtime/gzip_members.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/memory_info.hpp"
 #include "runtime/report.hpp"

@@ -4,38 +4,15 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
+#include "runtime/runtime.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::replay {
-
-namespace {
-
-// `text` as one gzip member; false when zlib fails (out of memory).
-bool gzip(std::string_view text, std::string* out) {
-  z_stream stream{};
-  constexpr int kGzipWindow = 15 + 16;  // the largest window, with a gzip header and trailer
-  if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, kGzipWindow, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return false;
-  }
-  out->resize(deflateBound(&stream, static_cast<uLong>(text.size())) + 32);
-  // zlib's interface is not const-correct; it never writes through next_in.
-  stream.next_in =
-      reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  stream.avail_in = static_cast<uInt>(text.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out->data());
-  stream.avail_out = static_cast<uInt>(out->size());
-  const int result = deflate(&stream, Z_FINISH);
-  out->resize(stream.total_out);
-  deflateEnd(&stream);
-  return result == Z_STREAM_END;
-}
-
-}  // namespace
 
 OutputFile::~OutputFile() {
   if (fd_ < 0) return;
@@ -56,17 +33,20 @@ bool OutputFile::open(const std::string& path, std::string* error) {
 }
 
 bool OutputFile::write_and_close(std::string_view text, std::string* error) {
-  std::string compressed;
-  if (path_.ends_with(".gz")) {
-    // One call: a report or trace is at most a few hundred MB, and
-    // deflate's input counts are 32-bit.
-    if (text.size() > 0xffffffffU || !gzip(text, &compressed)) {
+  // A .gz name: one gzip member, through the writer the runtime's traces use.
+  // One deflate call: a report or trace is at most a few hundred MB, and
+  // deflate's input counts are 32-bit.
+  std::unique_ptr<runtime::GzipMembers> gzip;
+  if (runtime::GzipMembers::wanted_for(path_)) {
+    auto made = runtime::GzipMembers::create(text.size());
+    if (text.size() > 0xffffffffU || !made) {
       *error = path_ + ": cannot compress " + std::to_string(text.size()) + " bytes";
       return false;
     }
-    text = compressed;
+    gzip = std::move(made.value());
   }
-  const bool written = ::ftruncate(fd_, 0) == 0 && util::write_all(fd_, text);
+  const bool written =
+      ::ftruncate(fd_, 0) == 0 && (gzip != nullptr ? gzip->write(fd_, text) : util::write_all(fd_, text));
   const int write_error = errno;
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;
