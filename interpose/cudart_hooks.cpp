@@ -50,7 +50,8 @@ int current_device() {
 
 // Serves an allocation from the pool. Returns false when it should go to
 // cudart instead; otherwise *status is the caller's answer.
-bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, cudaError_t* status) {
+bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, std::uintptr_t caller,
+              cudaError_t* status) {
   if (ptr == nullptr || size == 0 || !serving()) return false;
   const int device = current_device();
   if (device < 0) return false;
@@ -60,7 +61,7 @@ bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, c
     *status = record(to_cuda_error(route.error));
     return true;
   }
-  auto result = allocate_on(*route.allocator, size, reinterpret_cast<CUstream>(stream), ordered);
+  auto result = allocate_on(*route.allocator, size, reinterpret_cast<CUstream>(stream), ordered, caller);
   if (!result) {
     *status = record(to_cuda_error(result.status()));
     return true;
@@ -95,7 +96,7 @@ using tidepool::interpose::release;
 
 TIDEPOOL_HOOK cudaError_t cudaMalloc(void** ptr, std::size_t size) {
   cudaError_t status = cudaSuccess;
-  if (allocate(ptr, size, nullptr, false, &status)) return status;
+  if (allocate(ptr, size, nullptr, false, TIDEPOOL_CALLER(), &status)) return status;
   auto real = TIDEPOOL_NEXT(cudaMalloc);
   return real != nullptr ? real(ptr, size) : cudaErrorInsufficientDriver;
 }
@@ -110,7 +111,7 @@ TIDEPOOL_HOOK cudaError_t cudaFree(void* ptr) {
 
 TIDEPOOL_HOOK cudaError_t cudaMallocAsync(void** ptr, std::size_t size, cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
-  if (allocate(ptr, size, stream, true, &status)) return status;
+  if (allocate(ptr, size, stream, true, TIDEPOOL_CALLER(), &status)) return status;
   auto real = TIDEPOOL_NEXT(cudaMallocAsync);
   return real != nullptr ? real(ptr, size, stream) : cudaErrorInsufficientDriver;
 }
@@ -124,7 +125,8 @@ TIDEPOOL_HOOK cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
 
 TIDEPOOL_HOOK cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
-  if (allocate(ptr, size, tidepool::interpose::per_thread_if_null(stream), true, &status)) return status;
+  if (allocate(ptr, size, tidepool::interpose::per_thread_if_null(stream), true, TIDEPOOL_CALLER(), &status))
+    return status;
   auto real = TIDEPOOL_NEXT(cudaMallocAsync_ptsz);
   return real != nullptr ? real(ptr, size, stream) : cudaErrorInsufficientDriver;
 }
@@ -142,7 +144,7 @@ TIDEPOOL_HOOK cudaError_t cudaMallocPitch(void** ptr, std::size_t* pitch, std::s
     std::size_t bytes = 0;
     if (row < width || __builtin_mul_overflow(row, height, &bytes)) return cudaErrorInvalidValue;
     cudaError_t status = cudaSuccess;
-    if (allocate(ptr, bytes, nullptr, false, &status)) {
+    if (allocate(ptr, bytes, nullptr, false, TIDEPOOL_CALLER(), &status)) {
       if (status == cudaSuccess) *pitch = row;
       return status;
     }

@@ -15,7 +15,8 @@ namespace tidepool::interpose {
 
 namespace {
 
-CUresult allocate(CUdeviceptr* dptr, std::size_t size, CUstream stream, bool ordered, bool* forward) {
+CUresult allocate(CUdeviceptr* dptr, std::size_t size, CUstream stream, bool ordered, std::uintptr_t caller,
+                  bool* forward) {
   *forward = false;
   if (dptr == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   const Route route = route_allocation(stream, ordered);
@@ -23,7 +24,7 @@ CUresult allocate(CUdeviceptr* dptr, std::size_t size, CUstream stream, bool ord
     *forward = route.error == CUDA_SUCCESS;
     return route.error;
   }
-  auto result = allocate_on(*route.allocator, size, stream, ordered);
+  auto result = allocate_on(*route.allocator, size, stream, ordered, caller);
   if (!result) return to_curesult(result.status());
   *dptr = static_cast<CUdeviceptr>(result.value());
   return CUDA_SUCCESS;
@@ -46,7 +47,7 @@ using tidepool::interpose::release;
 
 TIDEPOOL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytesize) {
   bool forward = false;
-  const CUresult r = allocate(dptr, bytesize, nullptr, false, &forward);
+  const CUresult r = allocate(dptr, bytesize, nullptr, false, TIDEPOOL_CALLER(), &forward);
   return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAlloc_v2, dptr, bytesize) : r;
 }
 
@@ -58,7 +59,7 @@ TIDEPOOL_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr) {
 
 TIDEPOOL_HOOK CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
-  const CUresult r = allocate(dptr, bytesize, stream, true, &forward);
+  const CUresult r = allocate(dptr, bytesize, stream, true, TIDEPOOL_CALLER(), &forward);
   return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync, dptr, bytesize, stream) : r;
 }
 
@@ -71,7 +72,8 @@ TIDEPOOL_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
 // The _ptsz variants read the null stream as the per-thread stream.
 TIDEPOOL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
-  const CUresult r = allocate(dptr, bytesize, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, &forward);
+  const CUresult r =
+      allocate(dptr, bytesize, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, TIDEPOOL_CALLER(), &forward);
   return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, dptr, bytesize, stream) : r;
 }
 
@@ -92,7 +94,7 @@ TIDEPOOL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch,
     std::size_t bytes = 0;
     if (row < width || __builtin_mul_overflow(row, height, &bytes)) return CUDA_ERROR_INVALID_VALUE;
     bool forward = false;
-    const CUresult r = allocate(dptr, bytes, nullptr, false, &forward);
+    const CUresult r = allocate(dptr, bytes, nullptr, false, TIDEPOOL_CALLER(), &forward);
     if (!forward) {
       if (r == CUDA_SUCCESS) *pitch = row;
       return r;

@@ -11,8 +11,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #define TIDEPOOL_HOOK extern "C" __attribute__((visibility("default")))
+// In a hook's own body: where the program's call will return to, which names
+// who asked (runtime/call_sites.hpp). One register read, no unwinding.
+#define TIDEPOOL_CALLER() reinterpret_cast<std::uintptr_t>(__builtin_return_address(0))
 
 // Variants cuda.h and cuda_runtime_api.h declare only under the per-thread
 // default-stream macros; the libraries export them regardless.

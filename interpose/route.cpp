@@ -36,13 +36,13 @@ Route route_allocation(CUstream stream, bool ordered) {
   return route_allocation_on(device, stream, ordered);
 }
 
-util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream,
-                                         bool ordered) {
-  auto result = allocator.allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream, bool ordered,
+                                         std::uintptr_t caller) {
+  auto result = allocator.allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered, caller);
   if (result || result.status().error() != util::Error::other_device) return result;
   runtime::Allocator* owner = Runtime::get().allocator_of_stream(stream);
   if (owner == nullptr || owner == &allocator) return result;
-  return owner->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  return owner->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered, caller);
 }
 
 Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {

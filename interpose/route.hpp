@@ -30,8 +30,9 @@ Route route_allocation(CUstream stream, bool ordered);
 Route route_allocation_on(int device, CUstream stream, bool ordered);
 // Allocates from `allocator`, or from the pool of the stream's device when
 // `stream` belongs to another device.
-util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream,
-                                         bool ordered);
+// `caller`: the hook's return address (TIDEPOOL_CALLER), who asked.
+util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream, bool ordered,
+                                         std::uintptr_t caller);
 // A free of `address`.
 Route route_free(std::uintptr_t address, CUstream stream, bool ordered);
 // The pool of the current context's device, or null.

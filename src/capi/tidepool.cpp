@@ -2,9 +2,11 @@
 // No exception escapes: each entry point catches everything at its boundary.
 #include "tidepool/tidepool.h"
 
+#include <cstdint>
 #include <exception>
 #include <limits>
 
+#include "allocate_from.hpp"
 #include "runtime/runtime.hpp"
 
 namespace {
@@ -54,13 +56,13 @@ Allocator* allocator_or_status(int device, tidepool_status* status) {
   return allocator;
 }
 
-tidepool_status allocate(void** ptr, size_t size, int device, void* stream, bool ordered) {
+tidepool_status allocate(void** ptr, size_t size, int device, void* stream, bool ordered, std::uintptr_t caller) {
   if (ptr == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
   *ptr = nullptr;
   tidepool_status status = TIDEPOOL_OK;
   Allocator* allocator = allocator_or_status(device, &status);
   if (allocator == nullptr) return status;
-  auto result = allocator->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  auto result = allocator->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered, caller);
   if (!result) return to_c(result.status());
   *ptr = reinterpret_cast<void*>(result.value());
   return TIDEPOOL_OK;
@@ -75,12 +77,21 @@ tidepool_status release(void* ptr, void* stream, bool ordered) {
       owner->deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream), ordered));
 }
 
+// Where the program's call into the C API returns to: who asked.
+std::uintptr_t caller_of_entry(void* return_address) { return reinterpret_cast<std::uintptr_t>(return_address); }
+
 }  // namespace
+
+tidepool_status tidepool::capi::malloc_async_from(void** ptr, std::size_t size, int device, void* stream,
+                                                  std::uintptr_t caller) noexcept {
+  return guarded([&] { return allocate(ptr, size, device, stream, true, caller); });
+}
 
 extern "C" {
 
 tidepool_status tidepool_malloc(void** ptr, size_t size, int device) {
-  return guarded([&] { return allocate(ptr, size, device, nullptr, false); });
+  const std::uintptr_t caller = caller_of_entry(__builtin_return_address(0));
+  return guarded([&] { return allocate(ptr, size, device, nullptr, false, caller); });
 }
 
 tidepool_status tidepool_free(void* ptr) {
@@ -88,7 +99,8 @@ tidepool_status tidepool_free(void* ptr) {
 }
 
 tidepool_status tidepool_malloc_async(void** ptr, size_t size, int device, void* stream) {
-  return guarded([&] { return allocate(ptr, size, device, stream, true); });
+  const std::uintptr_t caller = caller_of_entry(__builtin_return_address(0));
+  return guarded([&] { return allocate(ptr, size, device, stream, true, caller); });
 }
 
 tidepool_status tidepool_free_async(void* ptr, void* stream) {

@@ -2,6 +2,9 @@
 // torch.cuda.memory.CUDAPluggableAllocator(path, "tidepool_torch_malloc",
 // "tidepool_torch_free"); memory is stream-ordered on the stream PyTorch
 // names, exactly as cudaMallocAsync would treat it.
+#include <cstdint>
+
+#include "allocate_from.hpp"
 #include "runtime/runtime.hpp"
 #include "tidepool/tidepool.h"
 
@@ -10,7 +13,8 @@ extern "C" {
 void* tidepool_torch_malloc(ptrdiff_t size, int device, void* stream) {
   if (size <= 0) return nullptr;
   void* ptr = nullptr;
-  const tidepool_status s = tidepool_malloc_async(&ptr, static_cast<size_t>(size), device, stream);
+  const tidepool_status s = tidepool::capi::malloc_async_from(
+      &ptr, static_cast<size_t>(size), device, stream, reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
   return s == TIDEPOOL_OK ? ptr : nullptr;
 }
 

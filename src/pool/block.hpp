@@ -47,6 +47,8 @@ struct Block {
   // Instantiated graphs whose kernels name the block: graph launches pass no
   // hook, so its pages stay on the device while any such graph exists.
   std::uint32_t graph_holds = 0;
+  // While live: who asked for it (OwnerBytes, the caller's tag).
+  std::uint16_t owner = 0;
   bool is_free = false;
   bool in_index = false;
 

@@ -63,12 +63,15 @@ std::string_view Pool::policy_name() const { return policy_->name(); }
 
 // --- allocation -----------------------------------------------------------------
 
-util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
+util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t stream, bool ordered,
+                                            std::uint16_t owner) {
   if (size == 0) return std::uintptr_t{0};
+  owner = OwnerBytes::clamp(owner);
   if (size > (std::numeric_limits<std::size_t>::max() >> 2)) {
     std::lock_guard<util::SpinLock> guard(lock_);
     stats_.ooms++;
     size_classes_.failed(size);
+    owners_.failed(owner);
     return util::Status(util::Error::out_of_memory, "request larger than any device");
   }
   const int arena_id = size <= options_.small_size ? 0 : 1;
@@ -85,9 +88,11 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   if (block == nullptr) {
     stats_.ooms++;
     size_classes_.failed(size);
+    owners_.failed(owner);
     return error.ok() ? util::Status(util::Error::out_of_memory, "out of device memory") : error;
   }
   block->requested = size;
+  block->owner = owner;
   live_.add(block);
   // Memory handed out lives on the device: host pages left under a freed
   // block come back before the new owner can queue work on them.
@@ -97,8 +102,10 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   stats_.allocations++;
   stats_.live_bytes += size;
   stats_.handed_out_bytes += block->size;
-  stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
+  const bool new_peak = stats_.live_bytes > stats_.peak_live_bytes;
+  if (new_peak) stats_.peak_live_bytes = stats_.live_bytes;
   size_classes_.allocated(size);
+  owners_.allocated(owner, size, new_peak);
   return block->address;
 }
 
@@ -307,6 +314,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
   size_classes_.freed(block->requested);
+  owners_.freed(block->owner, block->requested);
   block->requested = 0;
   if (mover_ != nullptr) mover_->forget(block->buffer_id);
   block->buffer_id = 0;

@@ -61,6 +61,7 @@
 #include "pool/deferred_frees.hpp"
 #include "pool/free_index.hpp"
 #include "pool/live_set.hpp"
+#include "pool/owner_bytes.hpp"
 #include "pool/page_mover.hpp"
 #include "pool/placement/policy.hpp"
 #include "pool/segments.hpp"
@@ -145,7 +146,9 @@ class Pool {
   // Returns the device address of a block of at least `size` bytes. `ordered`:
   // the memory is used in stream order on `stream` (cudaMallocAsync); else it
   // is usable by any stream at once (cudaMalloc). Size 0 returns 0.
-  util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered);
+  // `owner`: the caller's tag for who asked (owner_bytes.hpp); the free
+  // counts against the same one.
+  util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered, std::uint16_t owner = 0);
   // Frees a block this pool returned. `ordered`: stream-ordered on `stream`;
   // else cudaFree semantics. A pointer that is not the start of a live block
   // is invalid_value, a stream the driver does not know invalid_handle; both
@@ -280,9 +283,12 @@ class Pool {
   // forever (the exit report): false, nothing read, when the pool's lock is
   // still held at `deadline`. A signal handler that calls exit() while the
   // thread it interrupted is inside a pool call finds the lock held for good.
-  bool try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes) const;
+  bool try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes,
+                 OwnerBytes* owners) const;
   // Allocations, frees and failures by requested size (the report's size_classes).
   [[nodiscard]] SizeHistogram size_classes() const;
+  // Bytes by owner tag (the report's owners).
+  [[nodiscard]] OwnerBytes owner_bytes() const;
   [[nodiscard]] std::string_view policy_name() const;
   [[nodiscard]] const PoolOptions& options() const noexcept { return options_; }
   // Every block, free and live, in address order per segment.
@@ -395,6 +401,7 @@ class Pool {
   std::vector<Block*> unsafe_;   // set aside during one allocation
   PoolStats stats_;
   SizeHistogram size_classes_;
+  OwnerBytes owners_;
 };
 
 }  // namespace tidepool::pool

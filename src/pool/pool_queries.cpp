@@ -69,11 +69,13 @@ PoolStats Pool::stats(bool with_fragmentation) const {
   return stats_locked(with_fragmentation);
 }
 
-bool Pool::try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes) const {
+bool Pool::try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* stats, SizeHistogram* classes,
+                     OwnerBytes* owners) const {
   if (!util::try_lock_until(lock_, deadline)) return false;
   std::lock_guard<util::SpinLock> guard(lock_, std::adopt_lock);
   *stats = stats_locked(true);
   *classes = size_classes_;
+  *owners = owners_;
   return true;
 }
 
@@ -127,6 +129,11 @@ PoolStats Pool::stats_locked(bool with_fragmentation) const {
 SizeHistogram Pool::size_classes() const {
   std::lock_guard<util::SpinLock> guard(lock_);
   return size_classes_;
+}
+
+OwnerBytes Pool::owner_bytes() const {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  return owners_;
 }
 
 std::vector<BlockView> Pool::snapshot() const {

@@ -77,18 +77,20 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
     }
   }
   allocator->trace_ = options.trace;
+  allocator->call_sites_ = options.call_sites;
   allocator->passthrough_allocations_ = options.passthrough_allocations;
   return allocator;
 }
 
-util::Result<std::uintptr_t> Allocator::traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
-  auto result = pool_->allocate(size, stream, ordered);
+util::Result<std::uintptr_t> Allocator::traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered,
+                                                        std::uint16_t owner, std::uintptr_t caller) {
+  auto result = pool_->allocate(size, stream, ordered, owner);
   // Size 0 hands out no block (address 0): nothing to replay.
   if (size != 0) {
     if (result) {
-      trace_->record(TraceAction::allocate, result.value(), size, stream);
+      trace_->record(TraceAction::allocate, result.value(), size, stream, caller);
     } else {
-      trace_->record(TraceAction::allocate_failure, 0, size, stream);
+      trace_->record(TraceAction::allocate_failure, 0, size, stream, caller);
     }
   }
   return result;

@@ -27,6 +27,7 @@
 #include "order/order.hpp"
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
+#include "runtime/call_sites.hpp"
 #include "space/space.hpp"
 #include "util/util.hpp"
 
@@ -40,6 +41,10 @@ struct AllocatorOptions {
   bool use_vmm = true;
   pool::PoolOptions pool;
   TraceRecorder* trace = nullptr;  // not owned; outlives the allocator
+  // Who asks for memory: each allocation's caller is tagged here for the
+  // pool's bytes by owner (not owned; outlives the allocator). Null: every
+  // allocation is owner 0, "not known".
+  CallSites* call_sites = nullptr;
   // The process's streams (not owned; outlives the allocator). Null: the
   // allocator keeps a registry of its own, fed by stream_created() and
   // stream_destroying(), which is not known complete until set so.
@@ -85,9 +90,13 @@ class Allocator {
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
-  util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered) {
-    util::Result<std::uintptr_t> result =
-        trace_ != nullptr ? traced_allocate(size, stream, ordered) : pool_->allocate(size, stream, ordered);
+  // `caller`: the return address of the call that asked (0: not known),
+  // for the report's owners and the trace's Owner column.
+  util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered,
+                                        std::uintptr_t caller = 0) {
+    const std::uint16_t owner = call_sites_ != nullptr ? call_sites_->tag(caller) : 0;
+    util::Result<std::uintptr_t> result = trace_ != nullptr ? traced_allocate(size, stream, ordered, owner, caller)
+                                                            : pool_->allocate(size, stream, ordered, owner);
     if (!result.ok()) [[unlikely]] {
       if (result.status().error() == util::Error::out_of_memory) out_of_memory(size, result.status());
     }
@@ -169,7 +178,8 @@ class Allocator {
 
  private:
   Allocator() = default;
-  util::Result<std::uintptr_t> traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered);
+  util::Result<std::uintptr_t> traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered,
+                                               std::uint16_t owner, std::uintptr_t caller);
   util::Status traced_deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
   // Counts the failure and logs the out-of-memory message, as often as its
   // rate allows. Off the hot path; allocates nothing.
@@ -185,6 +195,7 @@ class Allocator {
   std::string eviction_off_reason_;
   std::unique_ptr<pool::Pool> pool_;
   TraceRecorder* trace_ = nullptr;
+  CallSites* call_sites_ = nullptr;
   const std::atomic<std::uint64_t>* passthrough_allocations_ = nullptr;
   std::atomic<std::uint64_t> oom_failures_{0};
 };

@@ -4,6 +4,7 @@
 // test report_schema_test compares them).
 #include "runtime/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -89,7 +90,72 @@ Json size_classes_json(const pool::SizeHistogram& histogram) {
   return classes;
 }
 
-Json device_json(const DeviceReport& d) {
+// Memory by who asked for it: the call sites grouped by library, the
+// library holding the most at the device's peak first.
+Json owners_json(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers) {
+  struct Library {
+    std::string name;
+    bool program = false;
+    pool::OwnerCounts sum;
+    std::vector<std::size_t> tags;
+  };
+  std::vector<Library> libraries;
+  for (std::size_t t = 0; t < owners.used(); ++t) {
+    const pool::OwnerCounts& c = owners[t];
+    if (c.allocations == 0 && c.failures == 0) continue;
+    const CallerName unknown;
+    const CallerName& who = t < callers.size() ? callers[t] : unknown;
+    auto it = std::find_if(libraries.begin(), libraries.end(), [&](const Library& l) { return l.name == who.library; });
+    if (it == libraries.end()) it = libraries.insert(libraries.end(), Library{who.library, who.program, {}, {}});
+    it->sum.allocations += c.allocations;
+    it->sum.failures += c.failures;
+    it->sum.requested_bytes += c.requested_bytes;
+    it->sum.live_bytes += c.live_bytes;
+    it->sum.live_at_peak_bytes += c.live_at_peak_bytes;
+    it->tags.push_back(t);
+  }
+  auto heavier = [](const pool::OwnerCounts& a, const pool::OwnerCounts& b) {
+    if (a.live_at_peak_bytes != b.live_at_peak_bytes) return a.live_at_peak_bytes > b.live_at_peak_bytes;
+    return a.requested_bytes > b.requested_bytes;
+  };
+  std::stable_sort(libraries.begin(), libraries.end(),
+                   [&](const Library& a, const Library& b) { return heavier(a.sum, b.sum); });
+  Json out = Json::array();
+  for (Library& l : libraries) {
+    std::stable_sort(l.tags.begin(), l.tags.end(),
+                     [&](std::size_t a, std::size_t b) { return heavier(owners[a], owners[b]); });
+    Json entry = Json::object();
+    entry["library"] = l.name.empty() ? Json(nullptr) : Json(l.name);
+    entry["owner"] = l.name.empty() ? "not known" : CallSites::owner_kind(l.name, l.program);
+    entry["allocations"] = l.sum.allocations;
+    entry["failures"] = l.sum.failures;
+    entry["requested_bytes"] = l.sum.requested_bytes;
+    entry["live_bytes"] = l.sum.live_bytes;
+    entry["live_at_peak_bytes"] = l.sum.live_at_peak_bytes;
+    Json sites = Json::array();
+    for (const std::size_t t : l.tags) {
+      const pool::OwnerCounts& c = owners[t];
+      const CallerName* who = t < callers.size() ? &callers[t] : nullptr;
+      Json site = Json::object();
+      site["function"] = who == nullptr || who->function.empty() ? Json(nullptr) : Json(who->function);
+      char offset[24];
+      std::snprintf(offset, sizeof offset, "0x%llx", static_cast<unsigned long long>(who != nullptr ? who->offset : 0));
+      site["offset"] = who == nullptr || who->library.empty() ? Json(nullptr) : Json(offset);
+      site["allocations"] = c.allocations;
+      site["failures"] = c.failures;
+      site["requested_bytes"] = c.requested_bytes;
+      site["live_bytes"] = c.live_bytes;
+      site["live_at_peak_bytes"] = c.live_at_peak_bytes;
+      site["peak_live_bytes"] = c.peak_live_bytes;
+      sites.push_back(std::move(site));
+    }
+    entry["call_sites"] = std::move(sites);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) {
   const pool::PoolStats& s = d.pool;
   const residency::ResidencyStats& r = d.residency;
   Json out = Json::object();
@@ -163,6 +229,7 @@ Json device_json(const DeviceReport& d) {
   // Whether the figures above could be read (see DeviceReport::complete).
   out["complete"] = d.complete;
   out["size_classes"] = size_classes_json(d.size_classes);
+  out["owners"] = owners_json(d.owners, callers);
   return out;
 }
 
@@ -180,7 +247,7 @@ std::string report_json(const Report& report) {
   launches["naming_blocks"] = report.launches.naming_blocks;
   root["launches"] = std::move(launches);
   Json devices = Json::array();
-  for (const DeviceReport& d : report.devices) devices.push_back(device_json(d));
+  for (const DeviceReport& d : report.devices) devices.push_back(device_json(d, report.callers));
   root["devices"] = std::move(devices);
   // Invalid UTF-8 (an argument, a path) is replaced rather than thrown on.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

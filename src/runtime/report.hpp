@@ -7,7 +7,8 @@
 //    "policy": "...", "passthrough": false, "launches": {...},
 //    "devices": [{"device": 0, <headline>, <budget>, <counts>, <bytes>,
 //                 <fragmentation>, <driver work>, <stream safety>,
-//                 <residency>, "complete": true, "size_classes": [...]}]}
+//                 <residency>, "complete": true, "size_classes": [...],
+//                 "owners": [...]}]}
 // Objects keep the order the code gives them (nlohmann::ordered_json), so
 // a reader sees the device first and the headline figures next.
 #pragma once
@@ -18,6 +19,7 @@
 
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
+#include "runtime/call_sites.hpp"
 #include "runtime/run_info.hpp"
 #include "util/util.hpp"
 
@@ -30,6 +32,7 @@ struct DeviceReport {
   bool complete = true;
   pool::PoolStats pool;
   pool::SizeHistogram size_classes;
+  pool::OwnerBytes owners;                    // by caller tag: Report::callers names them
   std::uint64_t passthrough_allocations = 0;  // allocations tidepool handed to the driver untouched
   std::uint64_t device_limit_bytes = 0;
   std::uint64_t device_total_bytes = 0;
@@ -52,6 +55,9 @@ struct Report {
   bool passthrough = false;  // the whole process ran with tidepool passing calls through
   LaunchCounts launches;
   std::vector<DeviceReport> devices;
+  // Each owner tag's caller, resolved (index: the tag; 0 and tags past the
+  // end are "not known").
+  std::vector<CallerName> callers;
 };
 
 std::string report_json(const Report& report);

@@ -137,6 +137,7 @@ Runtime::Runtime(const Config& config)
   }
   driver_ = std::move(opened.value());
   streams_ = std::make_unique<order::StreamRegistry>(driver_->api());
+  call_sites_ = std::make_unique<CallSites>();
   if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
     streams_->set_complete(true);
   } else {
@@ -222,6 +223,7 @@ Allocator* Runtime::allocator(int device) {
   // A percentage needs the device's size: create first, then apply the limit.
   AllocatorOptions options = allocator_options(config_, device);
   options.trace = trace_.get();
+  options.call_sites = call_sites_.get();
   options.streams = streams_.get();
   options.passthrough_allocations = &passthrough_allocations_[device];
   // A budget that cannot work on this device is refused before anything is reserved.
@@ -614,10 +616,11 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
     d.passthrough_allocations = passed;
     if (a != nullptr) {
       if (give_up_at) {
-        d.complete = a->pool().try_stats(*give_up_at, &d.pool, &d.size_classes);
+        d.complete = a->pool().try_stats(*give_up_at, &d.pool, &d.size_classes, &d.owners);
       } else {
         d.pool = a->pool().stats();
         d.size_classes = a->pool().size_classes();
+        d.owners = a->pool().owner_bytes();
       }
       if (const residency::Residency* r = a->residency()) {
         d.eviction = true;
@@ -633,6 +636,13 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
       d.page_bytes = a->space().page_size();
     }
     report.devices.push_back(d);
+  }
+  // Callers named now, off the hot path; only tags some pool counted.
+  std::size_t tags = 0;
+  for (const DeviceReport& d : report.devices) tags = std::max(tags, d.owners.used());
+  report.callers.resize(tags);
+  for (std::size_t t = 1; t < tags && call_sites_; ++t) {
+    report.callers[t] = CallSites::describe(call_sites_->caller(static_cast<std::uint16_t>(t)));
   }
   return report;
 }

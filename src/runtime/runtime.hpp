@@ -51,6 +51,7 @@
 #include "order/order.hpp"
 #include "residency/residency.hpp"
 #include "runtime/allocator.hpp"
+#include "runtime/call_sites.hpp"
 #include "runtime/config.hpp"
 #include "runtime/graph_holds.hpp"
 #include "runtime/gzip_members.hpp"
@@ -199,6 +200,7 @@ class Runtime {
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
+  std::unique_ptr<CallSites> call_sites_;                     // likewise
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn

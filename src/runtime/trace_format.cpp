@@ -86,11 +86,20 @@ std::string printable(std::string_view text, std::size_t limit) {
   return out;
 }
 
-util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::string* detail) {
+std::string owner_text(std::string_view name) {
+  std::string out;
+  for (const char c : name.substr(0, kMaxOwnerBytes)) {
+    const bool plain = c >= 0x20 && c < 0x7f && c != ',' && c != '"';
+    out += plain ? c : '_';
+  }
+  return out;
+}
+
+util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::string* detail, std::string_view* owner) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  std::string_view fields[6];
+  std::string_view fields[7];
   std::size_t count = 0;
-  while (count < 6) {
+  while (count < 7) {
     const std::size_t comma = line.find(',');
     fields[count++] = line.substr(0, comma);
     if (comma == std::string_view::npos) {
@@ -99,10 +108,13 @@ util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::str
     }
     line.remove_prefix(comma + 1);
   }
-  if (count != 6 || !line.empty()) {
+  const std::size_t most = owner != nullptr ? 7 : 6;
+  if (count < 6 || count > most || !line.empty()) {
     if (detail != nullptr) {
-      *detail = "expected 6 comma-separated columns (Thread,Time,Action,Pointer,Size,Stream), found " +
-                (count == 6 ? std::string("more") : std::to_string(count));
+      *detail = std::string(owner != nullptr
+                                ? "expected 7 comma-separated columns (Thread,Time,Action,Pointer,Size,Stream,Owner)"
+                                : "expected 6 comma-separated columns (Thread,Time,Action,Pointer,Size,Stream)") +
+                ", found " + (count > most || !line.empty() ? std::string("more") : std::to_string(count));
     }
     return {util::Error::bad_input, "wrong number of columns"};
   }
@@ -127,6 +139,7 @@ util::Status parse_trace_line(std::string_view line, TraceEvent* event, std::str
     return fail("bad size", fields[4], "over 256 TiB, more than any device holds");
   }
   if (const char* why = parse_integer(fields[5], &event->stream)) return fail("bad stream", fields[5], why);
+  if (owner != nullptr) *owner = count == 7 ? fields[6] : std::string_view();
   return util::Status::success();
 }
 
@@ -165,7 +178,8 @@ char* put_text(char* out, std::string_view text) noexcept {
 // As RMM writes a line: Time `%H:%M:%S.%f`, Pointer `%p`, Stream the stream
 // handle in hex (the default stream as 0). Hand-formatted: this runs once per
 // event on the writer thread, and snprintf would be most of its cost.
-std::size_t format_trace_line(const TraceEvent& e, char* buffer, std::size_t capacity) noexcept {
+std::size_t format_trace_line(const TraceEvent& e, std::string_view owner, char* buffer,
+                              std::size_t capacity) noexcept {
   char line[kMaxTraceLineBytes];
   char* out = line;
   out = put_decimal(out, e.thread);
@@ -189,6 +203,8 @@ std::size_t format_trace_line(const TraceEvent& e, char* buffer, std::size_t cap
   *out++ = ',';
   if (e.stream != 0) out = put_text(out, "0x");
   out = put_hex(out, e.stream);
+  *out++ = ',';
+  out = put_text(out, owner.substr(0, kMaxOwnerBytes));
   *out++ = '\n';
   const auto n = static_cast<std::size_t>(out - line);
   if (n >= capacity) return 0;

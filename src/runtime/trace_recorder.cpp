@@ -13,6 +13,7 @@
 #include <new>
 #include <string_view>
 
+#include "runtime/call_sites.hpp"
 #include "runtime/gzip_members.hpp"
 #include "runtime/logging.hpp"
 #include "util/util.hpp"
@@ -108,8 +109,8 @@ bool TraceRecorder::active() const noexcept {
   return fork_generation_ == g_fork_generation.load(std::memory_order_relaxed);
 }
 
-void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size_t size,
-                           std::uintptr_t stream) noexcept {
+void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream,
+                           std::uintptr_t caller) noexcept {
   if (!active() || abandoned_.load(std::memory_order_relaxed)) return;
   const std::uint64_t sequence = head_.fetch_add(1, std::memory_order_acq_rel);
   const auto now = std::chrono::steady_clock::now();
@@ -122,6 +123,7 @@ void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size
   slot.event.pointer = pointer;
   slot.event.size = size;
   slot.event.stream = stream;
+  slot.event.caller = caller;
   slot.turn.store(sequence + 1, std::memory_order_release);
   if (write_through_.load(std::memory_order_relaxed)) flush();
 }
@@ -205,7 +207,7 @@ void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
     event.time_us = std::max(event.time_us, last_time_us_);
     last_time_us_ = event.time_us;
     if (kBufferBytes - buffered_ < kLineBytes) write_out();
-    buffered_ += format_trace_line(event, buffer_.get() + buffered_, kLineBytes);
+    buffered_ += format_trace_line(event, owner_of(event.caller), buffer_.get() + buffered_, kLineBytes);
     ++buffered_events_;
   }
 }
@@ -222,6 +224,21 @@ void TraceRecorder::write_out() noexcept {
   }
   buffered_ = 0;
   buffered_events_ = 0;
+}
+
+std::string_view TraceRecorder::owner_of(std::uintptr_t caller) noexcept {
+  if (caller == 0) return {};
+  // Programs allocate from a few dozen places: a short list, searched from
+  // the most recent, is enough.
+  for (auto it = owners_.rbegin(); it != owners_.rend(); ++it) {
+    if (it->caller == caller) return it->owner;
+  }
+  try {
+    owners_.push_back({caller, owner_text(CallSites::describe(caller).library)});
+    return owners_.back().owner;
+  } catch (...) {
+    return {};  // out of memory: this line goes without its owner
+  }
 }
 
 bool TraceRecorder::write_text(std::string_view text) noexcept {

@@ -22,6 +22,10 @@
 // recorder turns itself off in the child so the parent's file is not
 // written twice.
 //
+// Owner: each event carries its caller's return address; the writer names
+// the library holding it (call_sites.hpp) once per address and keeps the
+// name, so the Owner column costs record() one more word.
+//
 // Locks: `drain_lock_` serialises draining and writing (the writer thread,
 // flush(), and producers only when the ring is full or after finish());
 // `wake_lock_` only pairs with `wake_`. Neither is held while the other is
@@ -38,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "runtime/trace_format.hpp"
 #include "util/util.hpp"
@@ -62,7 +67,10 @@ class TraceRecorder {
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
-  void record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream) noexcept;
+  // `caller`: the return address of the call that asked (0: not known); the
+  // writer names its library in the Owner column.
+  void record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream,
+              std::uintptr_t caller = 0) noexcept;
   // Writes everything recorded so far to the file.
   void flush() noexcept;
   // For exit: flushes, stops the writer thread; later events write through.
@@ -100,6 +108,9 @@ class TraceRecorder {
   // `until`: keep waiting for events claimed before it to be published.
   void drain_locked(std::uint64_t until) noexcept;
   void write_out() noexcept;
+  // Under drain_lock_: the Owner text of `caller`, resolved once per caller
+  // (the loader is asked here, on the writer's side, never by record()).
+  std::string_view owner_of(std::uintptr_t caller) noexcept;
   [[nodiscard]] bool active() const noexcept;
 
   const int fd_;
@@ -129,6 +140,11 @@ class TraceRecorder {
   std::size_t buffered_ = 0;           // bytes in buffer_
   std::uint64_t buffered_events_ = 0;  // events in buffer_
   bool write_failed_ = false;
+  struct KnownCaller {
+    std::uintptr_t caller = 0;
+    std::string owner;
+  };
+  std::vector<KnownCaller> owners_;  // most recently resolved last
 
   std::mutex wake_lock_;
   std::condition_variable wake_;

@@ -34,8 +34,13 @@ constexpr std::size_t kMaxMessage = 600;    // beyond the name: quotes are cut a
 
 struct Outcome {
   std::vector<TraceEvent> events;
+  std::vector<std::string> owners;  // the reader's names, which events' `owner` index
   std::string error;
   std::string warning;
+  [[nodiscard]] const std::string& owner_of(const TraceEvent& e) const {
+    FUZZ_CHECK(e.owner < owners.size(), "owner index %u of %zu names", e.owner, owners.size());
+    return owners[e.owner];
+  }
 };
 
 bool same_event(const TraceEvent& a, const TraceEvent& b) {
@@ -49,6 +54,7 @@ void check_same(const Outcome& a, const Outcome& b, const char* what) {
   FUZZ_CHECK(a.events.size() == b.events.size(), "%s: %zu events against %zu", what, a.events.size(), b.events.size());
   for (std::size_t i = 0; i < a.events.size(); ++i) {
     FUZZ_CHECK(same_event(a.events[i], b.events[i]), "%s: event %zu differs", what, i);
+    FUZZ_CHECK(a.owner_of(a.events[i]) == b.owner_of(b.events[i]), "%s: event %zu's owner differs", what, i);
   }
 }
 
@@ -62,6 +68,11 @@ Outcome read_all(Opened opened) {
   while (out.events.size() < kMaxEvents && reader.next(&event)) out.events.push_back(event);
   out.error = reader.error();
   out.warning = reader.warning();
+  out.owners = reader.owners();
+  FUZZ_CHECK(!out.owners.empty() && out.owners[0].empty(), "owner 0 is not the empty name");
+  for (const std::string& o : out.owners) {
+    for (const char c : o) FUZZ_CHECK(c >= 0x20 && c < 0x7f, "an owner name holds byte 0x%02x", c & 0xff);
+  }
   FUZZ_CHECK(reader.failed() == !out.error.empty(), "failed() disagrees with error()");
   return out;
 }
@@ -84,12 +95,14 @@ std::uint64_t message_line(const std::string& message, const std::string& name) 
 
 void check_round_trip(const TraceEvent& event) {
   char line[tidepool::runtime::kMaxTraceLineBytes];
-  const std::size_t n = tidepool::runtime::format_trace_line(event, line, sizeof line);
+  const std::size_t n = tidepool::runtime::format_trace_line(event, "", line, sizeof line);
   FUZZ_CHECK(n > 0 && line[n - 1] == '\n', "an accepted event does not format");
   TraceEvent again;
   std::string detail;
-  const auto status = tidepool::runtime::parse_trace_line(std::string_view(line, n - 1), &again, &detail);
+  std::string_view owner = "unset";
+  const auto status = tidepool::runtime::parse_trace_line(std::string_view(line, n - 1), &again, &detail, &owner);
   FUZZ_CHECK(status.ok(), "formatted line \"%.*s\" does not parse: %s", static_cast<int>(n - 1), line, detail.c_str());
+  FUZZ_CHECK(owner.empty(), "an event formatted without an owner reads back with one");
   again.line = event.line;
   FUZZ_CHECK(same_event(event, again), "\"%.*s\" parses to another event", static_cast<int>(n - 1), line);
 }
@@ -120,6 +133,7 @@ void check_plain_model(std::string_view text, const Outcome& out, const std::str
   };
   if (text.empty()) return expect_error(1);
   std::uint64_t number = 0;
+  bool has_owner = false;
   while (!text.empty()) {
     const std::size_t newline = text.find('\n');
     const bool terminated = newline != std::string_view::npos;
@@ -130,12 +144,15 @@ void check_plain_model(std::string_view text, const Outcome& out, const std::str
     if (number == 1) {
       std::string_view header = line;
       if (!header.empty() && header.back() == '\r') header.remove_suffix(1);
-      if (header != tidepool::runtime::kTraceHeader) return expect_error(1);
+      has_owner = header == tidepool::runtime::kTraceHeader;
+      if (!has_owner && header != tidepool::runtime::kRmmTraceHeader) return expect_error(1);
       continue;
     }
     if (line.empty() || line == "\r") continue;
     TraceEvent expected;
-    const bool parsed = tidepool::runtime::parse_trace_line(line, &expected, nullptr).ok();
+    std::string_view owner;
+    const bool parsed =
+        tidepool::runtime::parse_trace_line(line, &expected, nullptr, has_owner ? &owner : nullptr).ok();
     if (!terminated && !parsed) {
       FUZZ_CHECK(out.error.empty() && !out.warning.empty() && message_line(out.warning, name) == number,
                  "a cut-short last line %llu: error \"%s\", warning \"%s\"", static_cast<unsigned long long>(number),
@@ -148,6 +165,11 @@ void check_plain_model(std::string_view text, const Outcome& out, const std::str
     expected.line = number;
     FUZZ_CHECK(event < out.events.size() && same_event(out.events[event], expected),
                "line %llu is not read as its event", static_cast<unsigned long long>(number));
+    // Its owner, by name (printable), unless the reader's table was full.
+    const std::string& named = out.owner_of(out.events[event]);
+    FUZZ_CHECK(named == tidepool::runtime::printable(owner, tidepool::runtime::kMaxOwnerBytes) ||
+                   (named.empty() && out.owners.size() >= 4096),
+               "line %llu's owner is read as \"%s\"", static_cast<unsigned long long>(number), named.c_str());
     ++event;
   }
   FUZZ_CHECK(out.error.empty() && out.warning.empty(), "plain text read to its end: error \"%s\", warning \"%s\"",

@@ -98,6 +98,33 @@ TEST_F(ReportUnderPreload, AProgramsRunIsDescribedInTheReportTheSummaryAndTheOom
   EXPECT_TRUE(device["size_classes"].back()["max_bytes"].is_null());
   EXPECT_EQ(device["size_classes"].back()["ooms"], 1);
 
+  // Owners: every allocation came from the program's own code, through the
+  // hooks (cudaMalloc and the driver's cuMemAlloc alike), the failed one too.
+  const auto& owners = device["owners"];
+  ASSERT_EQ(owners.size(), 1u) << owners.dump(1);
+  EXPECT_EQ(owners[0]["library"], std::filesystem::path(PROBE_LINKED).filename().string());
+  EXPECT_EQ(owners[0]["owner"], "program");
+  EXPECT_EQ(owners[0]["allocations"], device["allocations"]);
+  EXPECT_EQ(owners[0]["failures"], 1);
+  EXPECT_EQ(owners[0]["live_at_peak_bytes"], device["peak_live_bytes"]);
+  EXPECT_FALSE(owners[0]["call_sites"].empty());
+  // The trace names the same owner on each allocation, and none on frees.
+  std::ifstream trace(path("run.csv"));
+  std::string line;
+  ASSERT_TRUE(std::getline(trace, line));
+  EXPECT_EQ(line, "Thread,Time,Action,Pointer,Size,Stream,Owner");
+  std::size_t allocations_named = 0;
+  while (std::getline(trace, line)) {
+    const bool allocation = line.find(",allocate,") != std::string::npos;
+    if (allocation || line.find(",allocate failure,") != std::string::npos) {
+      EXPECT_TRUE(line.ends_with("," + std::filesystem::path(PROBE_LINKED).filename().string())) << line;
+      allocations_named += allocation ? 1 : 0;
+    } else {
+      EXPECT_TRUE(line.ends_with(",")) << line;
+    }
+  }
+  EXPECT_EQ(allocations_named, device["allocations"].get<std::size_t>());
+
   // The summary, from the same figures.
   const std::string headline = "device 0 at exit: " + std::to_string(device["allocations"].get<long>()) +
                                " allocations, " + std::to_string(device["frees"].get<long>()) + " frees";

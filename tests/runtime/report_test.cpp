@@ -121,7 +121,7 @@ TEST(Report, KeysComeInADeliberateOrderNotAlphabetically) {
   ASSERT_GE(device.size(), 5u);
   EXPECT_EQ(std::vector<std::string>(device.begin(), device.begin() + 5),
             (std::vector<std::string>{"device", "peak_live_bytes", "peak_reserved_bytes", "utilization", "ooms"}));
-  EXPECT_EQ(device.back(), "size_classes");
+  EXPECT_EQ(device.back(), "owners");
   const std::vector<std::string> run = keys_of(j["run"]);
   ASSERT_FALSE(run.empty());
   EXPECT_EQ(run.front(), "pid");

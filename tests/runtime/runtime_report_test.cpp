@@ -3,9 +3,11 @@
 // figure must be the pool's own. Each test logs to a file of its own
 // (log_file), read back after; ctest runs each test in a process of its own,
 // so the process-wide logger one test configures is never another's.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,9 @@
 
 namespace tidepool::runtime {
 namespace {
+
+// Code of the test executable itself, for a return address there.
+[[gnu::noinline]] void code_of_this_program() { asm volatile(""); }
 
 using util::format_size;
 using util::MiB;
@@ -278,6 +283,87 @@ TEST_F(RuntimeReport, TheSummarySaysWhenTheReportCouldNotBeWritten) {
   EXPECT_NE(text.find("at exit: no device memory was allocated through tidepool"), std::string::npos) << text;
   EXPECT_NE(text.find("the report could not be written to '" + path("missing-dir/run.json") + "'"), std::string::npos)
       << text;
+}
+
+// Two call sites of this program and one of libc (any address inside a
+// loaded function stands for a return address there): the report groups
+// them by library, and what each held at the live peak adds up to the peak.
+TEST_F(RuntimeReport, OwnersCountEachCallersMemoryAndAddUpAtThePeak) {
+  Config c = config(LogLevel::warn);
+  c.device_limit = util::SizeSpec{64 * MiB};
+  auto rt = Runtime::create(c);
+  Allocator* a = rt->allocator(0);
+  ASSERT_NE(a, nullptr);
+  const auto here = reinterpret_cast<std::uintptr_t>(&code_of_this_program) + 1;
+  const auto there = reinterpret_cast<std::uintptr_t>(&code_of_this_program) + 2;
+  const auto in_libc = reinterpret_cast<std::uintptr_t>(::dlsym(RTLD_DEFAULT, "gnu_get_libc_version")) + 8;
+  ASSERT_NE(in_libc, 8u);
+
+  std::vector<std::uintptr_t> mine;
+  for (int i = 0; i < 3; ++i) mine.push_back(a->allocate(4 * MiB, 0, false, here).value());
+  const std::uintptr_t other = a->allocate(2 * MiB, 0, false, there).value();
+  const std::uintptr_t lib = a->allocate(1 * MiB, 0, false, in_libc).value();
+  // The peak is here: 12 + 2 + 1 MiB. Then `here` frees two and `there` grows.
+  ASSERT_TRUE(a->deallocate(mine[0], 0, false).ok());
+  ASSERT_TRUE(a->deallocate(mine[1], 0, false).ok());
+  const std::uintptr_t more = a->allocate(6 * MiB, 0, false, there).value();
+  EXPECT_FALSE(a->allocate(512 * MiB, 0, false, in_libc).ok()) << "past the budget";
+  ASSERT_TRUE(a->deallocate(other, 0, false).ok());
+  (void)lib;
+  (void)more;
+
+  const auto j = nlohmann::ordered_json::parse(report_json(rt->report()));
+  const auto& device = j["devices"][0];
+  EXPECT_EQ(device["peak_live_bytes"], 15 * MiB);
+  const auto& owners = device["owners"];
+  ASSERT_EQ(owners.size(), 2u) << owners.dump(1);
+  // The program first: it held 14 MiB at the peak.
+  const auto& program = owners[0];
+  EXPECT_EQ(program["library"], program_invocation_short_name);
+  EXPECT_EQ(program["owner"], "program");
+  EXPECT_EQ(program["allocations"], 5);
+  EXPECT_EQ(program["requested_bytes"], (12 + 2 + 6) * MiB);
+  EXPECT_EQ(program["live_bytes"], (4 + 6) * MiB);
+  EXPECT_EQ(program["live_at_peak_bytes"], 14 * MiB);
+  ASSERT_EQ(program["call_sites"].size(), 2u);
+  const auto& first = program["call_sites"][0];
+  const auto& second = program["call_sites"][1];
+  EXPECT_EQ(first["allocations"], 3);
+  EXPECT_EQ(first["live_at_peak_bytes"], 12 * MiB);
+  EXPECT_EQ(first["peak_live_bytes"], 12 * MiB);
+  EXPECT_EQ(first["live_bytes"], 4 * MiB);
+  EXPECT_EQ(second["allocations"], 2);
+  EXPECT_EQ(second["live_at_peak_bytes"], 2 * MiB);
+  EXPECT_EQ(second["peak_live_bytes"], 8 * MiB) << "its own peak came after the device's";
+  EXPECT_EQ(second["live_bytes"], 6 * MiB);
+
+  const auto& libc = owners[1];
+  EXPECT_TRUE(libc["library"].get<std::string>().starts_with("libc.so")) << libc.dump();
+  EXPECT_EQ(libc["owner"], "other");
+  EXPECT_EQ(libc["allocations"], 1);
+  EXPECT_EQ(libc["failures"], 1);
+  EXPECT_EQ(libc["live_at_peak_bytes"], 1 * MiB);
+  EXPECT_EQ(libc["call_sites"][0]["function"], "gnu_get_libc_version");
+  EXPECT_TRUE(libc["call_sites"][0]["offset"].get<std::string>().starts_with("0x"));
+
+  std::uint64_t at_peak = 0;
+  for (const auto& o : owners) at_peak += o["live_at_peak_bytes"].get<std::uint64_t>();
+  EXPECT_EQ(at_peak, device["peak_live_bytes"].get<std::uint64_t>());
+}
+
+// Allocations whose caller is not given go to one owner, named as not known.
+TEST_F(RuntimeReport, AnAllocationWithoutACallerIsOwnedByNotKnown) {
+  auto rt = Runtime::create(config(LogLevel::warn));
+  Allocator* a = rt->allocator(0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(a->allocate(3 * MiB, 0, false).ok());
+  const auto j = nlohmann::ordered_json::parse(report_json(rt->report()));
+  const auto& owners = j["devices"][0]["owners"];
+  ASSERT_EQ(owners.size(), 1u) << owners.dump(1);
+  EXPECT_TRUE(owners[0]["library"].is_null());
+  EXPECT_EQ(owners[0]["owner"], "not known");
+  EXPECT_EQ(owners[0]["live_at_peak_bytes"], 3 * MiB);
+  EXPECT_TRUE(owners[0]["call_sites"][0]["function"].is_null());
 }
 
 }  // namespace

@@ -35,30 +35,36 @@ def stamp(us):
     return "%02d:%02d:%02d:%06d" % (us // 3600000000, us // 60000000 % 60, us // 1000000 % 60, us % 1000000)
 
 
-def write_trace(path, seed, steps):
-    """A training-shaped trace: weights kept, then steps that allocate and free."""
+OWNERS = ["libc10_cuda.so", "libcublasLt.so.12", "libnccl.so.2"]
+
+
+def write_trace(path, seed, steps, owners=False):
+    """A training-shaped trace: weights kept, then steps that allocate and
+    free. With `owners`, tidepool's Owner column names who asked."""
     rng = random.Random(seed)
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
+    lines = ["Thread,Time,Action,Pointer,Size,Stream" + (",Owner" if owners else "")]
+    owner = (lambda i: "," + OWNERS[i % len(OWNERS)]) if owners else (lambda i: "")
+    free_owner = "," if owners else ""
     t = 0
     pointer = 0x10000
     for _ in range(20):
         t += rng.randint(500, 5000)
-        lines.append("0,%s,allocate,0x%x,%d,0" % (stamp(t), pointer, rng.randint(1 << 16, 1 << 23)))
+        lines.append("0,%s,allocate,0x%x,%d,0%s" % (stamp(t), pointer, rng.randint(1 << 16, 1 << 23), owner(0)))
         pointer += 0x1000
     sizes = [rng.randint(1 << 10, 1 << 24) for _ in range(60)]
     for _ in range(steps):
         live = []
-        for size in sizes:
+        for k, size in enumerate(sizes):
             t += rng.randint(500, 5000)
-            lines.append("0,%s,allocate,0x%x,%d,%d" % (stamp(t), pointer, size, rng.choice([0, 7])))
+            lines.append("0,%s,allocate,0x%x,%d,%d%s" % (stamp(t), pointer, size, rng.choice([0, 7]), owner(k)))
             live.append(pointer)
             pointer += 0x1000
             if rng.random() < 0.3 and len(live) > 3:
                 t += 3
-                lines.append("0,%s,free,0x%x,0,0" % (stamp(t), live.pop(rng.randrange(len(live) - 1))))
+                lines.append("0,%s,free,0x%x,0,0%s" % (stamp(t), live.pop(rng.randrange(len(live) - 1)), free_owner))
         for p in live:
             t += rng.randint(1, 10)
-            lines.append("0,%s,free,0x%x,0,0" % (stamp(t), p))
+            lines.append("0,%s,free,0x%x,0,0%s" % (stamp(t), p, free_owner))
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -83,7 +89,7 @@ def main():
         traces = args.traces
         if not traces:
             traces = [os.path.join(work, "synthetic_steps.csv"), os.path.join(work, HOSTILE)]
-            write_trace(traces[0], 1, 6)
+            write_trace(traces[0], 1, 6, owners=True)
             write_trace(traces[1], 2, 4)
         report = os.path.join(work, "report.html")
         command = [args.replay, "--html", report]
@@ -105,7 +111,7 @@ def main():
                 "drawn: Number(c.dataset.drawn || 0), error: c.dataset.error || '', "
                 "svgs: c.querySelectorAll('svg').length}))")
             kinds = {c["kind"] for c in charts}
-            if kinds != {"utilization", "calls", "timeline", "pool"}:
+            if kinds != {"utilization", "calls", "timeline", "pool", "bands"}:
                 fail("chart kinds %s" % sorted(kinds))
             if sum(c["kind"] == "timeline" for c in charts) != len(traces):
                 fail("one timeline per trace expected: %s" % charts)
@@ -143,6 +149,44 @@ def main():
             if expected is not None and (steps["data"] < 2 or steps["lines"] != steps["data"] or
                                          steps["labels"][0] != "step 1"):
                 fail("step boundaries on the first timeline: %s" % steps)
+
+            # Allocations over time: bands coloured by owner, a legend naming
+            # them, and the owners table; a trace without owners says so.
+            if not args.traces:
+                owned = browser.evaluate(
+                    "(() => { const c = document.querySelector('[data-chart=bands]');"
+                    "const t = tidepoolReport.data.traces[Number(c.dataset.trace)].allocations;"
+                    "const table = c.parentElement.querySelector('table.owners');"
+                    "return {bands: c.querySelectorAll('polygon.band').length, drawnBands: t.bands.length,"
+                    "legend: c.querySelector('.legend').textContent,"
+                    "rows: table ? [...table.querySelectorAll('tbody tr td:first-child')].map(d => d.textContent) : [],"
+                    "plain: document.getElementById('trace-1').textContent.includes('names no owners')}; })()")
+                if owned["bands"] < owned["drawnBands"] or owned["drawnBands"] == 0:
+                    fail("bands chart: %s" % owned)
+                if sorted(owned["rows"]) != sorted(OWNERS) or not all(o in owned["legend"] for o in OWNERS):
+                    fail("owners table and legend: %s" % owned)
+                if "(framework)" not in owned["legend"] or "(cuBLAS)" not in owned["legend"]:
+                    fail("owner kinds in the legend: %s" % owned["legend"])
+                if not owned["plain"]:
+                    fail("the trace without an Owner column does not say so: %s" % owned)
+                # Hover over a band: its allocation, with the owner.
+                band = browser.evaluate(
+                    "(() => { const c = document.querySelector('[data-chart=bands]'); c.scrollIntoView();"
+                    "const origin = c.querySelector('svg').getBoundingClientRect();"
+                    # The middle of each band's polygon: point i of its top edge
+                    # and its mirror on the bottom edge share x; the thickest wins.
+                    "const mids = [...c.querySelectorAll('polygon.band')].map(p => {"
+                    "  const pts = p.getAttribute('points').split(' ').map(q => q.split(',').map(Number));"
+                    "  const n = pts.length / 2; const i = Math.floor(n / 2);"
+                    "  const top = pts[i]; const bottom = pts[pts.length - 1 - i];"
+                    "  return {x: top[0], y: (top[1] + bottom[1]) / 2, h: bottom[1] - top[1]}; });"
+                    "const best = mids.sort((a, b) => b.h - a.h)[0];"
+                    "return {x: origin.left + best.x, y: origin.top + best.y, id: c.id}; })()")
+                browser.mouse("mouseMoved", band["x"], band["y"])
+                tip = browser.evaluate("document.querySelector('#%s .tooltip').textContent" % band["id"])
+                if "trace line" not in tip or "owner" not in tip or not any(o in tip for o in OWNERS):
+                    fail("hover over a band: %r" % tip)
+                browser.mouse("mouseMoved", 0, 0)
 
             # The helpers the charts are built on.
             checks = browser.evaluate(

@@ -78,19 +78,44 @@ TEST(TraceFormat, ParsesTimesPointersAndActions) {
 
 TEST(TraceFormat, WrittenLinesParseBackIdentically) {
   TraceEvent original{7, 3723000123ull, TraceAction::allocate, 0xdeadbeef000ull, 12345, 42, 0};
-  char buffer[128];
-  const std::size_t n = runtime::format_trace_line(original, buffer, sizeof buffer);
+  char buffer[runtime::kMaxTraceLineBytes];
+  const std::size_t n = runtime::format_trace_line(original, "libcublasLt.so.12", buffer, sizeof buffer);
   ASSERT_GT(n, 0u);
   EXPECT_EQ(buffer[n - 1], '\n');
   TraceEvent parsed;
-  ASSERT_TRUE(runtime::parse_trace_line(std::string_view(buffer, n - 1), &parsed, nullptr).ok());
+  std::string_view owner;
+  ASSERT_TRUE(runtime::parse_trace_line(std::string_view(buffer, n - 1), &parsed, nullptr, &owner).ok());
+  EXPECT_EQ(owner, "libcublasLt.so.12");
   EXPECT_EQ(parsed.thread, original.thread);
   EXPECT_EQ(parsed.time_us, original.time_us);
   EXPECT_EQ(parsed.action, original.action);
   EXPECT_EQ(parsed.pointer, original.pointer);
   EXPECT_EQ(parsed.size, original.size);
   EXPECT_EQ(parsed.stream, original.stream);
-  EXPECT_EQ(runtime::format_trace_line(original, buffer, 10), 0u);  // too small: nothing, not a crash
+  EXPECT_EQ(runtime::format_trace_line(original, "", buffer, 10), 0u);  // too small: nothing, not a crash
+}
+
+TEST(TraceFormat, OwnerIsAnOptionalSeventhColumn) {
+  TraceEvent e;
+  std::string_view owner = "stale";
+  ASSERT_TRUE(runtime::parse_trace_line("1,00:00:01.000001,allocate,0x10,64,0", &e, nullptr, &owner).ok());
+  EXPECT_TRUE(owner.empty()) << "RMM's six columns: no owner";
+  ASSERT_TRUE(runtime::parse_trace_line("1,00:00:01.000001,allocate,0x10,64,0,libnccl.so.2", &e, nullptr, &owner).ok());
+  EXPECT_EQ(owner, "libnccl.so.2");
+  ASSERT_TRUE(runtime::parse_trace_line("1,00:00:01.000001,free,0x10,64,0,", &e, nullptr, &owner).ok());
+  EXPECT_TRUE(owner.empty());
+  std::string detail;
+  EXPECT_FALSE(runtime::parse_trace_line("1,00:00:01.000001,free,0x10,64,0,a,b", &e, &detail, &owner).ok());
+  EXPECT_NE(detail.find("expected 7 comma-separated columns"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("found more"), std::string::npos) << detail;
+  EXPECT_FALSE(runtime::parse_trace_line("1,00:00:01.000001,free,0x10,64", &e, &detail, &owner).ok());
+  EXPECT_NE(detail.find("found 5"), std::string::npos) << detail;
+  // Under RMM's header (no `owner` asked for), a seventh column is one too many.
+  EXPECT_FALSE(runtime::parse_trace_line("1,00:00:01.000001,free,0x10,64,0,x", &e, &detail).ok());
+  EXPECT_NE(detail.find("expected 6 comma-separated columns"), std::string::npos) << detail;
+  // What a library's name may not bring into a CSV field.
+  EXPECT_EQ(runtime::owner_text("lib,x\"y\n.so"), "lib_x_y_.so");
+  EXPECT_EQ(runtime::owner_text(std::string(100, 'a')).size(), runtime::kMaxOwnerBytes);
 }
 
 TEST(TraceFormat, ReadsGzipCompressedTraces) {

@@ -4,12 +4,14 @@
 // complete at finish(); a bad path is one log line and allocation goes on.
 #include "runtime/trace_recorder.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -26,6 +28,9 @@
 
 namespace tidepool::replay {
 namespace {
+
+// Code of the test executable itself, for a return address there.
+[[gnu::noinline]] void code_of_this_program() { asm volatile(""); }
 
 using util::MiB;
 
@@ -105,13 +110,47 @@ TEST(TraceRecorder, WritesRmmCsvLinesWithRmmTimes) {
 
   const auto lines = read_lines(path);
   ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0], "Thread,Time,Action,Pointer,Size,Stream");
+  EXPECT_EQ(lines[0], "Thread,Time,Action,Pointer,Size,Stream,Owner");
   const std::string tid = std::to_string(current_thread_id());
-  // RMM's logging_resource_adaptor writes `%t,%H:%M:%S.%f,...`.
+  // RMM's logging_resource_adaptor writes `%t,%H:%M:%S.%f,...`; Owner is
+  // empty where the caller is not known.
   const std::string time = R"(,\d\d:\d\d:\d\d\.\d{6},)";
-  EXPECT_TRUE(std::regex_match(lines[1], std::regex(tid + time + "allocate,0x7f0000001000,4096,0x7"))) << lines[1];
-  EXPECT_TRUE(std::regex_match(lines[2], std::regex(tid + time + "allocate failure,0x0,1073741824,0"))) << lines[2];
-  EXPECT_TRUE(std::regex_match(lines[3], std::regex(tid + time + "free,0x7f0000001000,4096,0x7"))) << lines[3];
+  EXPECT_TRUE(std::regex_match(lines[1], std::regex(tid + time + "allocate,0x7f0000001000,4096,0x7,"))) << lines[1];
+  EXPECT_TRUE(std::regex_match(lines[2], std::regex(tid + time + "allocate failure,0x0,1073741824,0,"))) << lines[2];
+  EXPECT_TRUE(std::regex_match(lines[3], std::regex(tid + time + "free,0x7f0000001000,4096,0x7,"))) << lines[3];
+}
+
+TEST(TraceRecorder, OwnerNamesTheCallersLibraryAndReadsBack) {
+  const std::string path = temp_path("recorder_owner.csv");
+  auto opened = runtime::TraceRecorder::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  auto& recorder = *opened.value();
+  const auto in_libc = reinterpret_cast<std::uintptr_t>(::dlsym(RTLD_DEFAULT, "gnu_get_libc_version")) + 8;
+  const auto in_program = reinterpret_cast<std::uintptr_t>(&code_of_this_program) + 1;
+  recorder.record(TraceAction::allocate, 0x1000, 512, 0, in_libc);
+  recorder.record(TraceAction::allocate, 0x2000, 1024, 0, in_program);
+  recorder.record(TraceAction::allocate_failure, 0, 1 << 30, 0, in_libc);
+  recorder.record(TraceAction::free, 0x1000, 512, 0);
+  recorder.flush();
+  const auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_TRUE(std::regex_search(lines[1], std::regex(",512,0,libc\\.so[^,]*$"))) << lines[1];
+  EXPECT_TRUE(lines[2].ends_with(std::string(",1024,0,") + program_invocation_short_name)) << lines[2];
+  EXPECT_TRUE(std::regex_search(lines[3], std::regex("allocate failure,0x0,1073741824,0,libc\\.so"))) << lines[3];
+  EXPECT_TRUE(lines[4].ends_with(",512,0,")) << lines[4];
+
+  // The replay's reader takes the column back as names the events index.
+  std::vector<TraceEvent> events;
+  std::vector<std::string> owners;
+  std::string error;
+  ASSERT_TRUE(load_trace(path, &events, &error, nullptr, &owners)) << error;
+  ASSERT_EQ(events.size(), 4u);
+  ASSERT_EQ(owners.size(), 3u);
+  EXPECT_EQ(owners[0], "");
+  EXPECT_TRUE(owners[events[0].owner].starts_with("libc.so"));
+  EXPECT_EQ(owners[events[1].owner], program_invocation_short_name);
+  EXPECT_EQ(events[2].owner, events[0].owner);
+  EXPECT_EQ(events[3].owner, 0u);
 }
 
 TEST(TraceRecorder, ReadsRmmsOwnSpellingsBack) {

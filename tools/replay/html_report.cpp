@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "allocation_view.hpp"
 #include "comparison.hpp"
 #include "report_assets.hpp"
 #include "reports.hpp"
@@ -146,6 +147,43 @@ Series downsample(const std::vector<Sample>& samples, std::size_t buckets) {
   return s;
 }
 
+// The bands chart's data: [begin, end, size, owner, line, freed] per band.
+nlohmann::json allocations_json(const AllocationView* view) {
+  if (view == nullptr) return nullptr;
+  nlohmann::json owners = nlohmann::json::array();
+  for (const OwnerUsage& o : view->owners) {
+    owners.push_back({{"name", o.name}, {"kind", o.kind}, {"allocations", o.allocations}});
+  }
+  nlohmann::json bands = nlohmann::json::array();
+  for (const Band& b : view->bands) bands.push_back({b.begin_us, b.end_us, b.size, b.owner, b.line, b.freed});
+  return {{"times", view->times},        {"rest", view->rest},         {"bands", std::move(bands)},
+          {"owners", std::move(owners)}, {"left_out", view->left_out}, {"count", view->allocations}};
+}
+
+// Memory by owner: who held what at the trace's live peak, each one's own
+// peak and what it asked for in all.
+std::string owners_table(const AllocationView* view) {
+  if (view == nullptr) return {};
+  if (!view->named) {
+    return "<p class=\"note\">The trace names no owners (no Owner column: recorded by RMM, converted from a "
+           "snapshot, or by an older tidepool). A trace written by <code>trace:</code> says which library asked for "
+           "each allocation.</p>\n";
+  }
+  std::string out =
+      "<table class=\"owners\"><thead><tr><th>owner</th><th>what it is</th><th>allocations</th><th>at the live peak "
+      "(MiB)</th><th>share</th><th>own peak (MiB)</th><th>asked for in all (MiB)</th></tr></thead><tbody>\n";
+  for (const OwnerUsage* o : owners_at_peak(*view)) {
+    const double share = view->peak_live_bytes == 0 ? 0.0
+                                                    : 100.0 * static_cast<double>(o->live_at_peak_bytes) /
+                                                          static_cast<double>(view->peak_live_bytes);
+    out += "<tr><td>" + (o->name.empty() ? std::string("<i>not named</i>") : escape(o->name)) + "</td><td>" +
+           escape(o->kind) + "</td><td>" + count_text(o->allocations) + "</td><td>" + mib_text(o->live_at_peak_bytes) +
+           "</td><td>" + fixed(share, 1) + "%</td><td>" + mib_text(o->peak_live_bytes) + "</td><td>" +
+           mib_text(o->requested_bytes) + "</td></tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
+
 nlohmann::json trace_json(const TraceGroup& g, const std::vector<std::string>& policies, std::size_t index) {
   std::vector<Series> series;
   series.reserve(g.runs.size());
@@ -216,6 +254,7 @@ nlohmann::json trace_json(const TraceGroup& g, const std::vector<std::string>& p
   const auto& steps = g.runs.front()->steps;
   for (std::size_t s = 1; s < steps.size(); ++s) step_starts.push_back(steps[s].begin_us);
   trace["steps"] = std::move(step_starts);
+  trace["allocations"] = allocations_json(g.runs.front()->allocations.get());
   return trace;
 }
 
@@ -354,6 +393,62 @@ std::string best_list(const std::vector<TraceGroup>& groups) {
   return out + "</p>\n";
 }
 
+// The run that recorded the trace (--run-report): its live figures per
+// device, set against the replay of its own policy, and its memory by owner
+// with the call sites behind each.
+std::string run_itself_section(const RunReport& report, const std::vector<Result>& results) {
+  std::string out = "<section id=\"run-itself\"><h2>The run itself</h2>\n<p>From <code>" + escape(report.path) +
+                    "</code>: <code>" + escape(report.command) + "</code>, policy <b>" + escape(report.policy) +
+                    "</b>, " + fixed(report.duration_seconds, 1) + " s.</p>\n";
+  const Result* replayed = replay_of_run(report, results);
+  out +=
+      "<table class=\"run-devices\"><thead><tr><th>device</th><th>peak reserved (MiB)</th><th>live peak "
+      "(MiB)</th><th>utilization</th><th>allocations</th><th>refused</th><th>passed to the driver</th><th>evicted "
+      "(MiB)</th></tr></thead><tbody>\n";
+  for (const RunDevice& d : report.devices) {
+    out += "<tr><td>" + std::to_string(d.device) + "</td><td>" + mib_text(d.peak_reserved_bytes) + "</td><td>" +
+           mib_text(d.peak_live_bytes) + "</td><td>" + fixed(100.0 * d.utilization, 2) + "%</td><td>" +
+           count_text(d.allocations) + "</td><td>" + count_text(d.ooms) + "</td><td>" +
+           count_text(d.passthrough_allocations) + "</td><td>" + (d.eviction ? mib_text(d.evicted_bytes) : "off") +
+           "</td></tr>\n";
+  }
+  out += "</tbody></table>\n";
+  if (replayed != nullptr) {
+    out += "<p>Its replay under <b>" + escape(replayed->policy) + "</b> (" + escape(base_name(replayed->trace)) +
+           "): peak reserved " + mib_text(replayed->peak_reserved_bytes) + " MiB, utilization " +
+           fixed(100.0 * replayed->utilization, 2) +
+           "%. The replay sees the trace's order on one simulated device; the run's own streams and the device's "
+           "lag behind the host differ, so the two need not agree.</p>\n";
+  } else {
+    out += "<p class=\"note\">Its policy, " + escape(report.policy) +
+           ", was not among those replayed: add <code>"
+           "--policy " +
+           escape(report.policy) + "</code> to set the two side by side.</p>\n";
+  }
+  for (const RunDevice& d : report.devices) {
+    if (d.owners.empty()) continue;
+    out += "<h3>Device " + std::to_string(d.device) +
+           ": memory by owner</h3>\n<table class=\"owners\"><thead><tr><th>owner</th><th>what it is</th>"
+           "<th>allocations</th><th>at the live peak (MiB)</th><th>live at the end (MiB)</th><th>refused</th>"
+           "<th>call sites</th></tr></thead><tbody>\n";
+    for (const RunOwner& o : d.owners) {
+      std::string sites = "<details><summary>" + std::to_string(o.call_sites.size()) + "</summary><ul>";
+      for (const RunCallSite& c : o.call_sites) {
+        sites += "<li><code>" + escape(c.function.empty() ? "(no symbol) " + c.offset : c.function) +
+                 "</code>: " + count_text(c.allocations) + " allocations, " + mib_text(c.live_at_peak_bytes) +
+                 " MiB at the peak, its own peak " + mib_text(c.peak_live_bytes) + " MiB</li>";
+      }
+      sites += "</ul></details>";
+      out += "<tr><td>" + (o.library.empty() ? std::string("<i>not known</i>") : escape(o.library)) + "</td><td>" +
+             escape(o.owner) + "</td><td>" + count_text(o.allocations) + "</td><td>" + mib_text(o.live_at_peak_bytes) +
+             "</td><td>" + mib_text(o.live_bytes) + "</td><td>" + count_text(o.failures) + "</td><td>" + sites +
+             "</td></tr>\n";
+    }
+    out += "</tbody></table>\n";
+  }
+  return out + "</section>\n";
+}
+
 // This replay against an earlier one (--compare): a row per matched run,
 // the change coloured by whether it is better (higher utilization, fewer
 // bytes reserved, fewer failures) or worse.
@@ -395,7 +490,8 @@ std::string changes_section(const Comparison& c) {
 
 }  // namespace
 
-std::string html_report(const std::vector<Result>& results, const ReportRun& run, const Comparison* comparison) {
+std::string html_report(const std::vector<Result>& results, const ReportRun& run, const Comparison* comparison,
+                        const RunReport* run_report) {
   const std::vector<TraceGroup> groups = group_by_trace(results);
   std::vector<std::string> policies;
   for (const Result& r : results) {
@@ -414,6 +510,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
       "<nav id=\"toc\"><b>Contents</b><ol><li><a href=\"#compare\">Policies compared</a></li><li><a "
       "href=\"#summary\">Summary table</a></li>";
   if (comparison != nullptr) out += "<li><a href=\"#changes\">Compared with an earlier replay</a></li>";
+  if (run_report != nullptr) out += "<li><a href=\"#run-itself\">The run itself</a></li>";
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string id = "trace-" + std::to_string(i);
     const TraceGroup& g = groups[i];
@@ -421,6 +518,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
            escape(g.runs[g.best]->policy) + "</span><ol><li><a href=\"#" + id +
            "-timeline\">memory over time</a></li><li><a href=\"#" + id +
            "-pool\">the pool, at the peak and at moments</a></li><li><a href=\"#" + id +
+           "-allocations\">allocations and owners</a></li><li><a href=\"#" + id +
            "-steps\">driver calls per step</a></li></ol></li>";
   }
   out += "<li><a href=\"#run\">Run</a></li></ol></nav>\n<main>\n<h1>tidepool replay report</h1>\n<p class=\"sub\">" +
@@ -447,6 +545,7 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
 
   out += "<section id=\"summary\"><h2>Summary table</h2>\n" + summary_table(groups) + "</section>\n";
   if (comparison != nullptr) out += changes_section(*comparison);
+  if (run_report != nullptr) out += run_itself_section(*run_report, results);
 
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const std::string id = "trace-" + std::to_string(i);
@@ -461,6 +560,9 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
            "-timeline-chart\" data-chart=\"timeline\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
            "-pool\">The pool at the live peak, and at moments of the trace</h3>\n<div class=\"chart\" id=\"" + id +
            "-pool-chart\" data-chart=\"pool\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
+           "-allocations\">Allocations over time, and who owns them</h3>\n<div class=\"chart\" id=\"" + id +
+           "-bands-chart\" data-chart=\"bands\" data-trace=\"" + std::to_string(i) + "\"></div>\n" +
+           owners_table(best.allocations.get()) + "<h3 id=\"" + id +
            "-steps\">Driver calls per step</h3>\n<details><summary>every step, every policy (step 0 holds the "
            "setup)</summary>\n" +
            steps_table(g) + "</details>\n</section>\n";

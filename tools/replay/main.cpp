@@ -8,11 +8,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "comparison.hpp"
 #include "output_file.hpp"
 #include "replay.hpp"
 #include "reports.hpp"
+#include "run_report.hpp"
 #include "runtime/runtime.hpp"
 #include "util/util.hpp"
 
@@ -53,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--compare", compare_path,
                  "Set each run against an earlier replay's, from the JSON lines it wrote (--json or --json-out): a "
                  "table after this one, and a section of the HTML report");
+  std::string run_report_path;
+  app.add_option("--run-report", run_report_path,
+                 "The JSON report of the run that recorded the trace (report:PATH): the run itself beside its "
+                 "replays, with memory by owner and call site, under the table and as a section of the HTML report");
   app.add_flag("--lenient", lenient,
                "Replay a trace recorded mid-run: count and skip frees of blocks allocated before it began");
   app.add_flag("--progress", progress, "Show the progress line on stderr even when it is not a terminal");
@@ -136,6 +142,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  RunReport run_report;
+  if (!run_report_path.empty()) {
+    std::string error;
+    if (!load_run_report(run_report_path, &run_report, &error)) {
+      std::fprintf(stderr, "tidepool-replay: --run-report %s\n", error.c_str());
+      return 2;
+    }
+  }
   // Last: it is written as the replay goes.
   std::FILE* json_file = nullptr;
   if (!json_path.empty()) {
@@ -156,19 +170,22 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (const auto& path : traces) {
     std::vector<TraceEvent> events;
+    std::vector<std::string> owners;
     std::string error;
     std::string warning;
-    if (!load_trace(path, &events, &error, &warning)) {
+    if (!load_trace(path, &events, &error, &warning, &owners)) {
       std::fprintf(stderr, "tidepool-replay: %s\n", error.c_str());
       return 2;
     }
     if (!warning.empty()) std::fprintf(stderr, "tidepool-replay: %s\n", warning.c_str());
+    const auto allocations = std::make_shared<const AllocationView>(view_allocations(events, owners));
     for (const auto& policy : policies) {
       Result result;
       if (!run_replay(path, events, policy, target_options, options, &result, &error)) {
         std::fprintf(stderr, "tidepool-replay: %s\n", error.c_str());
         return 2;
       }
+      result.allocations = allocations;
       ++options.run_index;
       const std::string line = json_line(result);
       if (json) std::printf("%s\n", line.c_str());
@@ -185,11 +202,13 @@ int main(int argc, char** argv) {
   const Comparison comparison = compare_runs(results, baseline, compare_path);
   // Under --json, stdout holds JSON lines only: the table goes to stderr.
   if (!compare_path.empty()) std::fputs(comparison_table(comparison).c_str(), json ? stderr : stdout);
+  if (!run_report_path.empty()) std::fputs(run_report_lines(run_report, results).c_str(), json ? stderr : stdout);
   std::string error;
   if (html_file.is_open() &&
-      !html_file.write_and_close(html_report(results, make_report_run(argc, argv, target_options, options),
-                                             compare_path.empty() ? nullptr : &comparison),
-                                 &error)) {
+      !html_file.write_and_close(
+          html_report(results, make_report_run(argc, argv, target_options, options),
+                      compare_path.empty() ? nullptr : &comparison, run_report_path.empty() ? nullptr : &run_report),
+          &error)) {
     std::fprintf(stderr, "tidepool-replay: cannot write %s\n", error.c_str());
     return 1;
   }

@@ -37,7 +37,8 @@ bool looks_like_pickle(const std::string& path) {
 
 }  // namespace
 
-bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error, std::string* warning) {
+bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error, std::string* warning,
+                std::vector<std::string>* owners) {
   if (looks_like_pickle(path)) {
     *error = path + ": a PyTorch memory snapshot (pickle), not an RMM CSV trace; convert it first with\n  " +
              "tidepool-snapshot2csv " + path + " -o trace.csv";
@@ -54,6 +55,7 @@ bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::s
     *error = reader.value()->error();
     return false;
   }
+  if (owners != nullptr) *owners = reader.value()->owners();
   const std::string& note = reader.value()->warning();
   if (warning != nullptr) {
     *warning = note;

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "allocation_view.hpp"
 #include "target.hpp"
 #include "trace_reader.hpp"
 
@@ -100,13 +102,18 @@ struct Result {
   // (device_limit_of), and whether the user gave it.
   std::uint64_t device_limit_bytes = 0;
   bool device_limit_given = false;
+  // The trace's allocations and owners, the same for every target of the
+  // trace (shared by their results); null when not computed.
+  std::shared_ptr<const AllocationView> allocations;
 };
 
 // Loads every event of a trace; false with `error` (file:line: reason). A
 // cut-short last line is skipped and its warning (file:line: warning: ...)
 // handed to `warning`, or written to stderr when `warning` is null.
+// `owners` (may be null) receives the Owner column's names, which events'
+// `owner` index.
 bool load_trace(const std::string& path, std::vector<TraceEvent>* events, std::string* error,
-                std::string* warning = nullptr);
+                std::string* warning = nullptr, std::vector<std::string>* owners = nullptr);
 
 struct ReplayOptions {
   bool want_layout = false;         // capture the layout at the live peak and at moments (costs a second pass)

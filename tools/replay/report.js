@@ -566,6 +566,182 @@ function timelineChart(container, data, trace) {
   draw();
 }
 
+// ---- per trace: every allocation over time, stacked (memory_viz's view) ----
+
+// Each band is one allocation, stacked in allocation order, so a band drops
+// when one below it is freed; the grey area at the bottom sums the
+// allocations too small or short-lived to draw. Coloured by owner when the
+// trace names owners (its Owner column), else band by band.
+function bandsChart(container, data, trace) {
+  container.textContent = '';
+  const view = trace.allocations;
+  if (!view || !view.times.length) {
+    tag('p', 'note', 'no allocations', container);
+    container.dataset.drawn = '0';
+    return;
+  }
+  const times = view.times;
+  const bands = view.bands.map(b => ({begin: b[0], end: b[1], size: b[2], owner: b[3], line: b[4], freed: b[5]}));
+  const named = view.owners.some(o => o.name);
+  const ownerColour = o => PALETTE[o % PALETTE.length];
+  const bandColour = (b, i) => named ? ownerColour(b.owner) : PALETTE[i % PALETTE.length];
+  // Each band's [bottom, top) at every sample it is live at; rest below all.
+  const live = (b, t) => b.begin <= t && (t < b.end || !b.freed);
+  const bottoms = bands.map(() => new Float64Array(times.length).fill(-1));
+  const totals = new Float64Array(times.length);
+  for (let k = 0; k < times.length; k++) {
+    let level = view.rest[k];
+    for (let i = 0; i < bands.length; i++) {
+      if (!live(bands[i], times[k])) continue;
+      bottoms[i][k] = level;
+      level += bands[i].size;
+    }
+    totals[k] = level;
+  }
+  const tMin = times[0];
+  const tMax = times[times.length - 1] > tMin ? times[times.length - 1] : tMin + 1;
+
+  const legend = tag('div', 'legend', null, container);
+  if (named) {
+    view.owners.forEach((o, i) => {
+      if (!o.allocations) return;
+      const item = tag('span', 'item static', null, legend);
+      const swatch = tag('span', 'swatch', null, item);
+      swatch.style.background = ownerColour(i);
+      item.appendChild(document.createTextNode((o.name || 'not named') + (o.name ? ' (' + o.kind + ')' : '')));
+    });
+  } else {
+    const item = tag('span', 'item static', null, legend);
+    item.appendChild(document.createTextNode('one colour per allocation (the trace names no owners)'));
+  }
+  const restItem = tag('span', 'item static', null, legend);
+  tag('span', 'swatch rest', null, restItem);
+  restItem.appendChild(document.createTextNode(
+      formatCount(view.left_out) + ' smaller or shorter allocations, summed (' + formatCount(bands.length) +
+      ' of ' + formatCount(view.count) + ' drawn)'));
+  const reset = toolbar(container, 'Bands: one allocation each, stacked in allocation order. Drag to zoom, ' +
+      'double-click or the button to reset; hover for the allocation.');
+  const width = Math.max(480, container.clientWidth || 900);
+  const plot = {x: 70, y: 10, w: width - 70 - 18, h: 300};
+  const root = svg('svg', {width: width, height: plot.y + plot.h + 44, role: 'img'}, container);
+  const clipId = container.id + '-clip';
+  svg('rect', {x: plot.x, y: plot.y, width: plot.w, height: plot.h},
+      svg('clipPath', {id: clipId}, svg('defs', {}, root)));
+  const layer = svg('g', {}, root);
+  const front = svg('g', {}, root);
+  const overlay = svg(
+      'rect', {x: plot.x, y: plot.y, width: plot.w, height: plot.h, fill: 'transparent', cursor: 'crosshair'}, front);
+  const tooltip = makeTooltip(container);
+  let zoom = null;
+  let x0 = tMin;
+  let x1 = tMax;
+  let y1 = 1;
+
+  function draw() {
+    layer.textContent = '';
+    x0 = zoom ? zoom.x0 : tMin;
+    x1 = zoom ? zoom.x1 : tMax;
+    const a = Math.max(0, indexAt(times, x0));
+    const b = Math.min(times.length - 1, indexAt(times, x1));
+    let top = 1;
+    for (let k = a; k <= b; k++) top = Math.max(top, totals[k]);
+    y1 = top * 1.06;
+    const sx = t => plot.x + plot.w * (t - x0) / (x1 - x0);
+    const sy = v => plot.y + plot.h - plot.h * v / y1;
+    const yt = unitTicks(0, y1, 6, BYTE_UNITS);
+    const grid = svg('g', {class: 'grid'}, layer);
+    const axis = svg('g', {class: 'axis'}, layer);
+    for (const v of yt.ticks) {
+      svg('line', {x1: plot.x, x2: plot.x + plot.w, y1: sy(v), y2: sy(v)}, grid);
+      svgText(axis, plot.x - 6, sy(v) + 4, tickLabel(v, yt.unit), {'text-anchor': 'end'});
+    }
+    svg('line', {x1: plot.x, x2: plot.x, y1: plot.y, y2: plot.y + plot.h}, axis);
+    const xt = unitTicks(x0 - tMin, x1 - tMin, Math.max(3, Math.floor(plot.w / 110)), TIME_UNITS);
+    axisBottom(
+        layer, plot, xt.ticks.map(v => ({x: sx(v + tMin), text: tickLabel(v, xt.unit)})),
+        'time since the trace\'s first event');
+    const body = svg('g', {'clip-path': 'url(#' + clipId + ')'}, layer);
+    let drawn = 0;
+    // A polygon over the samples [from, to], each holding until the next (a
+    // step): its top edge, then its bottom back.
+    const area = (from, to, lower, upper, attrs) => {
+      const up = [];
+      const down = [];
+      for (let k = from; k <= to; k++) {
+        const left = sx(Math.max(times[k], x0)).toFixed(1);
+        const right = sx(k + 1 < times.length ? Math.min(times[k + 1], x1) : x1).toFixed(1);
+        const top = sy(upper(k)).toFixed(1);
+        const bottom = sy(lower(k)).toFixed(1);
+        up.push(left + ',' + top, right + ',' + top);
+        down.push(left + ',' + bottom, right + ',' + bottom);
+      }
+      svg('polygon', Object.assign({points: up.concat(down.reverse()).join(' ')}, attrs), body);
+      drawn++;
+    };
+    area(a, b, () => 0, k => view.rest[k], {class: 'rest-area'});
+    bands.forEach((band, i) => {
+      // Its runs of consecutive live samples within the view.
+      let k = a;
+      while (k <= b) {
+        while (k <= b && bottoms[i][k] < 0) k++;
+        if (k > b) break;
+        let end = k;
+        while (end + 1 <= b && bottoms[i][end + 1] >= 0) end++;
+        area(k, end, j => bottoms[i][j], j => bottoms[i][j] + band.size,
+             {fill: bandColour(band, i), class: 'band', 'data-band': i});
+        k = end + 1;
+      }
+    });
+    for (const t of (trace.steps || [])) {
+      if (t < x0 || t > x1) continue;
+      svg('line', {class: 'step', x1: sx(t), x2: sx(t), y1: plot.y, y2: plot.y + plot.h}, body);
+    }
+    reset.hidden = !zoom;
+    container.dataset.zoomed = zoom ? '1' : '0';
+    container.dataset.drawn = String(drawn);
+  }
+  overlay.addEventListener('mousemove', ev => {
+    const box = overlay.getBoundingClientRect();
+    const t = x0 + (x1 - x0) * (ev.clientX - box.left) / plot.w;
+    const v = y1 * (1 - (ev.clientY - box.top) / plot.h);
+    const k = indexAt(times, t);
+    const rows = [{label: formatTime(times[k] - tMin) + ' since the first event'}];
+    const hit = bands.findIndex((band, i) => bottoms[i][k] >= 0 && v >= bottoms[i][k] && v < bottoms[i][k] + band.size);
+    if (hit >= 0) {
+      const band = bands[hit];
+      const owner = view.owners[band.owner] || {};
+      rows.push({label: 'allocation (trace line ' + formatCount(band.line) + ')', value: formatMiB(band.size),
+                 colour: bandColour(band, hit)});
+      rows.push({label: 'owner', value: owner.name ? owner.name + ' (' + owner.kind + ')' : 'not named'});
+      rows.push({label: 'allocated at', value: formatTime(band.begin - tMin)});
+      rows.push({label: band.freed ? 'freed at' : 'never freed', value: band.freed ? formatTime(band.end - tMin) : ''});
+    } else if (v >= 0 && v < view.rest[k]) {
+      rows.push({label: 'smaller or shorter allocations', value: formatMiB(view.rest[k]), swatch: 'rest'});
+    }
+    rows.push({label: 'live at this sample', value: formatMiB(totals[k])});
+    const host = container.getBoundingClientRect();
+    tooltip.show(rows, ev.clientX - host.left, ev.clientY - host.top);
+  });
+  overlay.addEventListener('mouseleave', () => tooltip.hide());
+  dragZoom(
+      overlay, plot, front,
+      (a, b) => {
+        const t = px => x0 + (x1 - x0) * px / plot.w;
+        zoom = {x0: t(a), x1: t(b)};
+        draw();
+      },
+      () => {
+        zoom = null;
+        draw();
+      },
+      false);
+  reset.addEventListener('click', () => {
+    zoom = null;
+    draw();
+  });
+  draw();
+}
+
 // ---- per trace: the pool at the live peak, one strip per policy ----
 
 // The pool's layout per policy as strips: at the live peak (block by block),
@@ -818,6 +994,7 @@ function render(data) {
         const trace = data.traces[Number(node.dataset.trace)];
         if (kind === 'timeline') timelineChart(node, data, trace);
         if (kind === 'pool') poolChart(node, data, trace);
+        if (kind === 'bands') bandsChart(node, data, trace);
       }
     } catch (err) {
       node.dataset.error = String(err);

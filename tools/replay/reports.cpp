@@ -123,6 +123,11 @@ std::string trace_notes(const std::vector<Result>& results) {
     if (const std::string origin = sample_origin(*runs.front()); !origin.empty()) {
       out += "(" + base_name(trace) + ": " + origin + ")\n";
     }
+    if (runs.front()->allocations) {
+      if (const std::string owners = owners_line(*runs.front()->allocations); !owners.empty()) {
+        out += "(" + base_name(trace) + ", by owner " + owners + ")\n";
+      }
+    }
   }
   return out;
 }

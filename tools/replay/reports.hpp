@@ -9,6 +9,7 @@
 #include "comparison.hpp"
 #include "replay.hpp"
 #include "report_run.hpp"
+#include "run_report.hpp"
 
 namespace tidepool::replay {
 
@@ -17,9 +18,10 @@ std::string table(const std::vector<Result>& results);
 std::string json_line(const Result& result);
 // One offline file: the data, the script (report.js) and the style
 // (report.css) inline; nothing is fetched. With `comparison`, a section
-// sets each run against an earlier replay's.
+// sets each run against an earlier replay's; with `run_report`, a section
+// shows the run that recorded the trace, beside its replay.
 std::string html_report(const std::vector<Result>& results, const ReportRun& run = {},
-                        const Comparison* comparison = nullptr);
+                        const Comparison* comparison = nullptr, const RunReport* run_report = nullptr);
 // Live and reserved counters, allocation slices per stream (when the results
 // recorded lifetimes), out-of-memory and budget markers; one process per result.
 std::string chrome_trace(const std::vector<Result>& results, const ChromeTraceOptions& options = {});

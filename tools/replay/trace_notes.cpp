@@ -2,7 +2,9 @@
 // trace's origin (see the header).
 #include "trace_notes.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string_view>
 
 namespace tidepool::replay {
@@ -66,6 +68,30 @@ std::string sample_origin(const Result& result) {
     }
   }
   return {};
+}
+
+std::vector<const OwnerUsage*> owners_at_peak(const AllocationView& view) {
+  std::vector<const OwnerUsage*> out;
+  for (const OwnerUsage& o : view.owners) {
+    if (o.allocations != 0) out.push_back(&o);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const OwnerUsage* a, const OwnerUsage* b) {
+    if (a->live_at_peak_bytes != b->live_at_peak_bytes) return a->live_at_peak_bytes > b->live_at_peak_bytes;
+    return a->requested_bytes > b->requested_bytes;
+  });
+  return out;
+}
+
+std::string owners_line(const AllocationView& view) {
+  if (!view.named) return {};
+  std::string out;
+  for (const OwnerUsage* o : owners_at_peak(view)) {
+    char figure[48];
+    std::snprintf(figure, sizeof figure, " %.1f MiB", static_cast<double>(o->live_at_peak_bytes) / 1048576.0);
+    out += (out.empty() ? "" : ", ") + (o->name.empty() ? std::string("not named") : o->name + " (" + o->kind + ")") +
+           figure;
+  }
+  return "at the live peak: " + out;
 }
 
 }  // namespace tidepool::replay

@@ -29,4 +29,11 @@ std::vector<const Result*> baselines_ahead(const std::vector<const Result*>& run
 // other trace.
 std::string sample_origin(const Result& result);
 
+// The owners of a trace's memory (its Owner column), the most at the live
+// peak first; those without allocations left out.
+std::vector<const OwnerUsage*> owners_at_peak(const AllocationView& view);
+// "at the live peak: libtorch_cuda.so (framework) 812.0 MiB, ..."; empty
+// when the trace names no owner.
+std::string owners_line(const AllocationView& view);
+
 }  // namespace tidepool::replay

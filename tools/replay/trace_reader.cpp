@@ -80,8 +80,9 @@ util::Status TraceReader::start() {
     return util::Status::success();
   }
   if (!header.empty() && header.back() == '\r') header.pop_back();
-  if (header != runtime::kTraceHeader) {
-    fail_at(1, "the first line is not the header Thread,Time,Action,Pointer,Size,Stream: \"" +
+  has_owner_ = header == runtime::kTraceHeader;
+  if (!has_owner_ && header != runtime::kRmmTraceHeader) {
+    fail_at(1, "the first line is not the header Thread,Time,Action,Pointer,Size,Stream (with ,Owner or without): \"" +
                    runtime::printable(header) + "\"");
   }
   return util::Status::success();
@@ -208,7 +209,8 @@ bool TraceReader::next(TraceEvent* event) {
     }
     if (line.empty() || line == "\r") continue;
     std::string detail;
-    const bool parsed = runtime::parse_trace_line(line, event, &detail).ok();
+    std::string_view owner;
+    const bool parsed = runtime::parse_trace_line(line, event, &detail, has_owner_ ? &owner : nullptr).ok();
     // A gzip stream that stops short stops anywhere: its last line is cut
     // even when what is left happens to parse.
     if (kind == Line::unterminated && (!parsed || cut_short_)) {
@@ -222,12 +224,27 @@ bool TraceReader::next(TraceEvent* event) {
       return false;
     }
     event->line = line_number_;
+    event->owner = owner_index(owner);
     return true;
   }
 }
 
+std::uint32_t TraceReader::owner_index(std::string_view owner) {
+  if (owner.empty()) return 0;
+  // A trace names a few dozen libraries: the last one is the likeliest.
+  if (owners_.back() == owner) return static_cast<std::uint32_t>(owners_.size() - 1);
+  // Names are kept printable; a raw name that is not finds its escaped form.
+  const std::string name = runtime::printable(owner, runtime::kMaxOwnerBytes);
+  for (std::size_t i = 1; i < owners_.size(); ++i) {
+    if (owners_[i] == owner || owners_[i] == name) return static_cast<std::uint32_t>(i);
+  }
+  if (owners_.size() >= kMaxOwners) return 0;  // a hostile trace: past this many, names are dropped
+  owners_.push_back(name);
+  return static_cast<std::uint32_t>(owners_.size() - 1);
+}
+
 bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vector<TraceEvent>* events,
-                       std::string* error, std::string* warning) {
+                       std::string* error, std::string* warning, std::vector<std::string>* owners) {
   auto reader = TraceReader::from_buffer(bytes, name);
   if (!reader) {
     *error = name + ": " + reader.status().message();
@@ -236,6 +253,7 @@ bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vec
   TraceEvent e;
   while (reader.value()->next(&e)) events->push_back(e);
   if (warning != nullptr) *warning = reader.value()->warning();
+  if (owners != nullptr) *owners = reader.value()->owners();
   if (reader.value()->failed()) {
     *error = reader.value()->error();
     return false;

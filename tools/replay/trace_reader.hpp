@@ -52,6 +52,9 @@ class TraceReader {
   [[nodiscard]] bool failed() const noexcept { return !error_.empty(); }
   // Set at the end when the trace was cut short (one line, no newline).
   [[nodiscard]] const std::string& warning() const noexcept { return warning_; }
+  // The Owner column's names so far: an event's `owner` indexes them, and
+  // 0 is "" (a line without one, or a trace without the column).
+  [[nodiscard]] const std::vector<std::string>& owners() const noexcept { return owners_; }
 
  private:
   TraceReader() = default;
@@ -61,6 +64,8 @@ class TraceReader {
   enum class Line { complete, unterminated, none };
   Line read_line(std::string* line);
   void fail_at(std::uint64_t line, const std::string& what);
+  std::uint32_t owner_index(std::string_view owner);
+  static constexpr std::size_t kMaxOwners = 4096;
 
   std::string name_;
   std::FILE* file_ = nullptr;  // null when reading memory
@@ -75,8 +80,10 @@ class TraceReader {
   std::size_t decoded_pos_ = 0;
   bool decoded_end_ = false;
   std::uint64_t line_number_ = 0;  // of the last line read
+  bool has_owner_ = false;         // the header names the Owner column
   std::string error_;
   std::string warning_;
+  std::vector<std::string> owners_{std::string()};
 };
 
 // Reads every event of `bytes` (a whole trace, plain or gzip) named `name`.
@@ -84,6 +91,6 @@ class TraceReader {
 // (may be null) receives the note about a cut-short last line. Never throws
 // for bad input.
 bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vector<TraceEvent>* events,
-                       std::string* error, std::string* warning);
+                       std::string* error, std::string* warning, std::vector<std::string>* owners = nullptr);
 
 }  // namespace tidepool::replay
