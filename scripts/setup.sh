@@ -9,8 +9,10 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libkainjow-mustache-dev  # the replay report's page template (tools/replay/report.html), header only
   clang libclang-rt-dev  # libFuzzer targets (tests/fuzz)
   chromium  # the HTML report's browser test (tests/tools), headless
+  chromium-driver python3-selenium  # the browser tests drive Chromium with Selenium (/usr/bin/python3)
   python3-setuptools-whl python3-wheel-whl python3-venv  # pip install ./python offline (a Debian-packaged build backend)
 )
 

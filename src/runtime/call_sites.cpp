@@ -102,6 +102,9 @@ std::string_view CallSites::owner_kind(std::string_view library, bool is_program
   }
   if (name.starts_with("libcudart")) return "CUDA runtime";
   if (name.starts_with("libtidepool")) return "tidepool";
+  // Shared objects are named *.so*; a name without is an executable's (a
+  // trace's Owner column gives names alone).
+  if (!name.empty() && name.find(".so") == std::string_view::npos) return "program";
   return "other";
 }
 

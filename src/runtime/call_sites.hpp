@@ -62,7 +62,8 @@ class CallSites {
   // What a reader calls the owner of memory a library asked for: "framework"
   // (PyTorch, TensorFlow, JAX, Caffe, ...), "cuBLAS", "cuDNN", "NCCL", "CUDA
   // library" (cuFFT, cuSPARSE, ...), "CUDA runtime", "tidepool" (its C API
-  // called from inside itself), "program" (the executable), or "other".
+  // called from inside itself), "program" (the executable: `is_program`, or
+  // a name without ".so"), or "other".
   static std::string_view owner_kind(std::string_view library, bool is_program);
 
  private:

@@ -28,7 +28,7 @@
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
   X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \
   X(report,           path,            "",         "Write the JSON report to this path at exit.") \
-  X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV; a path ending in .gz is written gzipped (zlib is loaded only then).") \
+  X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV, with an Owner column naming the library that asked; a path ending in .gz is written gzipped (zlib is loaded only then).") \
   X(log,              log_level,       "warn",     "Log level: off, error, warn, info, debug, trace.") \
   X(log_file,         path,            "",         "Write the log to this file instead of stderr.") \
   X(cuda_lib,         path,            "",         "The CUDA driver library to open. Default: $TIDEPOOL_CUDA_LIB, else libcuda.so.1.")

@@ -5,14 +5,17 @@ Chromium opens the page it wrote, and the test checks that no console error
 or exception happens, that nothing is fetched, that each chart drew a point
 per trial (a cross for each that did not fit), that the answer cards give
 the JSON's answers, with the budget lines and the table, and saves a
-screenshot. Without Chromium it exits 77 (skipped).
+screenshot. Chromium is driven by Selenium through chromedriver
+(tests/support/chromium_page.py); without selenium, chromedriver or Chromium
+it exits 77 (skipped).
 
 usage: advice_browser_test.py TIDEPOOL_ADVISE ADVISE_TRAINER [--screenshot PNG]
 """
 import argparse
-import base64
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,12 +32,13 @@ def main():
     parser.add_argument("trainer")
     parser.add_argument("--screenshot", default="advice_browser.png")
     args = parser.parse_args()
-    chromium = find_chromium()
+    chromium, missing = find_chromium()
     if not chromium:
-        print("skipped: no chromium on PATH (scripts/setup.sh installs it)")
+        print("skipped: " + missing)
         return SKIP
     started = time.monotonic()
     work = tempfile.mkdtemp(prefix="tidepool-advice-browser-")
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     page = os.path.join(work, "advice.html")
     data = os.path.join(work, "advice.json")
     run = subprocess.run([args.advise, "--sim", "--device-limit", "100MiB", "--batch", "1:24", "--base-batch", "8",
@@ -87,16 +91,11 @@ def main():
             fail("a point's hover text lacks its figures: %r" % drawn["title"])
         if not any("Learning rates scale" in n for n in drawn["notes"]):
             fail("no learning-rate note: %s" % drawn["notes"])
-        height = browser.evaluate("document.documentElement.scrollHeight")
-        browser.call("Emulation.setDeviceMetricsOverride",
-                     {"width": 1100, "height": min(int(height), 4000), "deviceScaleFactor": 1, "mobile": False})
-        shot = browser.call("Page.captureScreenshot", {"format": "png"})
-        with open(args.screenshot, "wb") as f:
-            f.write(base64.b64decode(shot["data"]))
+        browser.screenshot(args.screenshot, full_page=True, max_height=4000)
     finally:
         browser.close()
-    print("ok: %d trials drawn, no console errors, screenshot %s (%.1f s)" % (len(trials), args.screenshot,
-                                                                             time.monotonic() - started))
+    print("ok: %d trials drawn, no console errors, screenshot %s (%.1f s)"
+          % (len(trials), args.screenshot, time.monotonic() - started))
     return 0
 
 

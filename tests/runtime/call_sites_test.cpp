@@ -111,6 +111,7 @@ TEST(CallSites, OwnerKindsAreWhatAReaderAsksAbout) {
   EXPECT_EQ(CallSites::owner_kind("libcudart.so.12", false), "CUDA runtime");
   EXPECT_EQ(CallSites::owner_kind("libtidepool.so", false), "tidepool");
   EXPECT_EQ(CallSites::owner_kind("python3.12", true), "program");
+  EXPECT_EQ(CallSites::owner_kind("caffe", false), "program") << "a name without .so is an executable's";
   EXPECT_EQ(CallSites::owner_kind("libffi.so.8", false), "other");
 }
 

@@ -144,4 +144,28 @@ TEST_F(ReportUnderPreload, AtTheDefaultLogLevelThereIsNoSummary) {
   EXPECT_TRUE(std::filesystem::exists(path("run.json")));
 }
 
+// A run under the preload gives the same report as a replay: its own trace
+// and JSON report, given to tidepool-replay, make one HTML report with the
+// run itself (memory by owner, the program named) beside its replay.
+TEST_F(ReportUnderPreload, TheRunsTraceAndReportRenderAsOneReplayReport) {
+  const std::string conf = "device_limit:64MiB,report:" + path("run.json") + ",trace:" + path("run.csv");
+  ASSERT_EQ(run("runtime", conf.c_str()).status, 42);
+  std::string out;
+  const int status = run_command(std::string(TIDEPOOL_REPLAY) + " --policy best_fit --run-report " + path("run.json") +
+                                     " --html " + path("run.html") + " " + path("run.csv") + " 2>" + path("replay.err"),
+                                 &out);
+  ASSERT_EQ(status, 0) << out;
+  const std::string program = std::filesystem::path(PROBE_LINKED).filename().string();
+  EXPECT_NE(out.find("The run itself (" + path("run.json") + ", policy best_fit):"), std::string::npos) << out;
+  EXPECT_NE(out.find("at the live peak: " + program + " (program)"), std::string::npos) << out;
+  EXPECT_NE(out.find("its replay under best_fit: peak reserved"), std::string::npos) << out;
+  // The trace's Owner column names the same program.
+  EXPECT_NE(out.find("by owner at the live peak: " + program + " (program)"), std::string::npos) << out;
+  std::ifstream in(path("run.html"));
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("<section id=\"run-itself\">"), std::string::npos);
+  EXPECT_NE(html.find("<td>" + program + "</td><td>program</td>"), std::string::npos);
+  EXPECT_NE(html.find("data-chart=\"bands\""), std::string::npos);
+}
+
 }  // namespace

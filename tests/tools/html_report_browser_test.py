@@ -5,14 +5,14 @@ several policies, and the test checks that no console error or exception
 happens, that nothing is fetched from the network, that every chart drew,
 that hover shows values and drag zooms, that the report's JS helpers compute
 what they should, and that the hostile name stays text. It saves a
-screenshot. Chromium is driven through tests/support/chromium_page.py;
-without Chromium the test exits 77 (skipped).
+screenshot. Chromium is driven by Selenium through chromedriver
+(tests/support/chromium_page.py); without selenium, chromedriver or Chromium
+the test exits 77 (skipped).
 
 usage: html_report_browser_test.py TIDEPOOL_REPLAY [--screenshot PNG] [--full-page] [--keep HTML] [TRACE...]
 Traces given on the command line replace the synthetic ones.
 """
 import argparse
-import base64
 import json
 import os
 import random
@@ -79,9 +79,9 @@ def main():
     args = parser.parse_intermixed_args()
     started = time.monotonic()
 
-    chromium = find_chromium()
+    chromium, missing = find_chromium()
     if not chromium:
-        print("skipped: no chromium on PATH (scripts/setup.sh installs it)")
+        print("skipped: " + missing)
         return SKIP
 
     work = tempfile.mkdtemp(prefix="tidepool-report-browser-")
@@ -200,8 +200,8 @@ def main():
                 "rank: r.rank({runs: [{failed: 1, util: 0.99, peak_reserved: 5}, {failed: 0, util: 0.5, "
                 "peak_reserved: 9}, {failed: 0, util: 0.9, peak_reserved: 7}]})}; })()")
             want = {"ticks": [0, 2, 4, 6, 8, 10], "ticks2": [0.5, 1, 1.5], "mib": "1.50 MiB", "gib": "3.00 GiB",
-                    "b": "512 B", "s": "2.50 s", "ms": "1.50 ms", "s90": "90.0 s", "min": "10.0 min", "at": [0, 1, 2], "gibTicks": [0, 0.5, 1, 1.5, 2],
-                    "rank": [2, 1, 0]}
+                    "b": "512 B", "s": "2.50 s", "ms": "1.50 ms", "s90": "90.0 s", "min": "10.0 min", "at": [0, 1, 2],
+                    "gibTicks": [0, 0.5, 1, 1.5, 2], "rank": [2, 1, 0]}
             for key, value in want.items():
                 if checks[key] != value:
                     fail("report.js %s: got %r, want %r" % (key, checks[key], value))
@@ -242,7 +242,8 @@ def main():
                                      "drawn: Number(d.drawn)}; })()" % box["id"])
             span_before = before[1] - before[0]
             span_after = after["x"][1] - after["x"][0]
-            if after["zoomed"] != "1" or not 0.15 * span_before < span_after < 0.25 * span_before or after["drawn"] <= 0:
+            if (after["zoomed"] != "1" or not 0.15 * span_before < span_after < 0.25 * span_before or
+                    after["drawn"] <= 0):
                 fail("drag did not zoom to a fifth: before %s, after %s" % (before, after))
             browser.evaluate("document.querySelector('#%s .toolbar button').click()" % box["id"])
             reset = browser.evaluate("document.getElementById('%s').dataset.zoomed" % box["id"])
@@ -261,14 +262,7 @@ def main():
             browser.mouse("mouseMoved", 1, 1)
 
             browser.evaluate("window.scrollTo(0, 0)")
-            shot = {"format": "png"}
-            if args.full_page:
-                height = browser.evaluate("document.documentElement.scrollHeight")
-                shot.update({"captureBeyondViewport": True,
-                             "clip": {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1}})
-            png = browser.call("Page.captureScreenshot", shot, timeout=30)["data"]
-            with open(args.screenshot, "wb") as f:
-                f.write(base64.b64decode(png))
+            browser.screenshot(args.screenshot, full_page=args.full_page)
 
             problems = problems_in(browser.events)
             if problems:
@@ -276,8 +270,8 @@ def main():
         finally:
             browser.close()
         elapsed = time.monotonic() - started
-        print("ok: %d charts drew, no console errors, screenshot %s (%.1f s)" % (len(charts), args.screenshot,
-                                                                                elapsed))
+        print("ok: %d charts drew, no console errors, screenshot %s (%.1f s)"
+              % (len(charts), args.screenshot, elapsed))
         if elapsed > DEADLINE_S:
             fail("took %.1f s, over the %d s budget" % (elapsed, DEADLINE_S))
         return 0

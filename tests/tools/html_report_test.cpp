@@ -182,7 +182,7 @@ TEST(HtmlReport, HostileTraceNamesAreEscapedAndCannotEndTheData) {
   EXPECT_EQ(html.find("<img src=x"), std::string::npos);
   EXPECT_EQ(html.find("<script>alert"), std::string::npos);
   EXPECT_EQ(html.find("<!--<"), std::string::npos);
-  EXPECT_NE(html.find("&lt;!--&lt;script&gt;alert(1)&lt;img src=x onerror=alert(2)&gt;&amp;&quot;&#39;.csv"),
+  EXPECT_NE(html.find("&lt;!--&lt;script&gt;alert(1)&lt;img src=x onerror=alert(2)&gt;&amp;&quot;&apos;.csv"),
             std::string::npos);
   EXPECT_NE(html.find("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt;/"), std::string::npos);
   // Exactly the page's own two scripts: the data and the charts.
@@ -252,7 +252,7 @@ TEST(HtmlReport, ShowsTheRunsMetadata) {
   run.options = {{"frees", "device"}, {"device limit", "8GiB"}};
   const std::string html = html_report(results, run);
   for (const std::string text :
-       {"<dt>tidepool</dt><dd>9.8.7</dd>", "tidepool-replay --device-limit 8GiB &#39;/data/trace one.csv&#39;",
+       {"<dt>tidepool</dt><dd>9.8.7</dd>", "tidepool-replay --device-limit 8GiB &apos;/data/trace one.csv&apos;",
         "<dd>2024-06-01T12:34:56Z</dd>", "<dd>gpu-box</dd>", "<dt>frees</dt><dd>device</dd>",
         "<dt>device limit</dt><dd>8GiB</dd>", "<td class=\"name\">/data/trace one.csv</td><td>77,050</td>",
         "id=\"run\"", "href=\"#run\""}) {

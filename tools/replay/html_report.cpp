@@ -1,17 +1,21 @@
-// The HTML report: one offline file. The tables, the table of contents and
-// the run's metadata are HTML written here, so they read without scripts;
-// the charts are drawn by report.js from the data embedded as JSON, with
-// report.css, both inlined at build time (report_assets.hpp). Timelines are
+// The HTML report: one offline file. The page is a Mustache template
+// (report.html, filled by kainjow's mustache.hpp, which escapes what it
+// places); this file builds its model: the tables, the table of contents and
+// the run's metadata, so they read without scripts. The charts are drawn by
+// report.js from the data embedded as JSON, with report.css; all three are
+// inlined at build time (report_assets.hpp). Timelines are
 // cut to a fixed number of buckets per trace, keeping each bucket's maxima,
 // so the page size does not grow with the trace.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <kainjow/mustache.hpp>
 #include <nlohmann/json.hpp>
 
 #include "allocation_view.hpp"
 #include "comparison.hpp"
 #include "report_assets.hpp"
+#include "report_template.hpp"
 #include "reports.hpp"
 #include "trace_notes.hpp"
 #include "util/util.hpp"
@@ -20,27 +24,13 @@ namespace tidepool::replay {
 
 namespace {
 
+namespace mustache = kainjow::mustache;
+
 // Points per timeline series: enough for a 1400-pixel chart, and a trace's
 // whole data stays some tens of KiB.
 constexpr std::size_t kTimelineBuckets = 800;
 // Out-of-memory marks drawn per result; more would be one red band anyway.
 constexpr std::size_t kMaxOomMarks = 2000;
-
-std::string escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string base_name(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');
@@ -160,30 +150,6 @@ nlohmann::json allocations_json(const AllocationView* view) {
           {"owners", std::move(owners)}, {"left_out", view->left_out}, {"count", view->allocations}};
 }
 
-// Memory by owner: who held what at the trace's live peak, each one's own
-// peak and what it asked for in all.
-std::string owners_table(const AllocationView* view) {
-  if (view == nullptr) return {};
-  if (!view->named) {
-    return "<p class=\"note\">The trace names no owners (no Owner column: recorded by RMM, converted from a "
-           "snapshot, or by an older tidepool). A trace written by <code>trace:</code> says which library asked for "
-           "each allocation.</p>\n";
-  }
-  std::string out =
-      "<table class=\"owners\"><thead><tr><th>owner</th><th>what it is</th><th>allocations</th><th>at the live peak "
-      "(MiB)</th><th>share</th><th>own peak (MiB)</th><th>asked for in all (MiB)</th></tr></thead><tbody>\n";
-  for (const OwnerUsage* o : owners_at_peak(*view)) {
-    const double share = view->peak_live_bytes == 0 ? 0.0
-                                                    : 100.0 * static_cast<double>(o->live_at_peak_bytes) /
-                                                          static_cast<double>(view->peak_live_bytes);
-    out += "<tr><td>" + (o->name.empty() ? std::string("<i>not named</i>") : escape(o->name)) + "</td><td>" +
-           escape(o->kind) + "</td><td>" + count_text(o->allocations) + "</td><td>" + mib_text(o->live_at_peak_bytes) +
-           "</td><td>" + fixed(share, 1) + "%</td><td>" + mib_text(o->peak_live_bytes) + "</td><td>" +
-           mib_text(o->requested_bytes) + "</td></tr>\n";
-  }
-  return out + "</tbody></table>\n";
-}
-
 nlohmann::json trace_json(const TraceGroup& g, const std::vector<std::string>& policies, std::size_t index) {
   std::vector<Series> series;
   series.reserve(g.runs.size());
@@ -269,11 +235,242 @@ std::string shell_quote(const std::string& arg) {
   return out + "'";
 }
 
-std::string run_section(const ReportRun& run, const std::vector<TraceGroup>& groups,
-                        const std::vector<std::string>& policies) {
-  std::string out = "<section id=\"run\"><h2>Run</h2>\n<dl class=\"run\">";
+// ---- the page's model: what report.html's tags name ----
+
+using Model = mustache::data;
+
+Model list() { return Model(Model::type::list); }
+
+Model text_list(const std::vector<std::string>& items) {
+  Model out = list();
+  for (const std::string& item : items) out.push_back(item);
+  return out;
+}
+
+// Baselines that beat the ★, said where the ★ is ("a baseline: cuda_malloc
+// 99.41%"); empty when none does.
+std::string ahead_text(const TraceGroup& g) {
+  const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
+  if (ahead.empty()) return {};
+  std::string out = ahead.size() == 1 ? "a baseline: " : "baselines: ";
+  for (std::size_t i = 0; i < ahead.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + ahead[i]->policy + " " + fixed(100.0 * ahead[i]->utilization, 2) + "%";
+  }
+  return out;
+}
+
+// One row per policy of the summary table.
+Model summary_runs(const TraceGroup& g) {
+  const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
+  Model rows = list();
+  for (std::size_t i = 0; i < g.runs.size(); ++i) {
+    const Result& r = *g.runs[i];
+    const StepResult last = last_step(r);
+    Model row;
+    row.set("best", i == g.best);
+    row.set("beats_best", std::find(ahead.begin(), ahead.end(), &r) != ahead.end());
+    row.set("policy", r.policy);
+    row.set("peak_live", mib_text(r.peak_live_bytes));
+    row.set("peak_reserved", mib_text(r.peak_reserved_bytes));
+    row.set("utilization", fixed(100.0 * r.utilization, 2));
+    row.set("fragmentation", fixed(r.external_fragmentation_at_peak, 4));
+    row.set("waste", mib_text(r.internal_waste_at_peak));
+    row.set("failed", count_text(r.failed_allocations));
+    row.set("maps", count_text(r.maps));
+    row.set("unmaps", count_text(r.unmaps));
+    row.set("ns_per_event", fixed(r.ns_per_event, 0));
+    row.set("vmm", count_text(last.calls.vmm()));
+    row.set("syncs", count_text(last.calls.syncs()));
+    row.set("event_calls", count_text(last.calls.events()));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// Steps down, policies across: what each policy pays per step.
+void set_steps(const TraceGroup& g, Model* trace) {
+  std::size_t steps = 0;
+  for (const Result* r : g.runs) steps = std::max(steps, r->steps.size());
+  trace->set("has_steps", steps != 0);
+  std::vector<std::string> policies;
+  for (const Result* r : g.runs) policies.push_back(r->policy);
+  trace->set("step_policies", text_list(policies));
+  Model rows = list();
+  const Result& first = *g.runs.front();
+  for (std::size_t s = 0; s < steps; ++s) {
+    Model row;
+    row.set("step", std::to_string(s) + (s == 0 ? " (setup)" : ""));
+    row.set("events", s < first.steps.size() ? count_text(first.steps[s].events) : std::string());
+    std::vector<std::string> cells;
+    for (const Result* r : g.runs) {
+      if (s >= r->steps.size()) {
+        cells.emplace_back();
+        continue;
+      }
+      const DriverCalls& c = r->steps[s].calls;
+      cells.push_back(count_text(c.vmm()) + " / " + count_text(c.syncs()) + " / " + count_text(c.events()));
+    }
+    row.set("cells", text_list(cells));
+    rows.push_back(row);
+  }
+  trace->set("steps", rows);
+}
+
+// Memory by owner: who held what at the trace's live peak, each one's own
+// peak and what it asked for in all.
+void set_owners(const AllocationView* view, Model* trace) {
+  if (view == nullptr) return;
+  trace->set("has_owners", view->named);
+  trace->set("no_owners", !view->named);
+  Model rows = list();
+  for (const OwnerUsage* o : owners_at_peak(*view)) {
+    const double share = view->peak_live_bytes == 0 ? 0.0
+                                                    : 100.0 * static_cast<double>(o->live_at_peak_bytes) /
+                                                          static_cast<double>(view->peak_live_bytes);
+    Model row;
+    row.set("named", !o->name.empty());
+    row.set("name", o->name);
+    row.set("kind", o->kind);
+    row.set("allocations", count_text(o->allocations));
+    row.set("at_peak", mib_text(o->live_at_peak_bytes));
+    row.set("share", fixed(share, 1));
+    row.set("own_peak", mib_text(o->peak_live_bytes));
+    row.set("requested", mib_text(o->requested_bytes));
+    rows.push_back(row);
+  }
+  trace->set("owners", rows);
+}
+
+Model trace_model(const TraceGroup& g, std::size_t index) {
+  const Result& best = *g.runs[g.best];
+  Model trace;
+  trace.set("index", std::to_string(index));
+  trace.set("first", index == 0);
+  trace.set("id", "trace-" + std::to_string(index));
+  trace.set("name", base_name(g.path));
+  trace.set("events", count_text(best.events));
+  trace.set("frees", free_mode_name(best.frees));
+  trace.set("best_policy", best.policy);
+  trace.set("best_utilization", fixed(100.0 * best.utilization, 2));
+  trace.set("best_peak_reserved", mib_text(best.peak_reserved_bytes));
+  trace.set("best_peak_live", mib_text(best.peak_live_bytes));
+  if (const std::string ahead = ahead_text(g); !ahead.empty()) trace.set("ahead", ahead);
+  if (const std::string origin = sample_origin(best); !origin.empty()) trace.set("origin", origin);
+  trace.set("runs", summary_runs(g));
+  set_owners(best.allocations.get(), &trace);
+  set_steps(g, &trace);
+  return trace;
+}
+
+// This replay against an earlier one (--compare): a row per matched run,
+// the change toned by whether it is better (higher utilization, fewer bytes
+// reserved, fewer failures) or worse.
+Model changes_model(const Comparison& c) {
+  // Toned only where the change shows at the two decimals printed.
+  const auto tone = [](double better_by) -> std::string {
+    return better_by >= 0.005 ? " class=\"better\"" : better_by <= -0.005 ? " class=\"worse\"" : "";
+  };
+  Model rows = list();
+  for (const ComparedRun& r : c.runs) {
+    const double du = r.after_utilization - r.before_utilization;
+    const double before = static_cast<double>(r.before_peak_reserved);
+    const double after = static_cast<double>(r.after_peak_reserved);
+    // From nothing reserved, any growth is worse: shown as +100%.
+    const double dp = before == 0 ? (after > 0 ? 100.0 : 0.0) : 100.0 * (after - before) / before;
+    const double df = static_cast<double>(r.before_failed) - static_cast<double>(r.after_failed);
+    Model row;
+    row.set("trace", r.trace);
+    row.set("policy", r.policy);
+    row.set("frees", r.frees);
+    row.set("utilization_before", fixed(100.0 * r.before_utilization, 2));
+    row.set("utilization_now", fixed(100.0 * r.after_utilization, 2));
+    row.set("utilization_change", (du >= 0 ? "+" : "") + fixed(100.0 * du, 2));
+    row.set("utilization_tone", tone(100.0 * du));
+    row.set("reserved_before", mib_text(r.before_peak_reserved));
+    row.set("reserved_now", mib_text(r.after_peak_reserved));
+    row.set("reserved_change", (dp >= 0 ? "+" : "") + fixed(dp, 2));
+    row.set("reserved_tone", tone(-dp));
+    row.set("failed_before", std::to_string(r.before_failed));
+    row.set("failed_now", std::to_string(r.after_failed));
+    row.set("failed_tone", tone(df));
+    rows.push_back(row);
+  }
+  Model changes;
+  changes.set("baseline_name", base_name(c.baseline));
+  changes.set("baseline", c.baseline);
+  changes.set("rows", rows);
+  changes.set("has_unmatched", !c.unmatched.empty());
+  changes.set("unmatched", text_list(c.unmatched));
+  return changes;
+}
+
+// The run that recorded the trace (--run-report): its live figures per
+// device, set against the replay of its own policy, and its memory by owner
+// with the call sites behind each.
+Model run_itself_model(const RunReport& report, const std::vector<Result>& results) {
+  Model devices = list();
+  for (const RunDevice& d : report.devices) {
+    Model device;
+    device.set("device", std::to_string(d.device));
+    device.set("peak_reserved", mib_text(d.peak_reserved_bytes));
+    device.set("peak_live", mib_text(d.peak_live_bytes));
+    device.set("utilization", fixed(100.0 * d.utilization, 2));
+    device.set("allocations", count_text(d.allocations));
+    device.set("refused", count_text(d.ooms));
+    device.set("passed", count_text(d.passthrough_allocations));
+    device.set("evicted", d.eviction ? mib_text(d.evicted_bytes) : "off");
+    device.set("has_owners", !d.owners.empty());
+    Model owners = list();
+    for (const RunOwner& o : d.owners) {
+      Model owner;
+      owner.set("known", !o.library.empty());
+      owner.set("library", o.library);
+      owner.set("owner", o.owner);
+      owner.set("allocations", count_text(o.allocations));
+      owner.set("at_peak", mib_text(o.live_at_peak_bytes));
+      owner.set("live", mib_text(o.live_bytes));
+      owner.set("refused", count_text(o.failures));
+      owner.set("site_count", std::to_string(o.call_sites.size()));
+      Model sites = list();
+      for (const RunCallSite& c : o.call_sites) {
+        Model site;
+        site.set("function", c.function.empty() ? "(no symbol) " + c.offset : c.function);
+        site.set("allocations", count_text(c.allocations));
+        site.set("at_peak", mib_text(c.live_at_peak_bytes));
+        site.set("own_peak", mib_text(c.peak_live_bytes));
+        sites.push_back(site);
+      }
+      owner.set("sites", sites);
+      owners.push_back(owner);
+    }
+    device.set("owners", owners);
+    devices.push_back(device);
+  }
+  Model model;
+  model.set("path", report.path);
+  model.set("command", report.command);
+  model.set("policy", report.policy);
+  model.set("duration", fixed(report.duration_seconds, 1));
+  model.set("devices", devices);
+  if (const Result* replayed = replay_of_run(report, results)) {
+    Model r;
+    r.set("policy", replayed->policy);
+    r.set("trace", base_name(replayed->trace));
+    r.set("peak_reserved", mib_text(replayed->peak_reserved_bytes));
+    r.set("utilization", fixed(100.0 * replayed->utilization, 2));
+    model.set("replayed", r);
+  }
+  return model;
+}
+
+void set_run(const ReportRun& run, const std::vector<TraceGroup>& groups, const std::vector<std::string>& policies,
+             Model* page) {
+  Model items = list();
   const auto item = [&](const std::string& key, const std::string& value) {
-    out += "<dt>" + escape(key) + "</dt><dd>" + escape(value) + "</dd>";
+    Model entry;
+    entry.set("key", key);
+    entry.set("value", value);
+    items.push_back(entry);
   };
   item("tidepool", run.version.empty() ? std::string(util::version()) : run.version);
   if (!run.argv.empty()) {
@@ -290,202 +487,20 @@ std::string run_section(const ReportRun& run, const std::vector<TraceGroup>& gro
   for (const std::string& p : policies) names += (names.empty() ? "" : ", ") + p;
   item("policies", names);
   for (const auto& [key, value] : run.options) item(key, value);
-  out += "</dl>\n<table><tr><th class=\"name\">trace</th><th>events</th></tr>\n";
-  if (!run.traces.empty()) {
-    for (const TraceInfo& t : run.traces) {
-      out += "<tr><td class=\"name\">" + escape(t.path) + "</td><td>" + count_text(t.events) + "</td></tr>\n";
-    }
-  } else {
-    for (const TraceGroup& g : groups) {
-      out += "<tr><td class=\"name\">" + escape(g.path) + "</td><td>" + count_text(g.runs.front()->events) +
-             "</td></tr>\n";
-    }
-  }
-  return out + "</table></section>\n";
-}
-
-std::string summary_table(const std::vector<TraceGroup>& groups) {
-  std::string out =
-      "<table><tr><th class=\"name\">policy</th><th>peak live MiB</th><th>peak reserved MiB</th><th>utilization</th>"
-      "<th>ext. frag at peak</th><th>waste at peak MiB</th><th>failed</th><th>maps</th><th>unmaps</th>"
-      "<th>ns/event</th><th>last step vmm calls</th><th>last step syncs</th><th>last step event calls</th></tr>\n";
-  std::size_t index = 0;
-  for (const TraceGroup& g : groups) {
-    out += "<tr class=\"group\"><td colspan=\"13\"><a href=\"#trace-" + std::to_string(index++) + "\">" +
-           escape(base_name(g.path)) + "</a> · " + count_text(g.runs.front()->events) + " events</td></tr>\n";
-    const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
-    for (std::size_t i = 0; i < g.runs.size(); ++i) {
-      const Result& r = *g.runs[i];
-      const bool best = i == g.best;
-      const bool beats_best = std::find(ahead.begin(), ahead.end(), &r) != ahead.end();
-      const StepResult last = last_step(r);
-      out += std::string(best         ? "<tr class=\"best\">"
-                         : beats_best ? "<tr class=\"ahead\">"
-                                      : "<tr>") +
-             "<td class=\"name\">" + (best ? "<span class=\"star\">★</span> " : "") + escape(r.policy) +
-             (beats_best ? " <span class=\"ahead\" title=\"a baseline ahead of the ★\">▲</span>" : "") + "</td><td>" +
-             mib_text(r.peak_live_bytes) + "</td><td>" + mib_text(r.peak_reserved_bytes) + "</td><td>" +
-             fixed(100.0 * r.utilization, 2) + "%</td><td>" + fixed(r.external_fragmentation_at_peak, 4) + "</td><td>" +
-             mib_text(r.internal_waste_at_peak) + "</td><td>" + count_text(r.failed_allocations) + "</td><td>" +
-             count_text(r.maps) + "</td><td>" + count_text(r.unmaps) + "</td><td>" + fixed(r.ns_per_event, 0) +
-             "</td><td>" + count_text(last.calls.vmm()) + "</td><td>" + count_text(last.calls.syncs()) + "</td><td>" +
-             count_text(last.calls.events()) + "</td></tr>\n";
-    }
-  }
-  return out + "</table>\n";
-}
-
-// Steps down, policies across: what each policy pays per step.
-std::string steps_table(const TraceGroup& g) {
-  std::size_t steps = 0;
-  for (const Result* r : g.runs) steps = std::max(steps, r->steps.size());
-  if (steps == 0) return "<p class=\"note\">no steps</p>\n";
-  std::string out = "<table><tr><th>step</th><th>events</th>";
-  for (const Result* r : g.runs) out += "<th>" + escape(r->policy) + "<br>vmm / syncs / events</th>";
-  out += "</tr>\n";
-  for (std::size_t s = 0; s < steps; ++s) {
-    out += "<tr><td>" + std::to_string(s) + (s == 0 ? " (setup)" : "") + "</td><td>";
-    const Result& first = *g.runs.front();
-    out += s < first.steps.size() ? count_text(first.steps[s].events) : "";
-    out += "</td>";
-    for (const Result* r : g.runs) {
-      out += "<td>";
-      if (s < r->steps.size()) {
-        const DriverCalls& c = r->steps[s].calls;
-        out += count_text(c.vmm()) + " / " + count_text(c.syncs()) + " / " + count_text(c.events());
-      }
-      out += "</td>";
-    }
-    out += "</tr>\n";
-  }
-  return out + "</table>\n";
-}
-
-// Baselines that beat the ★, said where the ★ is: " (ahead of it, a
-// baseline: cuda_malloc 99.41%)", or nothing.
-std::string ahead_text(const TraceGroup& g) {
-  const std::vector<const Result*> ahead = baselines_ahead(g.runs, *g.runs[g.best]);
-  if (ahead.empty()) return {};
-  std::string out = " <span class=\"ahead\">(ahead of it, ";
-  out += ahead.size() == 1 ? "a baseline: " : "baselines: ";
-  for (std::size_t i = 0; i < ahead.size(); ++i) {
-    out += (i == 0 ? "" : ", ") + escape(ahead[i]->policy) + " " + fixed(100.0 * ahead[i]->utilization, 2) + "%";
-  }
-  return out + ")</span>";
-}
-
-// How a sample trace was recorded, where its section begins.
-std::string origin_note(const Result& r) {
-  const std::string origin = sample_origin(r);
-  return origin.empty() ? std::string()
-                        : "<p class=\"note origin\">" + escape(base_name(r.trace)) + ": " + escape(origin) + ".</p>\n";
-}
-
-// One line naming each trace's winner, for the reader who looks no further.
-std::string best_list(const std::vector<TraceGroup>& groups) {
-  std::string out = "<p class=\"winners\">";
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const Result& best = *groups[i].runs[groups[i].best];
-    out += std::string(i == 0 ? "" : " · ") + "<a href=\"#trace-" + std::to_string(i) + "\">" +
-           escape(base_name(groups[i].path)) + "</a>: <span class=\"star\">★</span> <b>" + escape(best.policy) +
-           "</b> " + fixed(100.0 * best.utilization, 2) + "%" + ahead_text(groups[i]);
-  }
-  return out + "</p>\n";
-}
-
-// The run that recorded the trace (--run-report): its live figures per
-// device, set against the replay of its own policy, and its memory by owner
-// with the call sites behind each.
-std::string run_itself_section(const RunReport& report, const std::vector<Result>& results) {
-  std::string out = "<section id=\"run-itself\"><h2>The run itself</h2>\n<p>From <code>" + escape(report.path) +
-                    "</code>: <code>" + escape(report.command) + "</code>, policy <b>" + escape(report.policy) +
-                    "</b>, " + fixed(report.duration_seconds, 1) + " s.</p>\n";
-  const Result* replayed = replay_of_run(report, results);
-  out +=
-      "<table class=\"run-devices\"><thead><tr><th>device</th><th>peak reserved (MiB)</th><th>live peak "
-      "(MiB)</th><th>utilization</th><th>allocations</th><th>refused</th><th>passed to the driver</th><th>evicted "
-      "(MiB)</th></tr></thead><tbody>\n";
-  for (const RunDevice& d : report.devices) {
-    out += "<tr><td>" + std::to_string(d.device) + "</td><td>" + mib_text(d.peak_reserved_bytes) + "</td><td>" +
-           mib_text(d.peak_live_bytes) + "</td><td>" + fixed(100.0 * d.utilization, 2) + "%</td><td>" +
-           count_text(d.allocations) + "</td><td>" + count_text(d.ooms) + "</td><td>" +
-           count_text(d.passthrough_allocations) + "</td><td>" + (d.eviction ? mib_text(d.evicted_bytes) : "off") +
-           "</td></tr>\n";
-  }
-  out += "</tbody></table>\n";
-  if (replayed != nullptr) {
-    out += "<p>Its replay under <b>" + escape(replayed->policy) + "</b> (" + escape(base_name(replayed->trace)) +
-           "): peak reserved " + mib_text(replayed->peak_reserved_bytes) + " MiB, utilization " +
-           fixed(100.0 * replayed->utilization, 2) +
-           "%. The replay sees the trace's order on one simulated device; the run's own streams and the device's "
-           "lag behind the host differ, so the two need not agree.</p>\n";
-  } else {
-    out += "<p class=\"note\">Its policy, " + escape(report.policy) +
-           ", was not among those replayed: add <code>"
-           "--policy " +
-           escape(report.policy) + "</code> to set the two side by side.</p>\n";
-  }
-  for (const RunDevice& d : report.devices) {
-    if (d.owners.empty()) continue;
-    out += "<h3>Device " + std::to_string(d.device) +
-           ": memory by owner</h3>\n<table class=\"owners\"><thead><tr><th>owner</th><th>what it is</th>"
-           "<th>allocations</th><th>at the live peak (MiB)</th><th>live at the end (MiB)</th><th>refused</th>"
-           "<th>call sites</th></tr></thead><tbody>\n";
-    for (const RunOwner& o : d.owners) {
-      std::string sites = "<details><summary>" + std::to_string(o.call_sites.size()) + "</summary><ul>";
-      for (const RunCallSite& c : o.call_sites) {
-        sites += "<li><code>" + escape(c.function.empty() ? "(no symbol) " + c.offset : c.function) +
-                 "</code>: " + count_text(c.allocations) + " allocations, " + mib_text(c.live_at_peak_bytes) +
-                 " MiB at the peak, its own peak " + mib_text(c.peak_live_bytes) + " MiB</li>";
-      }
-      sites += "</ul></details>";
-      out += "<tr><td>" + (o.library.empty() ? std::string("<i>not known</i>") : escape(o.library)) + "</td><td>" +
-             escape(o.owner) + "</td><td>" + count_text(o.allocations) + "</td><td>" + mib_text(o.live_at_peak_bytes) +
-             "</td><td>" + mib_text(o.live_bytes) + "</td><td>" + count_text(o.failures) + "</td><td>" + sites +
-             "</td></tr>\n";
-    }
-    out += "</tbody></table>\n";
-  }
-  return out + "</section>\n";
-}
-
-// This replay against an earlier one (--compare): a row per matched run,
-// the change coloured by whether it is better (higher utilization, fewer
-// bytes reserved, fewer failures) or worse.
-std::string changes_section(const Comparison& c) {
-  std::string out = "<section id=\"changes\"><h2>Compared with " + escape(base_name(c.baseline)) +
-                    "</h2>\n<p class=\"note\">Runs matched by trace file name, policy and free mode against the JSON "
-                    "lines of an earlier replay (<code>" +
-                    escape(c.baseline) +
-                    "</code>). Green: better now (higher utilization, less reserved, fewer failed allocations); red: "
-                    "worse.</p>\n<table class=\"changes\"><thead><tr><th>trace</th><th>policy</th><th>frees</th>"
-                    "<th>utilization before</th><th>now</th><th>change</th><th>peak reserved before</th><th>now</th>"
-                    "<th>change</th><th>failed before</th><th>now</th></tr></thead><tbody>\n";
-  // Coloured only where the change shows at the two decimals printed.
-  const auto tone = [](double better_by) {
-    return better_by >= 0.005 ? " class=\"better\"" : better_by <= -0.005 ? " class=\"worse\"" : "";
+  page->set("run_items", items);
+  Model traces = list();
+  const auto row = [&](const std::string& path, std::uint64_t events) {
+    Model entry;
+    entry.set("path", path);
+    entry.set("events", count_text(events));
+    traces.push_back(entry);
   };
-  for (const ComparedRun& r : c.runs) {
-    const double du = r.after_utilization - r.before_utilization;
-    const double before = static_cast<double>(r.before_peak_reserved);
-    const double after = static_cast<double>(r.after_peak_reserved);
-    // From nothing reserved, any growth is worse: shown as +100%.
-    const double dp = before == 0 ? (after > 0 ? 100.0 : 0.0) : 100.0 * (after - before) / before;
-    const double df = static_cast<double>(r.before_failed) - static_cast<double>(r.after_failed);
-    out += "<tr><td>" + escape(r.trace) + "</td><td>" + escape(r.policy) + "</td><td>" + escape(r.frees) + "</td><td>" +
-           fixed(100.0 * r.before_utilization, 2) + "%</td><td>" + fixed(100.0 * r.after_utilization, 2) + "%</td><td" +
-           tone(100.0 * du) + ">" + (du >= 0 ? "+" : "") + fixed(100.0 * du, 2) + " pt</td><td>" +
-           mib_text(r.before_peak_reserved) + " MiB</td><td>" + mib_text(r.after_peak_reserved) + " MiB</td><td" +
-           tone(-dp) + ">" + (dp >= 0 ? "+" : "") + fixed(dp, 2) + "%</td><td>" + std::to_string(r.before_failed) +
-           "</td><td" + tone(df) + ">" + std::to_string(r.after_failed) + "</td></tr>\n";
+  if (!run.traces.empty()) {
+    for (const TraceInfo& t : run.traces) row(t.path, t.events);
+  } else {
+    for (const TraceGroup& g : groups) row(g.path, g.runs.front()->events);
   }
-  out += "</tbody></table>\n";
-  if (!c.unmatched.empty()) {
-    out += "<p class=\"note\">Not compared:</p><ul class=\"note\">";
-    for (const std::string& u : c.unmatched) out += "<li>" + escape(u) + "</li>";
-    out += "</ul>\n";
-  }
-  return out + "</section>\n";
+  page->set("run_traces", traces);
 }
 
 }  // namespace
@@ -497,85 +512,36 @@ std::string html_report(const std::vector<Result>& results, const ReportRun& run
   for (const Result& r : results) {
     if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) policies.push_back(r.policy);
   }
-
-  std::string out =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-      "<title>tidepool replay report</title>\n<style>\n";
-  out += kReportCss;
-  out += "</style></head><body>\n";
-
-  // Table of contents.
-  out +=
-      "<nav id=\"toc\"><b>Contents</b><ol><li><a href=\"#compare\">Policies compared</a></li><li><a "
-      "href=\"#summary\">Summary table</a></li>";
-  if (comparison != nullptr) out += "<li><a href=\"#changes\">Compared with an earlier replay</a></li>";
-  if (run_report != nullptr) out += "<li><a href=\"#run-itself\">The run itself</a></li>";
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const std::string id = "trace-" + std::to_string(i);
-    const TraceGroup& g = groups[i];
-    out += "<li><a href=\"#" + id + "\">" + escape(base_name(g.path)) + "</a> <span class=\"best-tag\">★ " +
-           escape(g.runs[g.best]->policy) + "</span><ol><li><a href=\"#" + id +
-           "-timeline\">memory over time</a></li><li><a href=\"#" + id +
-           "-pool\">the pool, at the peak and at moments</a></li><li><a href=\"#" + id +
-           "-allocations\">allocations and owners</a></li><li><a href=\"#" + id +
-           "-steps\">driver calls per step</a></li></ol></li>";
-  }
-  out += "<li><a href=\"#run\">Run</a></li></ol></nav>\n<main>\n<h1>tidepool replay report</h1>\n<p class=\"sub\">" +
-         std::to_string(groups.size()) + (groups.size() == 1 ? " trace" : " traces") + " × " +
-         std::to_string(policies.size()) + (policies.size() == 1 ? " policy" : " policies");
+  Model page;
+  page.set("css", kReportCss);
+  page.set("js", kReportJs);
+  page.set("counts", std::to_string(groups.size()) + (groups.size() == 1 ? " trace" : " traces") + " × " +
+                         std::to_string(policies.size()) + (policies.size() == 1 ? " policy" : " policies"));
   // The options that change the figures, up front; the rest is under Run.
-  for (const auto& [key, value] : run.options) out += " · " + escape(key) + ": " + escape(value);
-  out += std::string(run.date.empty() ? "" : " · " + escape(run.date)) +
-         (run.host.empty() ? "" : " · " + escape(run.host)) + " · <a href=\"#run\">run details</a></p>\n";
-
-  out +=
-      "<section id=\"compare\"><h2>Policies compared</h2>\n<p>★ marks each trace's best tidepool policy: the fewest "
-      "failed allocations, then the highest utilization (peak live bytes over peak reserved bytes: the device memory "
-      "a policy needs for the trace). The baselines (pytorch_rules, rmm_pool, cuda_malloc) emulate other allocators "
-      "for reference and are not starred; see their driver calls below.</p>\n" +
-      best_list(groups) +
-      "<h3>Utilization</h3>\n"
-      "<div class=\"chart\" id=\"chart-utilization\" data-chart=\"utilization\"></div>\n"
-      "<h3>Driver calls in the last step</h3>\n<p class=\"note\">The last step stands for every later one: a training "
-      "loop pays these calls each step. Upper bar: VMM calls (cuMemCreate, Map, SetAccess, Unmap, Release; a "
-      "baseline's segment allocations and frees); lower bar: synchronisations (cuCtxSynchronize, "
-      "cuStreamSynchronize). Log scale; hover for event calls.</p>\n"
-      "<div class=\"chart\" id=\"chart-calls\" data-chart=\"calls\"></div>\n</section>\n";
-
-  out += "<section id=\"summary\"><h2>Summary table</h2>\n" + summary_table(groups) + "</section>\n";
-  if (comparison != nullptr) out += changes_section(*comparison);
-  if (run_report != nullptr) out += run_itself_section(*run_report, results);
-
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const std::string id = "trace-" + std::to_string(i);
-    const TraceGroup& g = groups[i];
-    const Result& best = *g.runs[g.best];
-    out += "<section id=\"" + id + "\"><h2>" + escape(base_name(g.path)) + "</h2>\n<p>" + count_text(best.events) +
-           " events, frees: " + free_mode_name(best.frees) + ". Best: <b>★ " + escape(best.policy) +
-           "</b>, utilization " + fixed(100.0 * best.utilization, 2) + "%, peak reserved " +
-           mib_text(best.peak_reserved_bytes) + " MiB for a live peak of " + mib_text(best.peak_live_bytes) + " MiB" +
-           ahead_text(g) + ".</p>\n" + origin_note(best) + "<h3 id=\"" + id +
-           "-timeline\">Live and reserved bytes over time</h3>\n<div class=\"chart\" id=\"" + id +
-           "-timeline-chart\" data-chart=\"timeline\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
-           "-pool\">The pool at the live peak, and at moments of the trace</h3>\n<div class=\"chart\" id=\"" + id +
-           "-pool-chart\" data-chart=\"pool\" data-trace=\"" + std::to_string(i) + "\"></div>\n<h3 id=\"" + id +
-           "-allocations\">Allocations over time, and who owns them</h3>\n<div class=\"chart\" id=\"" + id +
-           "-bands-chart\" data-chart=\"bands\" data-trace=\"" + std::to_string(i) + "\"></div>\n" +
-           owners_table(best.allocations.get()) + "<h3 id=\"" + id +
-           "-steps\">Driver calls per step</h3>\n<details><summary>every step, every policy (step 0 holds the "
-           "setup)</summary>\n" +
-           steps_table(g) + "</details>\n</section>\n";
+  Model options = list();
+  for (const auto& [key, value] : run.options) {
+    Model option;
+    option.set("key", key);
+    option.set("value", value);
+    options.push_back(option);
   }
-
+  page.set("options", options);
+  if (!run.date.empty()) page.set("date", run.date);
+  if (!run.host.empty()) page.set("host", run.host);
+  Model traces = list();
+  for (std::size_t i = 0; i < groups.size(); ++i) traces.push_back(trace_model(groups[i], i));
+  page.set("traces", traces);
+  if (comparison != nullptr) page.set("changes", changes_model(*comparison));
+  if (run_report != nullptr) page.set("run_itself", run_itself_model(*run_report, results));
+  set_run(run, groups, policies, &page);
   nlohmann::json data = {{"policies", policies}, {"traces", nlohmann::json::array()}};
   for (std::size_t i = 0; i < groups.size(); ++i) data["traces"].push_back(trace_json(groups[i], policies, i));
-  out += run_section(run, groups, policies);
-  out += "<noscript><p>The charts need JavaScript; the tables hold every figure.</p></noscript>\n</main>\n";
-  out += "<script type=\"application/json\" id=\"report-data\">" + script_json(data) + "</script>\n<script>\n";
-  out += kReportJs;
-  out += "</script>\n</body></html>\n";
-  return out;
+  page.set("data", script_json(data));
+
+  mustache::mustache page_template(kReportTemplate);
+  // The template is ours and checked by the tests: a parse error is a bug.
+  if (!page_template.is_valid()) return "<!DOCTYPE html><p>report template: " + page_template.error_message();
+  return page_template.render(page);
 }
 
 }  // namespace tidepool::replay
