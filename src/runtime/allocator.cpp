@@ -83,14 +83,14 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
 }
 
 util::Result<std::uintptr_t> Allocator::traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered,
-                                                        std::uint16_t owner, std::uintptr_t caller) {
+                                                        std::uint16_t owner) {
   auto result = pool_->allocate(size, stream, ordered, owner);
   // Size 0 hands out no block (address 0): nothing to replay.
   if (size != 0) {
     if (result) {
-      trace_->record(TraceAction::allocate, result.value(), size, stream, caller);
+      trace_->record(TraceAction::allocate, result.value(), size, stream, owner);
     } else {
-      trace_->record(TraceAction::allocate_failure, 0, size, stream, caller);
+      trace_->record(TraceAction::allocate_failure, 0, size, stream, owner);
     }
   }
   return result;

@@ -95,7 +95,7 @@ class Allocator {
   util::Result<std::uintptr_t> allocate(std::size_t size, std::uintptr_t stream, bool ordered,
                                         std::uintptr_t caller = 0) {
     const std::uint16_t owner = call_sites_ != nullptr ? call_sites_->tag(caller) : 0;
-    util::Result<std::uintptr_t> result = trace_ != nullptr ? traced_allocate(size, stream, ordered, owner, caller)
+    util::Result<std::uintptr_t> result = trace_ != nullptr ? traced_allocate(size, stream, ordered, owner)
                                                             : pool_->allocate(size, stream, ordered, owner);
     if (!result.ok()) [[unlikely]] {
       if (result.status().error() == util::Error::out_of_memory) out_of_memory(size, result.status());
@@ -179,7 +179,7 @@ class Allocator {
  private:
   Allocator() = default;
   util::Result<std::uintptr_t> traced_allocate(std::size_t size, std::uintptr_t stream, bool ordered,
-                                               std::uint16_t owner, std::uintptr_t caller);
+                                               std::uint16_t owner);
   util::Status traced_deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
   // Counts the failure and logs the out-of-memory message, as often as its
   // rate allows. Off the hot path; allocates nothing.

@@ -16,6 +16,10 @@ std::uint16_t CallSites::find_or_claim(std::uintptr_t caller) noexcept {
   for (std::size_t probes = 0; probes < kSlots; ++probes, slot = (slot + 1) & (kSlots - 1)) {
     Slot& s = slots_[slot];
     std::uintptr_t seen = s.caller.load(std::memory_order_acquire);
+    // Once the tags are gone, new callers claim no slot: the table stays at
+    // most half full (a few more where threads race for the last tags), so
+    // probes stay short.
+    if (seen == 0 && next_tag_.load(std::memory_order_relaxed) >= kTags) return 0;
     if (seen == 0 && s.caller.compare_exchange_strong(seen, caller, std::memory_order_acq_rel)) {
       // Ours: a tag while any are left. The slot stays claimed either way,
       // so later calls from this address find it and get the same answer.
@@ -61,19 +65,31 @@ const void* program_base() {
   return info.dli_fbase;
 }
 
+// The object holding `caller`, by dladdr; false when none does.
+bool object_of(std::uintptr_t caller, Dl_info* info, CallerName* name) {
+  if (caller == 0) return false;
+  // One byte back: a call that is its function's last instruction returns
+  // to the next function's first.
+  if (::dladdr(reinterpret_cast<const void*>(caller - 1), info) == 0) return false;
+  name->program = info->dli_fbase != nullptr && info->dli_fbase == program_base();
+  if (info->dli_fname != nullptr) name->library = std::string(base_name(info->dli_fname));
+  if (name->program && name->library.empty()) name->library = "(program)";
+  name->offset = caller - reinterpret_cast<std::uintptr_t>(info->dli_fbase);
+  return true;
+}
+
 }  // namespace
+
+std::string CallSites::library_of(std::uintptr_t caller) {
+  Dl_info info{};
+  CallerName name;
+  return object_of(caller, &info, &name) ? name.library : std::string();
+}
 
 CallerName CallSites::describe(std::uintptr_t caller) {
   CallerName name;
-  if (caller == 0) return name;
   Dl_info info{};
-  // One byte back: a call that is its function's last instruction returns
-  // to the next function's first.
-  if (::dladdr(reinterpret_cast<const void*>(caller - 1), &info) == 0) return name;
-  name.program = info.dli_fbase != nullptr && info.dli_fbase == program_base();
-  if (info.dli_fname != nullptr) name.library = std::string(base_name(info.dli_fname));
-  if (name.program && name.library.empty()) name.library = "(program)";
-  name.offset = caller - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+  if (!object_of(caller, &info, &name)) return name;
   if (info.dli_sname != nullptr) {
     int status = 0;
     const std::unique_ptr<char, decltype(&std::free)> demangled(

@@ -56,9 +56,12 @@ class CallSites {
     return n < kTags ? n : kTags;
   }
 
-  // The library and function holding `caller`. Asks the dynamic loader: never
-  // call it on the hot path.
+  // The library and function holding `caller`. Asks the dynamic loader (and
+  // so takes its lock): never on the hot path, never under a lock that an
+  // allocating thread may wait for.
   static CallerName describe(std::uintptr_t caller);
+  // Only the library's name (no symbol, no demangling): describe().library.
+  static std::string library_of(std::uintptr_t caller);
   // What a reader calls the owner of memory a library asked for: "framework"
   // (PyTorch, TensorFlow, JAX, Caffe, ...), "cuBLAS", "cuDNN", "NCCL", "CUDA
   // library" (cuFFT, cuSPARSE, ...), "CUDA runtime", "tidepool" (its C API
@@ -67,7 +70,9 @@ class CallSites {
   static std::string_view owner_kind(std::string_view library, bool is_program);
 
  private:
-  static constexpr std::size_t kSlots = 2 * kTags;  // a power of two, half full at most
+  // A power of two; half full at most, since a caller past the last tag
+  // claims no slot.
+  static constexpr std::size_t kSlots = 2 * kTags;
   struct alignas(16) Slot {
     std::atomic<std::uintptr_t> caller{0};
     std::atomic<std::uint16_t> tag{kUnpublished};

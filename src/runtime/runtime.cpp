@@ -149,7 +149,7 @@ Runtime::Runtime(const Config& config)
     if (auto earlier = take_reload_marker(); earlier && earlier->path == config_.trace) {
       continue_from = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(earlier->start_ns));
     }
-    auto recorder = TraceRecorder::open(config_.trace, continue_from);
+    auto recorder = TraceRecorder::open(config_.trace, continue_from, call_sites_.get());
     if (recorder) {
       trace_ = std::move(recorder.value());
       log_info("recording allocation events to '{}'", config_.trace);

@@ -199,8 +199,8 @@ class Runtime {
   RunInfo run_;  // the run's metadata as of its start
   bool passthrough_ = false;
   std::unique_ptr<driver::Driver> driver_;
+  std::unique_ptr<CallSites> call_sites_;                     // outlives the trace, which names its tags
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
-  std::unique_ptr<CallSites> call_sites_;                     // likewise
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn

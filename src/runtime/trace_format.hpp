@@ -37,9 +37,8 @@ struct TraceEvent {
   std::uint64_t size = 0;
   std::uint64_t stream = 0;
   std::uint64_t line = 0;  // 1-based line in the file (the header is line 1)
-  // Recording: the return address of the call that asked (0: not known).
-  std::uint64_t caller = 0;
-  // Reading: the Owner column, as an index into the reader's names (0: none).
+  // Who asked: when read, the Owner column as an index into the reader's
+  // names (0: none); the recorder keeps its own tag apart.
   std::uint32_t owner = 0;
 };
 

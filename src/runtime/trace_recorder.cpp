@@ -58,7 +58,8 @@ void TraceRecorder::SlotsUnmap::operator()(Slot* slots) const noexcept {
 }
 
 util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
-    const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from) {
+    const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from,
+    const CallSites* call_sites) {
   std::call_once(g_atfork_once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
   // zlib first: a .gz trace that cannot be compressed creates no file.
   std::unique_ptr<GzipMembers> gzip;
@@ -71,8 +72,8 @@ util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
   if (!opened) return opened.status();
   const int fd = opened.value();
   const bool empty = ::lseek(fd, 0, SEEK_END) == 0;
-  std::unique_ptr<TraceRecorder> recorder(
-      new TraceRecorder(fd, path, continue_from.value_or(std::chrono::steady_clock::now()), std::move(gzip)));
+  std::unique_ptr<TraceRecorder> recorder(new TraceRecorder(
+      fd, path, continue_from.value_or(std::chrono::steady_clock::now()), std::move(gzip), call_sites));
   std::string header(kTraceHeader);
   header += '\n';
   if (empty && !recorder->write_text(header)) {
@@ -82,14 +83,16 @@ util::Result<std::unique_ptr<TraceRecorder>> TraceRecorder::open(
 }
 
 TraceRecorder::TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start,
-                             std::unique_ptr<GzipMembers> gzip)
+                             std::unique_ptr<GzipMembers> gzip, const CallSites* call_sites)
     : fd_(fd),
       path_(std::move(path)),
       gzip_(std::move(gzip)),
       fork_generation_(g_fork_generation.load(std::memory_order_relaxed)),
       start_(start),
       slots_(map_slots()),
-      buffer_(new char[kBufferBytes]) {
+      buffer_(new char[kBufferBytes]),
+      call_sites_(call_sites),
+      owner_names_(CallSites::kTags) {
   for (std::size_t i = 0; i < kCapacity; ++i) slots_[i].turn.store(i, std::memory_order_relaxed);
   writer_ = util::start_background_thread([this] { run(); });
 }
@@ -110,22 +113,22 @@ bool TraceRecorder::active() const noexcept {
 }
 
 void TraceRecorder::record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream,
-                           std::uintptr_t caller) noexcept {
+                           std::uint16_t owner) noexcept {
   if (!active() || abandoned_.load(std::memory_order_relaxed)) return;
   const std::uint64_t sequence = head_.fetch_add(1, std::memory_order_acq_rel);
   const auto now = std::chrono::steady_clock::now();
   Slot& slot = slots_[sequence & (kCapacity - 1)];
   if (slot.turn.load(std::memory_order_acquire) != sequence && !wait_for_slot(slot, sequence)) return;
-  slot.event.thread = thread_id();
-  slot.event.time_us =
+  slot.thread = thread_id();
+  slot.time_us =
       static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count());
-  slot.event.action = action;
-  slot.event.pointer = pointer;
-  slot.event.size = size;
-  slot.event.stream = stream;
-  slot.event.caller = caller;
+  slot.action = action;
+  slot.pointer = pointer;
+  slot.size = size;
+  slot.stream = stream;
+  slot.owner = owner;
   slot.turn.store(sequence + 1, std::memory_order_release);
-  if (write_through_.load(std::memory_order_relaxed)) flush();
+  if (write_through_.load(std::memory_order_relaxed)) flush(/*may_name=*/false);
 }
 
 // The ring is full: this slot still holds an event kCapacity older. Help the
@@ -145,11 +148,34 @@ bool TraceRecorder::wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept {
   return true;
 }
 
-void TraceRecorder::flush() noexcept {
+void TraceRecorder::flush() noexcept { flush(/*may_name=*/true); }
+
+void TraceRecorder::flush(bool may_name) noexcept {
   if (!active() || abandoned_.load(std::memory_order_relaxed)) return;
+  if (may_name) name_new_owners();
   std::lock_guard<std::mutex> lock(drain_lock_);
   drain_locked(head_.load(std::memory_order_acquire));
   write_out();
+}
+
+void TraceRecorder::name_new_owners(std::optional<std::chrono::steady_clock::time_point> give_up_at) noexcept {
+  if (call_sites_ == nullptr) return;
+  std::unique_lock<std::mutex> lock(naming_lock_, std::defer_lock);
+  if (!give_up_at) {
+    lock.lock();
+  } else if (!util::try_lock_until(lock, *give_up_at)) {
+    return;  // a thread interrupted while naming holds it: the names known so far
+  }
+  std::size_t named = named_.load(std::memory_order_relaxed);
+  const std::size_t given = call_sites_->count();
+  for (; named < given; ++named) {
+    try {
+      owner_names_[named] = owner_text(CallSites::library_of(call_sites_->caller(static_cast<std::uint16_t>(named))));
+    } catch (...) {
+      owner_names_[named].clear();  // out of memory: this owner goes without its name
+    }
+    named_.store(named + 1, std::memory_order_release);
+  }
 }
 
 void TraceRecorder::finish() noexcept {
@@ -161,6 +187,7 @@ void TraceRecorder::finish() noexcept {
   wake_.notify_all();
   if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
   write_through_.store(true, std::memory_order_relaxed);
+  name_new_owners(std::chrono::steady_clock::now() + kFinishWait);
   // Never waits forever: at exit, a signal handler may have interrupted the
   // thread that holds the drain lock (a producer helping a full ring). Then
   // the trace ends here, and later events are dropped rather than wait.
@@ -180,26 +207,38 @@ void TraceRecorder::run() {
     wake_.wait_for(wake, kDrainInterval);
     if (stop_) break;
     wake.unlock();
-    {
+    // Names first, outside the drain lock; an event whose tag was given
+    // after that stops the drain until it is named too.
+    for (bool unnamed = true; unnamed;) {
+      name_new_owners();
       std::lock_guard<std::mutex> lock(drain_lock_);
-      drain_locked(0);
+      unnamed = drain_locked(0, /*stop_at_unnamed=*/true);
       write_out();
     }
     wake.lock();
   }
 }
 
-void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
+bool TraceRecorder::drain_locked(std::uint64_t until, bool stop_at_unnamed) noexcept {
   const auto deadline = std::chrono::steady_clock::now() + kPublishPatience;
+  const std::size_t named = named_.load(std::memory_order_acquire);
   for (;;) {
     Slot& slot = slots_[tail_ & (kCapacity - 1)];
     if (slot.turn.load(std::memory_order_acquire) != tail_ + 1) {
       // Not yet published. A flush waits, briefly, for events claimed before it.
-      if (tail_ >= until || std::chrono::steady_clock::now() > deadline) return;
+      if (tail_ >= until || std::chrono::steady_clock::now() > deadline) return false;
       std::this_thread::yield();
       continue;
     }
-    TraceEvent event = slot.event;
+    if (stop_at_unnamed && slot.owner >= named && slot.owner < owner_names_.size()) return true;
+    TraceEvent event;
+    event.thread = slot.thread;
+    event.time_us = slot.time_us;
+    event.action = slot.action;
+    event.pointer = slot.pointer;
+    event.size = slot.size;
+    event.stream = slot.stream;
+    const std::string_view owner = slot.owner < named ? std::string_view(owner_names_[slot.owner]) : std::string_view();
     slot.turn.store(tail_ + kCapacity, std::memory_order_release);
     ++tail_;
     // Threads read the clock after claiming their sequence, so neighbours can
@@ -207,7 +246,7 @@ void TraceRecorder::drain_locked(std::uint64_t until) noexcept {
     event.time_us = std::max(event.time_us, last_time_us_);
     last_time_us_ = event.time_us;
     if (kBufferBytes - buffered_ < kLineBytes) write_out();
-    buffered_ += format_trace_line(event, owner_of(event.caller), buffer_.get() + buffered_, kLineBytes);
+    buffered_ += format_trace_line(event, owner, buffer_.get() + buffered_, kLineBytes);
     ++buffered_events_;
   }
 }
@@ -224,21 +263,6 @@ void TraceRecorder::write_out() noexcept {
   }
   buffered_ = 0;
   buffered_events_ = 0;
-}
-
-std::string_view TraceRecorder::owner_of(std::uintptr_t caller) noexcept {
-  if (caller == 0) return {};
-  // Programs allocate from a few dozen places: a short list, searched from
-  // the most recent, is enough.
-  for (auto it = owners_.rbegin(); it != owners_.rend(); ++it) {
-    if (it->caller == caller) return it->owner;
-  }
-  try {
-    owners_.push_back({caller, owner_text(CallSites::describe(caller).library)});
-    return owners_.back().owner;
-  } catch (...) {
-    return {};  // out of memory: this line goes without its owner
-  }
 }
 
 bool TraceRecorder::write_text(std::string_view text) noexcept {

@@ -22,9 +22,12 @@
 // recorder turns itself off in the child so the parent's file is not
 // written twice.
 //
-// Owner: each event carries its caller's return address; the writer names
-// the library holding it (call_sites.hpp) once per address and keeps the
-// name, so the Owner column costs record() one more word.
+// Owner: each event carries the CallSites tag of who asked (call_sites.hpp).
+// The writer thread names new tags' libraries before it takes the drain lock
+// (naming asks the dynamic loader, whose lock a thread inside dlopen holds
+// while its constructors may allocate), and the names are kept. A producer
+// that drains (a full ring, or after finish()) uses the names known so far:
+// an event of a tag not yet named goes without its owner.
 //
 // Locks: `drain_lock_` serialises draining and writing (the writer thread,
 // flush(), and producers only when the ring is full or after finish());
@@ -49,6 +52,7 @@
 
 namespace tidepool::runtime {
 
+class CallSites;
 class GzipMembers;
 
 class TraceRecorder {
@@ -58,8 +62,11 @@ class TraceRecorder {
   // recorded to the same path: reload_marker.hpp), appends instead, and
   // times count from that earlier start. An error is io_error with the
   // reason as the message.
+  // `call_sites` (may be null; outlives the recorder) names the owner tags
+  // record() is given.
   static util::Result<std::unique_ptr<TraceRecorder>> open(
-      const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from = std::nullopt);
+      const std::string& path, std::optional<std::chrono::steady_clock::time_point> continue_from = std::nullopt,
+      const CallSites* call_sites = nullptr);
   // The instant event times count from.
   [[nodiscard]] std::chrono::steady_clock::time_point start() const noexcept { return start_; }
   // Flushes, stops the writer and closes the file.
@@ -67,10 +74,10 @@ class TraceRecorder {
   TraceRecorder(const TraceRecorder&) = delete;
   TraceRecorder& operator=(const TraceRecorder&) = delete;
 
-  // `caller`: the return address of the call that asked (0: not known); the
-  // writer names its library in the Owner column.
+  // `owner`: the CallSites tag of who asked (0: not known); the Owner
+  // column names its library.
   void record(TraceAction action, std::uintptr_t pointer, std::size_t size, std::uintptr_t stream,
-              std::uintptr_t caller = 0) noexcept;
+              std::uint16_t owner = 0) noexcept;
   // Writes everything recorded so far to the file.
   void flush() noexcept;
   // For exit: flushes, stops the writer thread; later events write through.
@@ -91,13 +98,21 @@ class TraceRecorder {
     // the producer of `s`, `s + 1` once that event is written, and
     // `s + kCapacity` once the writer has consumed it.
     std::atomic<std::uint64_t> turn{0};
-    TraceEvent event;
+    // The event as recorded: TraceEvent less what only a reader fills in.
+    std::uint64_t thread = 0;
+    std::uint64_t time_us = 0;
+    std::uint64_t pointer = 0;
+    std::uint64_t size = 0;
+    std::uint64_t stream = 0;
+    std::uint16_t owner = 0;
+    TraceAction action = TraceAction::allocate;
   };
+  static_assert(sizeof(Slot) == 64, "one event, one cache line");
   static constexpr std::size_t kBufferBytes = std::size_t{64} << 10;
   static constexpr std::chrono::milliseconds kFinishWait{1000};  // finish() waits no longer for the drain lock
 
   TraceRecorder(int fd, std::string path, std::chrono::steady_clock::time_point start,
-                std::unique_ptr<GzipMembers> gzip);
+                std::unique_ptr<GzipMembers> gzip, const CallSites* call_sites);
   // Writes `text` to the file: as it is, or as one gzip member.
   bool write_text(std::string_view text) noexcept;
   static Slot* map_slots();
@@ -106,11 +121,17 @@ class TraceRecorder {
   bool wait_for_slot(Slot& slot, std::uint64_t sequence) noexcept;
   // Under drain_lock_: moves every published event, in order, to the file.
   // `until`: keep waiting for events claimed before it to be published.
-  void drain_locked(std::uint64_t until) noexcept;
+  // `stop_at_unnamed`: stop before an event whose owner tag has no name yet
+  // and return true (the writer names it and drains again); otherwise such
+  // an event goes without its owner.
+  bool drain_locked(std::uint64_t until, bool stop_at_unnamed = false) noexcept;
   void write_out() noexcept;
-  // Under drain_lock_: the Owner text of `caller`, resolved once per caller
-  // (the loader is asked here, on the writer's side, never by record()).
-  std::string_view owner_of(std::uintptr_t caller) noexcept;
+  // Names the tags given since the last call (never under drain_lock_);
+  // with `give_up_at`, only if the naming lock is had by then (exit).
+  void name_new_owners(std::optional<std::chrono::steady_clock::time_point> give_up_at = std::nullopt) noexcept;
+  // Writes what is recorded; names new owners first unless `may_name` is
+  // false (a producer's write-through after finish()).
+  void flush(bool may_name) noexcept;
   [[nodiscard]] bool active() const noexcept;
 
   const int fd_;
@@ -140,11 +161,14 @@ class TraceRecorder {
   std::size_t buffered_ = 0;           // bytes in buffer_
   std::uint64_t buffered_events_ = 0;  // events in buffer_
   bool write_failed_ = false;
-  struct KnownCaller {
-    std::uintptr_t caller = 0;
-    std::string owner;
-  };
-  std::vector<KnownCaller> owners_;  // most recently resolved last
+
+  // Owner names by tag: entries below named_ are set and never change;
+  // name_new_owners() (under naming_lock_) fills the next ones, then
+  // publishes them by raising named_.
+  const CallSites* const call_sites_;
+  std::vector<std::string> owner_names_;
+  std::atomic<std::size_t> named_{1};  // tag 0 is ""
+  std::mutex naming_lock_;
 
   std::mutex wake_lock_;
   std::condition_variable wake_;

@@ -120,5 +120,32 @@ TEST(AllocationView, ThePeakIsASampleAndFreesOfUnknownPointersAreIgnored) {
   EXPECT_EQ(view.times, (std::vector<std::uint64_t>{0, 333, 334, 333333, 666666, 1000000}));
 }
 
+TEST(AllocationView, ClocksOutOfOrderAndTracesWithoutAllocationsDrawNothingWrong) {
+  std::vector<std::string> owners;
+  // The second thread's free is logged a microsecond before the allocation
+  // it frees, and the last allocation's time is earlier than the one before.
+  const auto skewed = read(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "1,00:00:00.000100,allocate,0x1000,100,0\n"
+      "2,00:00:00.000199,free,0x2000,50,0\n"
+      "1,00:00:00.000200,allocate,0x2000,50,0\n"
+      "1,00:00:00.000300,allocate,0x3000,70,0\n"
+      "1,00:00:00.000250,allocate,0x4000,30,0\n",
+      &owners);
+  const AllocationView view = view_allocations(skewed, owners, 2, 11);
+  EXPECT_EQ(view.times.front(), 100u);
+  EXPECT_EQ(view.times.back(), 300u);
+  for (const Band& b : view.bands) EXPECT_LE(b.begin_us, b.end_us);
+  for (const std::uint64_t r : view.rest) EXPECT_LE(r, 250u) << "the rest never wraps below zero";
+  EXPECT_EQ(view.allocations, 4u);
+
+  const auto frees_only =
+      read("Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000100,free,0x1000,100,0\n", &owners);
+  const AllocationView none = view_allocations(frees_only, owners);
+  EXPECT_EQ(none.allocations, 0u);
+  EXPECT_TRUE(none.times.empty()) << "nothing to draw";
+  EXPECT_TRUE(none.bands.empty());
+}
+
 }  // namespace
 }  // namespace tidepool::replay

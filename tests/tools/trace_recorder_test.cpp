@@ -16,6 +16,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -122,14 +124,15 @@ TEST(TraceRecorder, WritesRmmCsvLinesWithRmmTimes) {
 
 TEST(TraceRecorder, OwnerNamesTheCallersLibraryAndReadsBack) {
   const std::string path = temp_path("recorder_owner.csv");
-  auto opened = runtime::TraceRecorder::open(path);
+  auto call_sites = std::make_unique<runtime::CallSites>();
+  auto opened = runtime::TraceRecorder::open(path, std::nullopt, call_sites.get());
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   auto& recorder = *opened.value();
   const auto in_libc = reinterpret_cast<std::uintptr_t>(::dlsym(RTLD_DEFAULT, "gnu_get_libc_version")) + 8;
   const auto in_program = reinterpret_cast<std::uintptr_t>(&code_of_this_program) + 1;
-  recorder.record(TraceAction::allocate, 0x1000, 512, 0, in_libc);
-  recorder.record(TraceAction::allocate, 0x2000, 1024, 0, in_program);
-  recorder.record(TraceAction::allocate_failure, 0, 1 << 30, 0, in_libc);
+  recorder.record(TraceAction::allocate, 0x1000, 512, 0, call_sites->tag(in_libc));
+  recorder.record(TraceAction::allocate, 0x2000, 1024, 0, call_sites->tag(in_program));
+  recorder.record(TraceAction::allocate_failure, 0, 1 << 30, 0, call_sites->tag(in_libc));
   recorder.record(TraceAction::free, 0x1000, 512, 0);
   recorder.flush();
   const auto lines = read_lines(path);

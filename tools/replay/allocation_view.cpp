@@ -19,6 +19,14 @@ AllocationView view_allocations(const std::vector<TraceEvent>& events, const std
     o.kind = o.name.empty() ? "not named" : std::string(runtime::CallSites::owner_kind(o.name, false));
   }
   if (events.empty()) return view;
+  // Threads' clocks may be a little out of order, and RMM's clock wraps at
+  // midnight: the trace spans its earliest to its latest time.
+  std::uint64_t first = events.front().time_us;
+  std::uint64_t last = first;
+  for (const TraceEvent& e : events) {
+    first = std::min(first, e.time_us);
+    last = std::max(last, e.time_us);
+  }
 
   std::vector<Band> lives;
   std::unordered_map<std::uint64_t, std::size_t> live_index;  // pointer -> lives
@@ -47,19 +55,18 @@ AllocationView view_allocations(const std::vector<TraceEvent>& events, const std
       const auto it = live_index.find(e.pointer);
       if (it == live_index.end()) continue;
       Band& b = lives[it->second];
-      b.end_us = e.time_us;
+      b.end_us = std::max(e.time_us, b.begin_us);  // a free logged a little before its allocation
       b.freed = true;
       owner_live[b.owner] -= b.size;
       live -= b.size;
       live_index.erase(it);
     }
   }
-  const std::uint64_t first = events.front().time_us;
-  const std::uint64_t last = std::max(events.back().time_us, first);
   for (Band& b : lives) {
     if (!b.freed) b.end_us = last;
   }
   view.allocations = lives.size();
+  if (lives.empty()) return view;  // nothing to draw: no times
 
   // The bands: most bytes for longest, drawn in allocation order.
   std::vector<std::size_t> order(lives.size());

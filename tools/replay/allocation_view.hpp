@@ -7,8 +7,10 @@
 // the bands are the allocations that hold the most memory for the longest
 // (bytes × time), up to a cap; the rest are summed into one series. The
 // view holds the state at chosen times, each until the next (a step): evenly
-// spaced ones, the moment of the live peak (so the view's tallest point is
-// the trace's), and where each band begins and ends (so every band shows).
+// spaced ones, the moment of the live peak, and where each band begins and
+// ends (so every band shows). The state at a time is the one after every
+// event of that microsecond: where the peak's microsecond also frees, the
+// view's tallest point is under the trace's peak by those frees.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +48,7 @@ struct AllocationView {
   std::uint64_t peak_time_us = 0;
   std::vector<Band> bands;           // in allocation order
   std::uint64_t left_out = 0;        // allocations summed in `rest` rather than drawn
-  std::vector<std::uint64_t> times;  // sample times, increasing; each holds until the next
+  std::vector<std::uint64_t> times;  // sample times, increasing, each holding until the next; empty: no allocations
   std::vector<std::uint64_t> rest;   // live bytes of the allocations left out, at each time
 };
 

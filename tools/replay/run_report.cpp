@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "runtime/runtime.hpp"
+
 namespace tidepool::replay {
 
 namespace {
@@ -145,7 +147,9 @@ const Result* replay_of_run(const RunReport& report, const std::vector<Result>& 
 }
 
 std::string run_report_lines(const RunReport& report, const std::vector<Result>& results) {
-  std::string out = "The run itself (" + report.path + ", policy " + report.policy + "):\n";
+  // What the report says goes to a terminal: made printable.
+  const auto text = [](const std::string& s) { return runtime::printable(s, 200); };
+  std::string out = "The run itself (" + text(report.path) + ", policy " + text(report.policy) + "):\n";
   const Result* replayed = replay_of_run(report, results);
   for (const RunDevice& d : report.devices) {
     char utilization[32];
@@ -157,8 +161,8 @@ std::string run_report_lines(const RunReport& report, const std::vector<Result>&
     if (!d.owners.empty()) {
       std::string owners;
       for (const RunOwner& o : d.owners) {
-        owners += (owners.empty() ? "" : ", ") + (o.library.empty() ? std::string("not known") : o.library) + " (" +
-                  o.owner + ") " + mib(o.live_at_peak_bytes);
+        owners += (owners.empty() ? "" : ", ") + (o.library.empty() ? std::string("not known") : text(o.library)) +
+                  " (" + text(o.owner) + ") " + mib(o.live_at_peak_bytes);
       }
       out += "    at the live peak: " + owners + "\n";
     }
@@ -170,7 +174,7 @@ std::string run_report_lines(const RunReport& report, const std::vector<Result>&
            ", utilization " + utilization +
            " (the replay sees the trace's order on one simulated device; the run's own lag and streams differ)\n";
   } else {
-    out += "  its policy " + report.policy + " was not replayed (add --policy " + report.policy +
+    out += "  its policy " + text(report.policy) + " was not replayed (add --policy " + text(report.policy) +
            " to set the two side by side)\n";
   }
   return out;

@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -231,16 +232,25 @@ bool TraceReader::next(TraceEvent* event) {
 
 std::uint32_t TraceReader::owner_index(std::string_view owner) {
   if (owner.empty()) return 0;
-  // A trace names a few dozen libraries: the last one is the likeliest.
-  if (owners_.back() == owner) return static_cast<std::uint32_t>(owners_.size() - 1);
-  // Names are kept printable; a raw name that is not finds its escaped form.
-  const std::string name = runtime::printable(owner, runtime::kMaxOwnerBytes);
-  for (std::size_t i = 1; i < owners_.size(); ++i) {
-    if (owners_[i] == owner || owners_[i] == name) return static_cast<std::uint32_t>(i);
+  // Consecutive lines often share an owner.
+  if (last_owner_ != 0 && owner_keys_[last_owner_] == owner) return last_owner_;
+  if (const auto it = owner_index_.find(std::string(owner)); it != owner_index_.end()) {
+    last_owner_ = it->second;
+    return last_owner_;
   }
   if (owners_.size() >= kMaxOwners) return 0;  // a hostile trace: past this many, names are dropped
-  owners_.push_back(name);
-  return static_cast<std::uint32_t>(owners_.size() - 1);
+  // Names are kept printable; raw names that print alike share one.
+  const std::string name = runtime::printable(owner, runtime::kMaxOwnerBytes);
+  auto named = std::find(owners_.begin() + 1, owners_.end(), name);
+  if (named == owners_.end()) {
+    owners_.push_back(name);
+    owner_keys_.emplace_back(owner);
+    named = owners_.end() - 1;
+  }
+  last_owner_ = static_cast<std::uint32_t>(named - owners_.begin());
+  // Bounded: many long raw names may print alike (cut at kMaxOwnerBytes).
+  if (owner_index_.size() < 4 * kMaxOwners) owner_index_.emplace(std::string(owner), last_owner_);
+  return last_owner_;
 }
 
 bool read_trace_buffer(std::string_view bytes, const std::string& name, std::vector<TraceEvent>* events,

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/runtime.hpp"
@@ -84,6 +85,11 @@ class TraceReader {
   std::string error_;
   std::string warning_;
   std::vector<std::string> owners_{std::string()};
+  // owner_index's lookups: raw Owner text to its index, the raw text of
+  // each name's first line, and the index the last line named.
+  std::unordered_map<std::string, std::uint32_t> owner_index_;
+  std::vector<std::string> owner_keys_{std::string()};
+  std::uint32_t last_owner_ = 0;
 };
 
 // Reads every event of `bytes` (a whole trace, plain or gzip) named `name`.
