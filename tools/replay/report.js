@@ -203,6 +203,18 @@ function dragZoom(overlay, plot, layer, onZoom, onReset, vertical) {
   });
 }
 
+// Drag to zoom along x, double-click or `reset` to go back: `domain()` gives
+// the x range drawn now, `apply` takes the new zoom ({x0, x1}, or null).
+function zoomAlongX(overlay, plot, layer, reset, domain, apply) {
+  const clear = () => apply(null);
+  dragZoom(overlay, plot, layer, (a, b) => {
+    const [x0, x1] = domain();
+    const x = px => x0 + (x1 - x0) * px / plot.w;
+    apply({x0: x(a), x1: x(b)});
+  }, clear, false);
+  reset.addEventListener('click', clear);
+}
+
 function toolbar(container, hint) {
   const bar = tag('div', 'toolbar', null, container);
   tag('span', null, hint, bar);
@@ -723,20 +735,8 @@ function bandsChart(container, data, trace) {
     tooltip.show(rows, ev.clientX - host.left, ev.clientY - host.top);
   });
   overlay.addEventListener('mouseleave', () => tooltip.hide());
-  dragZoom(
-      overlay, plot, front,
-      (a, b) => {
-        const t = px => x0 + (x1 - x0) * px / plot.w;
-        zoom = {x0: t(a), x1: t(b)};
-        draw();
-      },
-      () => {
-        zoom = null;
-        draw();
-      },
-      false);
-  reset.addEventListener('click', () => {
-    zoom = null;
+  zoomAlongX(overlay, plot, front, reset, () => [x0, x1], z => {
+    zoom = z;
     draw();
   });
   draw();
@@ -965,20 +965,8 @@ function poolChart(container, data, trace) {
     tooltip.show(out, ev.clientX - host.left, ev.clientY - host.top);
   });
   overlay.addEventListener('mouseleave', () => tooltip.hide());
-  dragZoom(
-      overlay, plot, root,
-      (a, b) => {
-        const x = px => x0 + (x1 - x0) * px / plot.w;
-        view = {x0: x(a), x1: x(b)};
-        draw();
-      },
-      () => {
-        view = null;
-        draw();
-      },
-      false);
-  reset.addEventListener('click', () => {
-    view = null;
+  zoomAlongX(overlay, plot, root, reset, () => [x0, x1], z => {
+    view = z;
     draw();
   });
   draw();
