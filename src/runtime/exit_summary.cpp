@@ -23,7 +23,7 @@ std::string count(std::uint64_t n, const char* one, const char* many) {
 
 }  // namespace
 
-std::string device_summary(const DeviceReport& d) {
+std::string device_summary(const DeviceReport& d, const std::vector<CallerName>& callers) {
   const pool::PoolStats& s = d.pool;
   using util::format_size;
   std::string out = "device " + std::to_string(d.device) + " at exit: ";
@@ -53,6 +53,16 @@ std::string device_summary(const DeviceReport& d) {
          count(s.parked_reuses, "parked reuse", "parked reuses") + " (no driver call), " +
          count(s.page_creates, "page created", "pages created") + ", " + count(s.trims, "trim", "trims");
   out += ". Budget " + format_size(d.device_limit_bytes) + " of the device's " + format_size(d.device_total_bytes);
+  // Who held the memory at the live peak: the largest few owners.
+  const std::vector<LibraryOwner> owners = owners_by_library(d.owners, callers);
+  constexpr std::size_t kNamed = 4;
+  for (std::size_t i = 0; i < owners.size() && i < kNamed; ++i) {
+    const LibraryOwner& o = owners[i];
+    out += std::string(i == 0 ? ". At the live peak: " : ", ") +
+           (o.library.empty() ? std::string("callers not known") : o.library + " (" + std::string(o.kind) + ")") + " " +
+           format_size(o.sum.live_at_peak_bytes);
+  }
+  if (owners.size() > kNamed) out += ", and " + count(owners.size() - kNamed, "more owner", "more owners");
   if (d.eviction) {
     const residency::ResidencyStats& r = d.residency;
     if (r.evictions == 0) {
@@ -89,7 +99,7 @@ void log_exit_summary(const Report& report, const SummaryOutputs& outputs) {
   } else if (report.devices.empty()) {
     log_info("at exit: no device memory was allocated through tidepool");
   }
-  for (const DeviceReport& d : report.devices) log_info("{}", device_summary(d));
+  for (const DeviceReport& d : report.devices) log_info("{}", device_summary(d, report.callers));
   log_info("{}", outputs_summary(outputs));
 }
 

@@ -90,43 +90,13 @@ Json size_classes_json(const pool::SizeHistogram& histogram) {
   return classes;
 }
 
-// Memory by who asked for it: the call sites grouped by library, the
-// library holding the most at the device's peak first.
+// Memory by who asked for it (owners_by_library), with each call site.
 Json owners_json(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers) {
-  struct Library {
-    std::string name;
-    bool program = false;
-    pool::OwnerCounts sum;
-    std::vector<std::size_t> tags;
-  };
-  std::vector<Library> libraries;
-  for (std::size_t t = 0; t < owners.used(); ++t) {
-    const pool::OwnerCounts& c = owners[t];
-    if (c.allocations == 0 && c.failures == 0) continue;
-    const CallerName unknown;
-    const CallerName& who = t < callers.size() ? callers[t] : unknown;
-    auto it = std::find_if(libraries.begin(), libraries.end(), [&](const Library& l) { return l.name == who.library; });
-    if (it == libraries.end()) it = libraries.insert(libraries.end(), Library{who.library, who.program, {}, {}});
-    it->sum.allocations += c.allocations;
-    it->sum.failures += c.failures;
-    it->sum.requested_bytes += c.requested_bytes;
-    it->sum.live_bytes += c.live_bytes;
-    it->sum.live_at_peak_bytes += c.live_at_peak_bytes;
-    it->tags.push_back(t);
-  }
-  auto heavier = [](const pool::OwnerCounts& a, const pool::OwnerCounts& b) {
-    if (a.live_at_peak_bytes != b.live_at_peak_bytes) return a.live_at_peak_bytes > b.live_at_peak_bytes;
-    return a.requested_bytes > b.requested_bytes;
-  };
-  std::stable_sort(libraries.begin(), libraries.end(),
-                   [&](const Library& a, const Library& b) { return heavier(a.sum, b.sum); });
   Json out = Json::array();
-  for (Library& l : libraries) {
-    std::stable_sort(l.tags.begin(), l.tags.end(),
-                     [&](std::size_t a, std::size_t b) { return heavier(owners[a], owners[b]); });
+  for (const LibraryOwner& l : owners_by_library(owners, callers)) {
     Json entry = Json::object();
-    entry["library"] = l.name.empty() ? Json(nullptr) : Json(l.name);
-    entry["owner"] = l.name.empty() ? "not known" : CallSites::owner_kind(l.name, l.program);
+    entry["library"] = l.library.empty() ? Json(nullptr) : Json(l.library);
+    entry["owner"] = l.kind;
     entry["allocations"] = l.sum.allocations;
     entry["failures"] = l.sum.failures;
     entry["requested_bytes"] = l.sum.requested_bytes;
@@ -234,6 +204,42 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
 }
 
 }  // namespace
+
+std::vector<LibraryOwner> owners_by_library(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers) {
+  std::vector<LibraryOwner> libraries;
+  const CallerName unknown;
+  for (std::size_t t = 0; t < owners.used(); ++t) {
+    const pool::OwnerCounts& c = owners[t];
+    if (c.allocations == 0 && c.failures == 0) continue;
+    const CallerName& who = t < callers.size() ? callers[t] : unknown;
+    auto it = std::find_if(libraries.begin(), libraries.end(),
+                           [&](const LibraryOwner& l) { return l.library == who.library; });
+    if (it == libraries.end()) {
+      LibraryOwner l;
+      l.library = who.library;
+      l.program = who.program;
+      l.kind = who.library.empty() ? "not known" : CallSites::owner_kind(who.library, who.program);
+      it = libraries.insert(libraries.end(), std::move(l));
+    }
+    it->sum.allocations += c.allocations;
+    it->sum.failures += c.failures;
+    it->sum.requested_bytes += c.requested_bytes;
+    it->sum.live_bytes += c.live_bytes;
+    it->sum.live_at_peak_bytes += c.live_at_peak_bytes;
+    it->tags.push_back(t);
+  }
+  auto heavier = [](const pool::OwnerCounts& a, const pool::OwnerCounts& b) {
+    if (a.live_at_peak_bytes != b.live_at_peak_bytes) return a.live_at_peak_bytes > b.live_at_peak_bytes;
+    return a.requested_bytes > b.requested_bytes;
+  };
+  std::stable_sort(libraries.begin(), libraries.end(),
+                   [&](const LibraryOwner& a, const LibraryOwner& b) { return heavier(a.sum, b.sum); });
+  for (LibraryOwner& l : libraries) {
+    std::stable_sort(l.tags.begin(), l.tags.end(),
+                     [&](std::size_t a, std::size_t b) { return heavier(owners[a], owners[b]); });
+  }
+  return libraries;
+}
 
 std::string report_json(const Report& report) {
   Json root = Json::object();

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pool/pool.hpp"
@@ -59,6 +60,18 @@ struct Report {
   // end are "not known").
   std::vector<CallerName> callers;
 };
+
+// A device's owners as the report groups them: call sites by library, the
+// library holding the most at the live peak first, and within it the call
+// sites likewise (their tags, into the OwnerBytes and Report::callers).
+struct LibraryOwner {
+  std::string library;  // empty: not known
+  bool program = false;
+  std::string_view kind;  // CallSites::owner_kind, or "not known"
+  pool::OwnerCounts sum;  // its call sites' counts added (peak_live_bytes left 0: peaks do not add)
+  std::vector<std::size_t> tags;
+};
+std::vector<LibraryOwner> owners_by_library(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers);
 
 std::string report_json(const Report& report);
 // Writes atomically (temporary file, then rename), so a reader never sees half a report.

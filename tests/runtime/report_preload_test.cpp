@@ -131,6 +131,10 @@ TEST_F(ReportUnderPreload, AProgramsRunIsDescribedInTheReportTheSummaryAndTheOom
   EXPECT_NE(r.err.find("tidepool [info] " + headline), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("1 allocation failed for lack of memory"), std::string::npos) << r.err;
   EXPECT_NE(
+      r.err.find(". At the live peak: " + std::filesystem::path(PROBE_LINKED).filename().string() + " (program) "),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(
       r.err.find("at exit: report written to '" + path("run.json") + "'; trace recorded to '" + path("run.csv") + "'"),
       std::string::npos)
       << r.err;

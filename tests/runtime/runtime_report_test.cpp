@@ -249,6 +249,9 @@ TEST_F(RuntimeReport, ExitSummaryAtInfoGivesEachDevicesFiguresAndWhereTheFilesWe
   EXPECT_NE(paragraph.find("Budget 8.00 MiB of the device's " + format_size(a->device_total_bytes())),
             std::string::npos)
       << paragraph;
+  // Who held the peak (allocations made here without a caller).
+  EXPECT_NE(paragraph.find(". At the live peak: callers not known " + format_size(3 * MiB + 300)), std::string::npos)
+      << paragraph;
   EXPECT_NE(
       text.find("at exit: report written to '" + path("run.json") + "'; trace recorded to '" + path("run.csv") + "'"),
       std::string::npos)
