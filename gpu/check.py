@@ -131,6 +131,16 @@ def hotpath(d):
     return 0 if native and preload and py else 1
 
 
+def owners_at_peak(dev, most=8):
+    """Who held the device's live peak, from the report's `owners` (the
+    framework, cuBLAS, cuDNN, NCCL, ...): [library, what it is, bytes], the
+    largest first; None for a report without owners."""
+    owners = dev.get("owners")
+    if owners is None:
+        return None
+    return [[o.get("library") or "not known", o.get("owner"), o.get("live_at_peak_bytes")] for o in owners[:most]]
+
+
 def train(d):
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
@@ -148,6 +158,7 @@ def train(d):
             row = {k: run.get(k) for k in ("step_ms_median", "first_step_ms", "peak_used_bytes_meminfo",
                                            "max_memory_reserved")}
             row["tidepool_peak_reserved_bytes"] = dev.get("peak_reserved_bytes")
+            row["owners_at_peak"] = owners_at_peak(dev)
             row["losses"] = run.get("losses_decimal")
             if base is not None and mode != "native":
                 a, b = base["losses_decimal"], run["losses_decimal"]

@@ -156,8 +156,17 @@ def main():
             line["peak_used_bytes_meminfo"] = used
             for model in ("gpt", "resnet50"):
                 write(f"{d}/{model}.{mode}.out", json.dumps(line) + "\n")
+        owners = [{"library": "libc10_cuda.so", "owner": "framework", "live_at_peak_bytes": 5000},
+                  {"library": "libcublasLt.so.12", "owner": "cuBLAS", "live_at_peak_bytes": 32},
+                  {"library": None, "owner": "not known", "live_at_peak_bytes": 1}]
+        write(f"{d}/resnet50.preload.report.json",
+              json.dumps({"devices": [{"peak_reserved_bytes": 6e9, "owners": owners}]}))
         rc, figures = check("train", d)
         assert rc == 0, figures
+        assert figures["resnet50"]["preload"]["owners_at_peak"] == [
+            ["libc10_cuda.so", "framework", 5000], ["libcublasLt.so.12", "cuBLAS", 32], ["not known", "not known", 1]], \
+            figures["resnet50"]["preload"]
+        assert figures["gpt"]["preload"]["owners_at_peak"] is None, "no report: no owners"
         vs = figures["resnet50"]["preload"]
         assert abs(vs["vs_expandable"]["peak_used"] - 6 / 7) < 1e-9 and abs(vs["vs_async"]["step_time"] - 98 / 105) < 1e-9, vs
         assert figures["gpt"]["expandable"]["step_ms_median"] == 101.0, figures["gpt"]
