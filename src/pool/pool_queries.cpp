@@ -76,6 +76,7 @@ bool Pool::try_stats(std::chrono::steady_clock::time_point deadline, PoolStats* 
   *stats = stats_locked(true);
   *classes = size_classes_;
   *owners = owners_;
+  owners->settle();
   return true;
 }
 
@@ -132,8 +133,13 @@ SizeHistogram Pool::size_classes() const {
 }
 
 OwnerBytes Pool::owner_bytes() const {
-  std::lock_guard<util::SpinLock> guard(lock_);
-  return owners_;
+  OwnerBytes copy;
+  {
+    std::lock_guard<util::SpinLock> guard(lock_);
+    copy = owners_;
+  }
+  copy.settle();
+  return copy;
 }
 
 std::vector<BlockView> Pool::snapshot() const {

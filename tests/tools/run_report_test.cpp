@@ -42,6 +42,7 @@ std::string written_report() {
   d.owners.freed(1, 8 * kMiB);
   d.owners.allocated(1, 2 * kMiB, false);
   d.owners.failed(2);
+  d.owners.settle();
   report.devices.push_back(d);
   report.callers.resize(3);
   report.callers[1].library = "lib<script>evil.so";
