@@ -234,6 +234,23 @@ function axisBottom(layer, plot, ticks, label) {
   if (label) svgText(g, plot.x + plot.w, plot.y + plot.h + 30, label, {'text-anchor': 'end'});
 }
 
+// A time chart's axes: byte gridlines and labels from y0 to y1, and the
+// time since tMin along the bottom.
+function timeAxes(layer, plot, sx, sy, [x0, x1], [y0, y1], tMin) {
+  const yt = unitTicks(y0, y1, 6, BYTE_UNITS);
+  const grid = svg('g', {class: 'grid'}, layer);
+  const axis = svg('g', {class: 'axis'}, layer);
+  for (const v of yt.ticks) {
+    svg('line', {x1: plot.x, x2: plot.x + plot.w, y1: sy(v), y2: sy(v)}, grid);
+    svgText(axis, plot.x - 6, sy(v) + 4, tickLabel(v, yt.unit), {'text-anchor': 'end'});
+  }
+  svg('line', {x1: plot.x, x2: plot.x, y1: plot.y, y2: plot.y + plot.h}, axis);
+  const xt = unitTicks(x0 - tMin, x1 - tMin, Math.max(3, Math.floor(plot.w / 110)), TIME_UNITS);
+  axisBottom(
+      layer, plot, xt.ticks.map(v => ({x: sx(v + tMin), text: tickLabel(v, xt.unit)})),
+      'time since the trace\'s first event');
+}
+
 // Ticks from `from` to 100% at the smallest whole step (1%, 2%, 5%, 10% or
 // 25%) that makes at most about five of them.
 function percentTicks(from) {
@@ -450,18 +467,7 @@ function timelineChart(container, data, trace) {
     y1 = view && view.y1 !== undefined ? view.y1 : visibleMax(x0, x1) * 1.06;
     const sx = t => plot.x + plot.w * (t - x0) / (x1 - x0);
     const sy = v => plot.y + plot.h - plot.h * (v - y0) / (y1 - y0);
-    const yt = unitTicks(y0, y1, 6, BYTE_UNITS);
-    const grid = svg('g', {class: 'grid'}, layer);
-    const axis = svg('g', {class: 'axis'}, layer);
-    for (const v of yt.ticks) {
-      svg('line', {x1: plot.x, x2: plot.x + plot.w, y1: sy(v), y2: sy(v)}, grid);
-      svgText(axis, plot.x - 6, sy(v) + 4, tickLabel(v, yt.unit), {'text-anchor': 'end'});
-    }
-    svg('line', {x1: plot.x, x2: plot.x, y1: plot.y, y2: plot.y + plot.h}, axis);
-    const xt = unitTicks(x0 - tMin, x1 - tMin, Math.max(3, Math.floor(plot.w / 110)), TIME_UNITS);
-    axisBottom(
-        layer, plot, xt.ticks.map(v => ({x: sx(v + tMin), text: tickLabel(v, xt.unit)})),
-        'time since the trace\'s first event');
+    timeAxes(layer, plot, sx, sy, [x0, x1], [y0, y1], tMin);
     const body = svg('g', {'clip-path': 'url(#' + clipId + ')'}, layer);
     let drawn = 0;
     const points = (t, values) => {
@@ -660,18 +666,7 @@ function bandsChart(container, data, trace) {
     y1 = top * 1.06;
     const sx = t => plot.x + plot.w * (t - x0) / (x1 - x0);
     const sy = v => plot.y + plot.h - plot.h * v / y1;
-    const yt = unitTicks(0, y1, 6, BYTE_UNITS);
-    const grid = svg('g', {class: 'grid'}, layer);
-    const axis = svg('g', {class: 'axis'}, layer);
-    for (const v of yt.ticks) {
-      svg('line', {x1: plot.x, x2: plot.x + plot.w, y1: sy(v), y2: sy(v)}, grid);
-      svgText(axis, plot.x - 6, sy(v) + 4, tickLabel(v, yt.unit), {'text-anchor': 'end'});
-    }
-    svg('line', {x1: plot.x, x2: plot.x, y1: plot.y, y2: plot.y + plot.h}, axis);
-    const xt = unitTicks(x0 - tMin, x1 - tMin, Math.max(3, Math.floor(plot.w / 110)), TIME_UNITS);
-    axisBottom(
-        layer, plot, xt.ticks.map(v => ({x: sx(v + tMin), text: tickLabel(v, xt.unit)})),
-        'time since the trace\'s first event');
+    timeAxes(layer, plot, sx, sy, [x0, x1], [0, y1], tMin);
     const body = svg('g', {'clip-path': 'url(#' + clipId + ')'}, layer);
     let drawn = 0;
     // A polygon over the samples [from, to], each holding until the next (a
