@@ -44,6 +44,10 @@ Block* FreeIndex::best_fit(std::size_t n) const noexcept {
   return by_size_.lower_bound([n](const Block* b) { return b->size < n; });
 }
 
+Block* FreeIndex::next_by_size(const Block* b) const noexcept {
+  return by_size_.lower_bound([b](const Block* x) { return !BySizeTraits::less(b, x); });
+}
+
 Block* FreeIndex::worst_fit(std::size_t n) const noexcept {
   Block* b = by_size_.last();
   return b != nullptr && b->size >= n ? b : nullptr;

@@ -59,6 +59,8 @@ class FreeIndex {
   [[nodiscard]] Block* next_fit(std::size_t n, std::uintptr_t cursor) const noexcept;
   // The largest block, when its size is >= n.
   [[nodiscard]] Block* worst_fit(std::size_t n) const noexcept;
+  // The block after `b` in (size, address) order, or null.
+  [[nodiscard]] Block* next_by_size(const Block* b) const noexcept;
   // The block whose range holds `address`, or null.
   [[nodiscard]] Block* containing(std::uintptr_t address) const noexcept;
 

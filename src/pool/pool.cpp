@@ -45,7 +45,9 @@ Pool::Pool(const driver::Driver& driver, space::AddressSpace& space, CUcontext c
       policy_(std::move(policy)),
       registry_(streams),
       events_(driver.api()),
-      deferred_(driver.api(), context, streams, events_) {}
+      deferred_(driver.api(), context, streams, events_) {
+  space_.set_unmap_check(&fence_check_);
+}
 
 Pool::~Pool() {
   std::lock_guard<util::SpinLock> guard(lock_);
@@ -57,6 +59,7 @@ Pool::~Pool() {
   if (fences_.unsynchronized() && api_.ctxSynchronize != nullptr) (void)api_.ctxSynchronize();
   events_.clear();
   segments_.for_each([this](const Segment& segment) { (void)space_.unreserve(segment.reservation); });
+  space_.set_unmap_check(nullptr);
 }
 
 std::string_view Pool::policy_name() const { return policy_->name(); }
@@ -121,7 +124,6 @@ Block* Pool::allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t s
 
 Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                    Miss* miss) {
-  constexpr std::size_t kMaxSetAside = 8;
   for (;;) {
     Block* block = try_place(arena, rounded, stream, ordered, error, miss);
     if (block != nullptr || !miss->fence_failed || unsafe_.size() >= kMaxSetAside) return block;
@@ -210,10 +212,9 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     *error = util::Status(util::Error::out_of_memory, "no free block fits");
     return nullptr;
   }
-  const bool high = policy_->carve_end(*chosen, request) == CarveEnd::high;
-  const std::uintptr_t begin = high ? chosen->address + chosen->size - rounded : chosen->address;
-  space::Reservation& reservation = *chosen->segment->reservation;
-  const std::size_t missing = space_.unbacked_pages(reservation, begin, rounded);
+  std::uintptr_t begin = carve_begin(*chosen, request);
+  space::Reservation* reservation = chosen->segment->reservation;
+  std::size_t missing = space_.unbacked_pages(*reservation, begin, rounded);
   if (missing > 0 && !deferred_.empty() && !promoted) {
     // Freed memory is reused before new memory is created: cudaFree frees go
     // back first, and the request looks again. Without it a device that lags
@@ -227,6 +228,30 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     driver::ScopedContext scope(api_, context_);
     if (promote_all_deferred()) return try_place(arena, rounded, stream, ordered, error, miss, /*promoted=*/true);
   }
+  if (missing > 0 && space_.uses_vmm()) {
+    // A page stitching took from under this range without waiting may still
+    // be read here by work queued before: its mapping must go before this
+    // range's own. A free block already backed takes the request instead, if
+    // one of the next sizes up fits; else the host waits for that work alone.
+    // (Setting every such range aside made the layout drift from step to
+    // step, and the pool grew by up to 9%.)
+    driver::ScopedContext scope(api_, context_);
+    in_the_way_.clear();
+    space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
+    if (!in_the_way_.empty()) {
+      if (Block* backed = backed_fit(arena, request, chosen)) {
+        chosen = backed;
+        begin = carve_begin(*chosen, request);
+        reservation = chosen->segment->reservation;
+        missing = 0;
+        stats_.pending_page_detours++;
+      } else if (!wait_for_pages_in_the_way()) {
+        *miss = Miss{.no_fit = false, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
+        *error = util::Status(util::Error::driver_error, "cannot tell when queued work leaves a page");
+        return nullptr;
+      }
+    }
+  }
   if (missing > 0) {
     // Stitch before growing: idle cached pages elsewhere back this range
     // before any new physical memory is created, so what the pool holds
@@ -234,19 +259,24 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // the growth the layout has shown it needs (stitcher.hpp). Within
     // that growth each place keeps pages of its own; beyond it, pages parked
     // here come back first, at no driver cost.
-    const std::size_t growth_room = stitcher_.growth_room(reservation, begin, rounded, stats_.peak_live_bytes);
+    const std::size_t growth_room = stitcher_.growth_room(*reservation, begin, rounded, stats_.peak_live_bytes);
     const auto short_of_pages = [&] { return missing > space_.spare_pages() + growth_room; };
     if (options_.stitch_before_grow && space_.uses_vmm() && short_of_pages()) {
       driver::ScopedContext scope(api_, context_);
+      // Pages of blocks freed before a device barrier are taken at once, even
+      // while their work may still run (stitcher.hpp); other stream-ordered
+      // blocks give pages once their stream is past them, waiting only for
+      // the requesting stream's own earlier work. (Making a barrier here
+      // instead of that wait was tried: on the sample traces it cost up to
+      // 1% utilization and more page moves than it saved waits.) No context
+      // synchronisation here, where the budget still has room.
+      const std::uintptr_t may_wait_for = ordered ? stream : kNoPendingWork;
       if (space_.parks_pages()) {
-        stitcher_.free_parked_pages(reservation, begin, rounded, ordered ? stream : kNoPendingWork);
+        stitcher_.free_parked_pages(*reservation, begin, rounded, may_wait_for, pages_with_work_pending_from());
       }
-      // No context synchronisation here, where the budget still has room:
-      // pages under stream-ordered frees are taken once their stream is past
-      // them, waiting only for the requesting stream's own earlier work.
       if (short_of_pages()) {
-        reclaim_idle_pages(missing - space_.spare_pages() - growth_room, begin, begin + rounded, false,
-                           ordered ? stream : kNoPendingWork, /*learn=*/true);
+        reclaim_idle_pages(missing - space_.spare_pages() - growth_room, begin, begin + rounded, false, may_wait_for,
+                           /*learn=*/true);
       }
     }
     const std::size_t available = space_.available_pages();
@@ -266,7 +296,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       return nullptr;
     }
     driver::ScopedContext scope(api_, context_);
-    if (util::Status s = space_.back(reservation, begin, rounded); !s) {
+    if (util::Status s = space_.back(*reservation, begin, rounded); !s) {
       *miss = Miss{.no_fit = false, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
       *error = s;
       return nullptr;
@@ -284,6 +314,36 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   }
   *error = util::Status::success();
   return block;
+}
+
+std::uintptr_t Pool::carve_begin(const Block& chosen, const Request& request) const {
+  const bool high = policy_->carve_end(chosen, request) == CarveEnd::high;
+  return high ? chosen.address + chosen.size - request.size : chosen.address;
+}
+
+Block* Pool::backed_fit(Arena& arena, const Request& request, const Block* chosen) {
+  // A bounded look: this is the slow path, but it must not become a walk of
+  // every free block.
+  constexpr int kLooks = 32;
+  int looks = 0;
+  for (Block* b = arena.index().best_fit(request.size); b != nullptr && looks < kLooks;
+       b = arena.index().next_by_size(b), ++looks) {
+    if (b == chosen) continue;
+    const std::uintptr_t begin = carve_begin(*b, request);
+    if (space_.unbacked_pages(*b->segment->reservation, begin, request.size) == 0) return b;
+  }
+  return nullptr;
+}
+
+bool Pool::wait_for_pages_in_the_way() {
+  for (const space::PendingUse& use : in_the_way_) {
+    if (fences_.finished(use.key, use.epoch)) continue;
+    stats_.pending_page_waits++;
+    if (fences_.query(use.key, use.epoch, use.key, /*wait_for_barrier=*/true)) continue;
+    // A wait that failed proves nothing; a context synchronisation does.
+    return synchronize_context();
+  }
+  return true;
 }
 
 // --- deallocation -----------------------------------------------------------------

@@ -109,7 +109,11 @@ struct PoolStats {
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
-  std::uint64_t host_pages = 0;       // pool pages backed by host memory now (evicted)
+  // Host waits for work still reading a page's old place before a range there could be mapped.
+  std::uint64_t pending_page_waits = 0;
+  // Requests placed on a backed block instead, rather than wait for that.
+  std::uint64_t pending_page_detours = 0;
+  std::uint64_t host_pages = 0;  // pool pages backed by host memory now (evicted)
   std::uint64_t live_blocks = 0;
   std::uint64_t free_blocks = 0;
   std::uint64_t segments = 0;
@@ -312,6 +316,8 @@ class Pool {
     std::uintptr_t keep_begin;
     std::uintptr_t keep_end;
   };
+  // How many chosen blocks one allocation may set aside (unsafe_).
+  static constexpr std::size_t kMaxSetAside = 8;
   // try_place, again while the chosen block's pending work cannot be fenced.
   Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error, Miss* miss);
   // `promoted`: cudaFree frees were just promoted for this request; they are
@@ -328,6 +334,14 @@ class Pool {
   // Every deferred block back to the index behind a device barrier, no host
   // wait; false (nothing moved) when the barrier cannot be made.
   bool promote_deferred_behind_barrier();
+  // The barrier epoch before which freed blocks give pages to stitching while
+  // their work may still run (stitcher.hpp); 0: none. Only work queued after
+  // the barrier is ordered after theirs, and residency's copies to and from
+  // the host cache (some on no gate, once the step is learned) need not be:
+  // with a page mover, no such pages.
+  [[nodiscard]] std::uint64_t pages_with_work_pending_from() const noexcept {
+    return mover_ == nullptr ? barrier_epoch_ : 0;
+  }
   // promote_deferred_behind_barrier(), else wait for every fence.
   bool promote_all_deferred();
   // Whether enough is deferred that it should rejoin the index before the
@@ -381,6 +395,29 @@ class Pool {
    private:
     Pool& pool_;
   };
+  // The space asks it before unmapping a page parked with work pending
+  // (stitching takes pages behind a device barrier without waiting): it
+  // queries the fence, never waits.
+  class FenceCheck final : public space::UnmapCheck {
+   public:
+    explicit FenceCheck(order::StreamFences& fences) : fences_(fences) {}
+    bool finished(const space::PendingUse& use) override {
+      return fences_.finished(use.key, use.epoch) || fences_.query(use.key, use.epoch, kNoPendingWork, false);
+    }
+
+   private:
+    order::StreamFences& fences_;
+  };
+  // Where a request carved from `chosen` begins (the policy picks the end).
+  [[nodiscard]] std::uintptr_t carve_begin(const Block& chosen, const Request& request) const;
+  // A free block other than `chosen` of one of the next sizes up whose range
+  // for `request` is wholly backed, or null.
+  Block* backed_fit(Arena& arena, const Request& request, const Block* chosen);
+  // Waits for the work still using the parked mappings in_the_way_ lists
+  // (space::AddressSpace::pending_in_the_way): what a range needs before its
+  // pages can be mapped, and no more. False when neither a wait nor a
+  // context synchronisation proves it done.
+  bool wait_for_pages_in_the_way();
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
   // While bring_back_for_launch makes room: blocks used at or after this
   // point of the live set's use clock are not evicted (0: none spared).
@@ -396,9 +433,12 @@ class Pool {
   Arena arenas_[2]{{0, blocks_, *policy_, fences_}, {1, blocks_, *policy_, fences_}};  // small, large requests
   LiveSet live_{segments_};
   Stitcher stitcher_{space_, segments_, arenas_, fences_, options_.hold_slack_percent};
+  FenceCheck fence_check_{fences_};
+  std::vector<space::PendingUse> in_the_way_;  // wait_for_pages_in_the_way's scratch
   std::uint64_t sequence_ = 0;
-  bool barrier_failed_ = false;  // the last device barrier could not be made
-  std::vector<Block*> unsafe_;   // set aside during one allocation
+  bool barrier_failed_ = false;      // the last device barrier could not be made
+  std::uint64_t barrier_epoch_ = 0;  // fences_'s epoch of the newest device barrier (0: none)
+  std::vector<Block*> unsafe_;       // set aside during one allocation
   PoolStats stats_;
   SizeHistogram size_classes_;
   OwnerBytes owners_;

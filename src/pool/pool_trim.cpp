@@ -19,7 +19,8 @@ std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t ke
                                      bool wait_for_barrier) {
   // Without a synchronisation, only blocks with nothing pending give pages.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !fences_.unsynchronized();
-  return stitcher_.reclaim(pages_needed, keep_begin, keep_end, all_idle, request_stream, learn, wait_for_barrier);
+  return stitcher_.reclaim(pages_needed, keep_begin, keep_end, all_idle, request_stream, learn, wait_for_barrier,
+                           pages_with_work_pending_from());
 }
 
 std::size_t Pool::trim_chunks() {

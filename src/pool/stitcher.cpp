@@ -5,6 +5,26 @@
 
 namespace tidepool::pool {
 
+namespace {
+
+// What may still use free block `b`'s pages: nothing once settled (asking the
+// driver, waiting as settle_by_query may), else its fence.
+space::PendingUse pending_use(Block& b, order::StreamFences& fences, std::uintptr_t request_stream,
+                              bool wait_for_barrier) {
+  if (settle_by_query(b, fences, request_stream, wait_for_barrier)) return {};
+  return {.key = b.stream, .epoch = b.free_epoch, .any = true};
+}
+
+// Whether a block with work pending may give pages now: only one freed
+// before a device barrier (put back behind one, or freed in stream order
+// before the newest: free epochs start at 1, a barrier epoch of 0 admits
+// none), since all work queued after the barrier runs after its work. Its
+// pages may then serve new work at once, so long as the old mappings stay
+// until that work is done (space::PendingUse).
+bool behind_barrier(const Block& b, std::uint64_t barrier_epoch) { return b.free_epoch <= barrier_epoch; }
+
+}  // namespace
+
 std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                   std::uint64_t peak_live_bytes) {
   // Pages of this range that stitching took away earlier are needed again:
@@ -27,7 +47,7 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
 }
 
 std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                        std::uintptr_t request_stream) {
+                                        std::uintptr_t request_stream, std::uint64_t barrier_epoch) {
   if (r.is_chunk() || length == 0) return 0;
   const std::size_t page_size = r.page_size();
   const std::uintptr_t end = begin + length;
@@ -43,8 +63,10 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     const Segment* segment = segments_.of(now.reservation);
     Block* holder = segment != nullptr ? arenas_[segment->arena].index().containing(at) : nullptr;
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
-    if (fences_.unsynchronized() && !settle_by_query(*holder, fences_, request_stream)) continue;
-    if (space_.unback(*now.reservation, now.page, 1)) {
+    const space::PendingUse pending =
+        fences_.unsynchronized() ? pending_use(*holder, fences_, request_stream, false) : space::PendingUse{};
+    if (pending.any && !behind_barrier(*holder, barrier_epoch)) continue;
+    if (space_.unback(*now.reservation, now.page, 1, pending)) {
       now.reservation->page(now.page).reclaimed = true;
       ++freed;
     }
@@ -53,7 +75,8 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
 }
 
 std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
-                              bool all_idle, std::uintptr_t request_stream, bool learn, bool wait_for_barrier) {
+                              bool all_idle, std::uintptr_t request_stream, bool learn, bool wait_for_barrier,
+                              std::uint64_t barrier_epoch) {
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
   // lets the pool settle into a layout that needs no remapping.
@@ -72,7 +95,9 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   std::size_t reclaimed = 0;
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
-    if (!all_idle && !settle_by_query(*b, fences_, request_stream, wait_for_barrier)) continue;
+    const space::PendingUse pending =
+        all_idle ? space::PendingUse{} : pending_use(*b, fences_, request_stream, wait_for_barrier);
+    if (pending.any && !behind_barrier(*b, barrier_epoch)) continue;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
     for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;
@@ -82,7 +107,7 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
       // A host page under a free block goes back to the host cache, but
       // frees no device page.
       const bool on_host = r.page(p).residency == space::Residency::host;
-      if (!space_.unback(r, p, 1) || on_host) continue;
+      if (!space_.unback(r, p, 1, pending) || on_host) continue;
       r.page(p).reclaimed = learn;
       ++reclaimed;
     }

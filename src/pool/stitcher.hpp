@@ -2,10 +2,14 @@
 // elsewhere, so that what the pool holds tracks what is live rather than the
 // history of its layout, and learns how many pages the layout needs.
 //
-// Invariant: a page is unmapped only under free blocks, never within the
-// range being backed, and only once no queued work can touch it: its block
+// Invariant: a page is taken only from under free blocks, never within the
+// range being backed, and only once no queued work can touch it (its block
 // has no pending stream, its stream is known past the free, or the caller
-// synchronised the context (`all_idle`). Pages go longest idle first. Pages
+// synchronised the context: `all_idle`) or all work queued from then on runs
+// after the work that may (the block was freed before a device barrier,
+// `barrier_epoch`). Such a page stays mapped at its old place, parked with
+// that work as its space::PendingUse, until the work is done: a mapping is
+// never unmapped under queued work. Pages go longest idle first. Pages
 // taken to back another range are marked, so that needing them again teaches
 // the pool to hold more (pages_to_hold_, bounded by the slack over the peak
 // live bytes) instead of moving the same pages every training step. Not
@@ -40,17 +44,20 @@ class Stitcher {
   // still parked: frees that page where it is current now, if it is idle
   // there, so that backing the range makes it current here at no driver
   // cost. Returns how many it freed.
+  // `barrier_epoch`: as for reclaim.
   std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                std::uintptr_t request_stream);
+                                std::uintptr_t request_stream, std::uint64_t barrier_epoch);
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `all_idle`: the caller proved no freed block has work pending (a
   // synchronisation); else a block gives pages once its stream is past it,
   // waiting only on `request_stream` (a stream key), or, with
   // `wait_for_barrier`, for the work before the barrier it came back behind.
   // `learn`: mark the pages, so that needing them again teaches the pool to
-  // hold more; a trim does not.
+  // hold more; a trim does not. `barrier_epoch`: the epoch of the newest
+  // device barrier (order::StreamFences); blocks freed before it give pages
+  // without waiting (see the invariant); 0: none does.
   std::size_t reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end, bool all_idle,
-                      std::uintptr_t request_stream, bool learn, bool wait_for_barrier);
+                      std::uintptr_t request_stream, bool learn, bool wait_for_barrier, std::uint64_t barrier_epoch);
 
  private:
   space::AddressSpace& space_;

@@ -34,6 +34,7 @@ bool Pool::promote_deferred_behind_barrier() {
   // overlap it. Unmapping their pages waits for a record on the legacy
   // stream made after this barrier (settle_by_query), or a synchronisation.
   const std::uint64_t epoch = fences_.freed();
+  barrier_epoch_ = epoch;
   stats_.device_barriers++;
   // Only eviction waits for one barrier's work (a learned bring-back taking
   // pages of blocks freed a launch ago); without it the record would cost

@@ -87,12 +87,12 @@ util::Status AddressSpace::unreserve(Reservation* r) {
     // location in a reservation that is gone.
     for (std::size_t p = 0; p < r->mapped_limit(); ++p) {
       if (r->page(p).host != nullptr) {
-        if (auto s = unmap_at(*r, p); !s && result.ok()) result = s;
+        if (auto s = unmap_at(*r, p, /*checked=*/false); !s && result.ok()) result = s;
         continue;
       }
       PhysicalPage* physical = r->page(p).physical;
       if (physical == nullptr) continue;
-      if (auto s = unmap_at(*r, p); !s) {
+      if (auto s = unmap_at(*r, p, /*checked=*/false); !s) {
         if (result.ok()) result = s;
         if (physical->current == PageLocation{r, p}) {
           drop_page(physical);  // released still mapped: the driver frees it with the mapping
@@ -184,8 +184,31 @@ void AddressSpace::take_spare(PhysicalPage* page) {
   page->spare_slot = SIZE_MAX;
 }
 
-util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p) {
+bool AddressSpace::may_unmap(Reservation& r, std::size_t p) {
+  PendingUse& pending = r.page(p).pending;
+  if (!pending.any) return true;
+  if (unmap_check_ == nullptr || !unmap_check_->finished(pending)) return false;
+  pending = {};
+  return true;
+}
+
+void AddressSpace::pending_in_the_way(Reservation& r, std::uintptr_t address, std::size_t length,
+                                      std::vector<PendingUse>* uses) {
+  if (r.is_chunk() || length == 0) return;
+  for (std::size_t p = r.page_of(address); p <= r.page_of(address + length - 1); ++p) {
+    const PageEntry& page = r.page(p);
+    // Parked here and spare, it becomes current here again: no unmap.
+    if (page.residency != Residency::unmapped || page.physical == nullptr || page.physical->is_spare()) continue;
+    if (!may_unmap(r, p)) uses->push_back(page.pending);
+  }
+}
+
+util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p, bool checked) {
   PageEntry& entry = r.page(p);
+  if (checked && !may_unmap(r, p)) {
+    return {util::Error::out_of_memory, "a parked page is still in use by queued work"};
+  }
+  entry.pending = {};
   if (HostPage* host = entry.host; host != nullptr) {
     if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
     counters_.unmaps++;
@@ -212,16 +235,30 @@ util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p) {
   return util::Status::success();
 }
 
-util::Status AddressSpace::park(Reservation& r, std::size_t p) {
+util::Status AddressSpace::park(Reservation& r, std::size_t p, const PendingUse& pending) {
   PageEntry& entry = r.page(p);
   PhysicalPage* physical = entry.physical;
-  if (!parking_ || entry.residency != Residency::device) return unmap_at(r, p);
+  // Work still using this mapping: it must stay (see unback).
+  const auto unmap_here = [&]() -> util::Status {
+    if (pending.any && (unmap_check_ == nullptr || !unmap_check_->finished(pending))) {
+      return {util::Error::out_of_memory, "the page is still in use by queued work"};
+    }
+    return unmap_at(r, p);
+  };
+  if (!parking_ || entry.residency != Residency::device) return unmap_here();
   if (physical->parked_count == PhysicalPage::kMaxParked) {
-    // The oldest parked mapping makes room; if it will not go, this one
-    // is unmapped instead.
-    const PageLocation oldest = physical->parked[0];
-    if (!unmap_at(*oldest.reservation, oldest.page)) return unmap_at(r, p);
+    // The oldest parked mapping no work still uses makes room; if none
+    // will go, this one is unmapped instead.
+    std::size_t slot = 0;
+    while (slot < physical->parked_count &&
+           !may_unmap(*physical->parked[slot].reservation, physical->parked[slot].page)) {
+      ++slot;
+    }
+    if (slot == physical->parked_count) return unmap_here();
+    const PageLocation room = physical->parked[slot];
+    if (!unmap_at(*room.reservation, room.page)) return unmap_here();
   }
+  entry.pending = pending;
   physical->parked[physical->parked_count++] = {&r, p};
   physical->current = {};
   r.set_residency(p, Residency::unmapped);
@@ -304,6 +341,7 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
     if (page.residency != Residency::unmapped || parked == nullptr || !parked->is_spare()) continue;
     take_spare(parked);
     forget_parked(*parked, {&r, p});
+    page.pending = {};
     parked->current = {&r, p};
     r.set_residency(p, Residency::device);
     counters_.parked_reuses++;
@@ -354,12 +392,12 @@ util::Status AddressSpace::back(Reservation& r, std::uintptr_t address, std::siz
   return s;
 }
 
-util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t count) {
+util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t count, const PendingUse& pending) {
   if (r.is_chunk()) return util::Status::success();
   util::Status result;
   for (std::size_t p = first; p < first + count && p < r.page_count(); ++p) {
     if (r.page(p).residency == Residency::unmapped) continue;
-    if (auto s = park(r, p); !s && result.ok()) result = s;
+    if (auto s = park(r, p, pending); !s && result.ok()) result = s;
   }
   // Spares beyond a lowered budget go back to the driver at once.
   while (!spares_.empty() && device_bytes() > limit_) {

@@ -9,7 +9,10 @@
 // to unmap, and when, is the pool's decision. A page the pool stops using
 // stays mapped where it was, parked (physical_page.hpp), until that mapping
 // is in the way or the page is released; back() makes a parked mapping
-// current again for free when its page is spare. Not thread-safe; the pool
+// current again for free when its page is spare. A page may be parked with
+// work still pending on it (PendingUse): that mapping is unmapped only once
+// the owner's UnmapCheck says the work is done, so a kernel queued before
+// the page moved never finds its address gone. Not thread-safe; the pool
 // serialises calls.
 #pragma once
 
@@ -34,6 +37,16 @@ struct SpaceCounters {
   std::uint64_t creates = 0;        // physical pages created (or chunks allocated)
   std::uint64_t releases = 0;       // physical pages (or chunks) given back to the driver
   std::uint64_t map_batches = 0;    // back() calls that mapped at least one page
+};
+
+// The owner's answer to whether work recorded as a PendingUse has finished.
+// It may ask the driver; it never waits.
+class UnmapCheck {
+ public:
+  virtual bool finished(const PendingUse& use) = 0;
+
+ protected:
+  ~UnmapCheck() = default;
 };
 
 class AddressSpace {
@@ -75,8 +88,19 @@ class AddressSpace {
 
   // The pool stops using pages [first, first + count) of `r`; their physical
   // pages become spare, left parked where they were. The caller guarantees
-  // no block in use lies on them and no queued device work touches them.
-  util::Status unback(Reservation& r, std::size_t first, std::size_t count);
+  // no block in use lies on them, and that no queued device work touches
+  // them or, with `pending`, that all work queued from now on runs after
+  // the work `pending` names (a device barrier): such a page is taken only
+  // where it can stay mapped here until that work is done, and is otherwise
+  // left current (an error, nothing changed for it).
+  util::Status unback(Reservation& r, std::size_t first, std::size_t count, const PendingUse& pending = {});
+  // What keeps back() from mapping [address, address + length) now: parked
+  // mappings in the way whose pending work is not known done (asked of the
+  // UnmapCheck). Appends one use per such page to `uses`; none: back() may go.
+  void pending_in_the_way(Reservation& r, std::uintptr_t address, std::size_t length, std::vector<PendingUse>* uses);
+  // Set by the owner before the first unback() with a pending use; it must
+  // outlive the space or be unset.
+  void set_unmap_check(UnmapCheck* check) noexcept { unmap_check_ = check; }
 
   // Eviction (the residency layer decides what and when; these only remap).
   // move_to_host: page `p` of `r` is on the device; its bytes have been
@@ -130,8 +154,13 @@ class AddressSpace {
   void take_spare(PhysicalPage* page);
   // Unmaps whatever is mapped at page `p` of `r`, current or parked, at the
   // driver; a current page becomes spare.
-  util::Status unmap_at(Reservation& r, std::size_t p);
-  util::Status park(Reservation& r, std::size_t p);
+  // `checked`: a mapping parked with pending work is not unmapped until the
+  // UnmapCheck says it is done (false only where the caller has proven all
+  // work done: unreserve()).
+  util::Status unmap_at(Reservation& r, std::size_t p, bool checked = true);
+  // Whether the mapping at page `p` of `r` may be unmapped now.
+  bool may_unmap(Reservation& r, std::size_t p);
+  util::Status park(Reservation& r, std::size_t p, const PendingUse& pending);
   util::Status map_spare(Reservation& r, std::size_t p);
   util::Status grant_access(std::uintptr_t address, std::size_t bytes);
   void note_device_pages(std::size_t pages) noexcept;
@@ -156,6 +185,7 @@ class AddressSpace {
   std::vector<HostPage*> released_host_;  // owned by the residency layer
   std::size_t host_pages_ = 0;            // pool pages backed by a host page now
   SpaceCounters counters_;
+  UnmapCheck* unmap_check_ = nullptr;
 };
 
 }  // namespace tidepool::space

@@ -30,6 +30,18 @@ namespace tidepool::space {
 // and so did the unmap; such a page backs nothing until an unmap succeeds.
 enum class Residency : std::uint8_t { unmapped, device, host, broken };
 
+// Work that may still use a mapping the pool stopped using: the pool's fence
+// for it (a stream key and an epoch, opaque here). A page taken from under a
+// free block whose earlier work is ordered before all later work (a device
+// barrier) but not known finished stays mapped where it was, parked, with
+// this; the mapping is unmapped only once the pool's UnmapCheck says the work
+// is done (address_space.hpp).
+struct PendingUse {
+  std::uintptr_t key = 0;
+  std::uint64_t epoch = 0;
+  bool any = false;
+};
+
 struct PageEntry {
   PhysicalPage* physical = nullptr;           // current here, or parked here while unmapped
   HostPage* host = nullptr;                   // mapped here while residency == host
@@ -38,6 +50,9 @@ struct PageEntry {
   // reads it when it needs the page again: a sign its layout needs more
   // pages than it holds. Cleared when the page is mapped.
   bool reclaimed = false;
+  // Set while parked here with work that may still reach the page through
+  // this mapping; cleared when the mapping goes or becomes current again.
+  PendingUse pending;
 };
 
 class Reservation {

@@ -337,6 +337,59 @@ TEST_F(StreamSafety, StitchingNeverUnmapsPagesUnderQueuedWork) {
   destroy_stream(side);
 }
 
+// Behind a device barrier, stitching takes a freed block's pages while its
+// work is still queued, without a host wait: the work queued later, which the
+// new owner's is, runs after it. The old mapping stays until that work is
+// done: the queued write still lands (in the page, now the new block's, before
+// the new owner's fill), and a request over the old place either waits for it
+// or goes to a backed block; its address is never unmapped under the write (a
+// SIGSEGV here) nor mapped to another page first (the write would land in the
+// later block's bytes).
+TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone) {
+  use_barrier_allocator();
+  constexpr std::size_t kPage = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
+  auto freed = allocator_->allocate(kPage, 0, false);
+  auto kept = allocator_->allocate(kPage, 0, false);  // bounds the freed block's range
+  ASSERT_TRUE(freed.ok() && kept.ok());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
+  std::thread opener([&gate] {  // only so that a wrong host wait fails rather than hangs
+    std::unique_lock<std::mutex> lock(gate.m);
+    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
+      lock.unlock();
+      gate.release();
+    }
+  });
+  // Three pages where two can be made: one comes from under the freed block.
+  const std::uint64_t waits_before = host_waits();
+  auto big = allocator_->allocate(3 * kPage, 0, false);
+  const std::uint64_t waits = host_waits() - waits_before;
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_EQ(waits, 0u) << "stitching waited for the queued write";
+  EXPECT_LE(allocator_->pool().stats().reserved_bytes, 4 * kPage);
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 3 * kPage, nullptr), CUDA_SUCCESS);
+  // The old place again, while the write is still queued: the freed block's
+  // range (with the kept block's, freed now) is the best fit.
+  ASSERT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
+  const pool::PoolStats before = allocator_->pool().stats();
+  std::thread release_soon = open_later(gate, 100);
+  auto again = allocator_->allocate(kPage, 0, false);
+  const pool::PoolStats after = allocator_->pool().stats();
+  release_soon.join();
+  opener.join();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ(again.value(), freed.value()) << "the best fit is the old place, and no backed block could serve";
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits + 1) << "mapped over the queued write's page";
+  std::memset(reinterpret_cast<void*>(again.value()), 0x33, kPage);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(again.value(), kPage, 0x33)) << "the queued write landed in a later block";
+  EXPECT_TRUE(filled_with(big.value(), 3 * kPage, 0x5a)) << "the queued write landed after the new owner's fill";
+  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
+}
+
 TEST_F(StreamSafety, ThePerThreadDefaultStreamIsAStreamPerThread) {
   const auto per_thread = reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
   testing::Gate gate;

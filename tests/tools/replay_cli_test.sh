@@ -19,6 +19,27 @@ fail() {
 }
 
 case "$case_name" in
+  lag)
+    # --lag-us queues work behind each of tidepool's allocations; without it
+    # a replay repeats exactly, and the baselines never see it.
+    "$replay" --policy best_fit --policy pytorch_rules --frees device --lag-us 2 --json "$sample" > lag.jsonl 2> lag.err ||
+      fail "--lag-us 2 exited $?"
+    [ "$(grep -c '"lag_us":2' lag.jsonl)" -eq 2 ] || fail "lag_us is not in every line"
+    grep -q '"failed_allocations":0' lag.jsonl || fail "a lagging replay refused allocations"
+    "$replay" --policy best_fit --policy pytorch_rules --frees device --json "$sample" > a.jsonl || fail "no lag"
+    "$replay" --policy best_fit --policy pytorch_rules --frees device --json "$sample" > b.jsonl || fail "no lag, again"
+    sed 's/"ns_per_event":[^,]*,//' a.jsonl > a
+    sed 's/"ns_per_event":[^,]*,//' b.jsonl > b
+    cmp -s a b || fail "two replays without lag differ"
+    grep -q '"lag_us":0' a.jsonl || fail "lag_us 0 is not said"
+    grep pytorch_rules lag.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//' > lagged_baseline
+    grep pytorch_rules a.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//' > baseline
+    cmp -s lagged_baseline baseline || fail "the lag changed a baseline"
+    for bad in -1 2000000 soon; do
+      "$replay" --lag-us "$bad" "$sample" > /dev/null 2> bad.err
+      [ $? -eq 2 ] || fail "--lag-us $bad was accepted"
+    done
+    ;;
   version)
     out=$("$replay" --version) || fail "--version exited $?"
     [ "$out" = "tidepool-replay $version" ] || fail "--version said \"$out\""

@@ -147,6 +147,7 @@ TEST(Reports, JsonLinesHaveExactlyTheDocumentedKeys) {
                                     "device_limit_bytes",
                                     "device_limit_given",
                                     "frees",
+                                    "lag_us",
                                     "driver_calls",
                                     "last_step",
                                     "steps"}));

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   std::string chrome;
   std::string frees = "stream";
   std::size_t step_count = 0;
+  double lag_us = 0;
   bool json = false;
   bool lenient = false;
   bool progress = false;
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
                  "How tidepool's policies see the trace's frees: stream (cudaFreeAsync, the default) or device "
                  "(cudaFree/cuMemFree, as a preloaded cudaMalloc program makes them)")
       ->check(CLI::IsMember({"stream", "device"}));
+  app.add_option("--lag-us", lag_us,
+                 "How far the device lags, as bench_live_replay's --kernel-us: after each allocation tidepool's "
+                 "policies queue this many microseconds of work on its stream, and fences finish when the work "
+                 "before them has (default 0: none queued, every fence finished at once)")
+      ->check(CLI::Range(0.0, tidepool::replay::kMaxLagMicroseconds).description(""));
   app.add_option("--steps", step_count,
                  "Split the trace into N equal training steps, 1 to 1000000 (default: detect them)")
       ->check(CLI::Range(1, 1000000).description(""))
@@ -100,6 +106,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   (void)parse_free_mode(frees, &target_options.frees);  // checked by the parser
+  target_options.lag_us = lag_us;
   if (!device_limit.empty()) {
     auto spec = tidepool::util::parse_size(device_limit);
     if (!spec || spec->is_percent || spec->bytes < tidepool::runtime::kMinimumBudget) {

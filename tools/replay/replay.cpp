@@ -303,6 +303,7 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
   result->trace = trace_name;
   result->policy = policy;
   result->frees = target_options.frees;
+  result->lag_us = target_options.lag_us;
   result->device_limit_bytes = device_limit_of(target_options, &result->device_limit_given);
   if (result->device_limit_given) {
     result->budget_changes.push_back(

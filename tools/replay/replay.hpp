@@ -74,6 +74,7 @@ struct Result {
   std::string trace;
   std::string policy;
   FreeMode frees = FreeMode::stream;
+  double lag_us = 0;  // TargetOptions::lag_us (tidepool's policies only)
   std::uint64_t events = 0;
   std::uint64_t peak_live_bytes = 0;
   std::uint64_t peak_reserved_bytes = 0;

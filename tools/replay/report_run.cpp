@@ -47,6 +47,11 @@ ReportRun make_report_run(int argc, const char* const* argv, const TargetOptions
   run.date = utc_now();
   run.host = host_name();
   run.options.emplace_back("frees", free_mode_name(target.frees));
+  if (target.lag_us > 0) {
+    char lag[128];
+    std::snprintf(lag, sizeof lag, "%g us of work queued per allocation (tidepool's policies)", target.lag_us);
+    run.options.emplace_back("device lag", lag);
+  }
   bool given = false;
   const std::uint64_t limit = device_limit_of(target, &given);
   run.options.emplace_back("device limit",

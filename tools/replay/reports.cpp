@@ -204,6 +204,7 @@ std::string json_line(const Result& r) {
       {"device_limit_bytes", r.device_limit_bytes},
       {"device_limit_given", r.device_limit_given},
       {"frees", free_mode_name(r.frees)},
+      {"lag_us", r.lag_us},
       {"driver_calls", calls_json(r.driver_calls)},
       {"last_step", step_json(last_step(r))},
   };

@@ -63,7 +63,17 @@ struct TargetOptions {
   // Trace stream ids past this many (in order of first use) share the sim
   // streams of the first ones; 0 is read as 1.
   std::size_t stream_limit = kDefaultStreamLimit;
+  // How far the device lags (--lag-us): after each allocation a tidepool
+  // target queues work of this many microseconds on the allocation's stream
+  // (the legacy stream in `device` mode) that writes the block's first bytes,
+  // as bench_live_replay's --kernel-us does, and fences finish when the sim's
+  // streams get to them. 0: no work is queued and a fence is finished once
+  // recorded, every run alike.
+  double lag_us = 0;
 };
+
+// The largest --lag-us taken: a second per allocation.
+inline constexpr double kMaxLagMicroseconds = 1e6;
 
 class Target {
  public:

@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <unordered_map>
 #include <vector>
@@ -56,18 +58,49 @@ const driver::Driver* sim_driver(std::string* error) {
       if (auto set = reinterpret_cast<SetCapacity>(::dlsym(driver->handle(), "tidepool_sim_set_capacity"))) {
         set(static_cast<std::size_t>(kReplayDeviceBytes));
       }
-      // The replay launches no work: fences are finished once recorded, every
-      // run alike, rather than whenever the sim's stream threads get to them.
-      using SetRecordsWait = void (*)(int);
-      if (auto set = reinterpret_cast<SetRecordsWait>(::dlsym(driver->handle(), "tidepool_sim_set_records_wait"))) {
-        set(1);
-      }
     } else {
       failure = std::string("cannot open the simulated driver: ") + opened.status().message();
     }
   }
   if (!driver && error != nullptr) *error = failure;
   return driver.get();
+}
+
+// Without lag the replay launches no work: fences are finished once recorded,
+// every run alike, rather than whenever the sim's stream threads get to them.
+// With lag they finish when the work queued before them has.
+void set_fences_finish_when_recorded(const driver::Driver& driver, bool at_once) {
+  using SetRecordsWait = void (*)(int);
+  if (auto set = reinterpret_cast<SetRecordsWait>(::dlsym(driver.handle(), "tidepool_sim_set_records_wait"))) {
+    set(at_once ? 1 : 0);
+  }
+}
+
+// The work a lagging device runs after each allocation: it writes the block's
+// first bytes (so reuse under queued work would show) and keeps its stream
+// busy for the lag.
+void write_and_spin(void** params, void* /*user*/) {
+  const auto address = *static_cast<CUdeviceptr*>(params[0]);
+  const auto bytes = *static_cast<std::uint64_t*>(params[1]);
+  const auto spin = std::chrono::nanoseconds(*static_cast<std::int64_t*>(params[2]));
+  std::memset(reinterpret_cast<void*>(address), 0x5a, std::min<std::uint64_t>(bytes, 8));
+  const auto until = std::chrono::steady_clock::now() + spin;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// write_and_spin as a sim kernel, registered once; null when the driver is
+// not the sim.
+CUfunction lag_kernel(const driver::Driver& driver) {
+  static CUfunction kernel = [&driver] {
+    using Register = CUresult (*)(CUfunction*, void (*)(void**, void*), void*, int, const std::size_t*);
+    auto reg = reinterpret_cast<Register>(::dlsym(driver.handle(), "tidepool_sim_register_kernel"));
+    CUfunction f = nullptr;
+    const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::uint64_t), sizeof(std::int64_t)};
+    if (reg == nullptr || reg(&f, &write_and_spin, nullptr, 3, sizes) != CUDA_SUCCESS) f = nullptr;
+    return f;
+  }();
+  return kernel;
 }
 
 // The sim's call counter, or null when the driver is not the sim.
@@ -78,13 +111,16 @@ SimCallCount sim_call_count(const driver::Driver& driver) {
 class TidepoolTarget final : public Target {
  public:
   TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator, FreeMode frees,
-                 std::size_t stream_limit, SimCallCount count, DriverCalls calls_before)
+                 std::size_t stream_limit, SimCallCount count, DriverCalls calls_before, CUfunction lag_kernel,
+                 double lag_us)
       : policy_(std::move(policy)),
         allocator_(std::move(allocator)),
         frees_(frees),
         stream_limit_(std::max<std::size_t>(1, stream_limit)),
         count_(count),
-        calls_before_(calls_before) {
+        calls_before_(calls_before),
+        lag_kernel_(lag_kernel),
+        lag_ns_(static_cast<std::int64_t>(lag_us * 1000.0)) {
     // Every stream of this process that the pool may meet is made by
     // stream_for(), which registers it: the registry is complete.
     allocator_->streams().set_complete(true);
@@ -92,6 +128,7 @@ class TidepoolTarget final : public Target {
   ~TidepoolTarget() override {
     const driver::Api& api = sim_driver(nullptr)->api();
     driver::ScopedContext scope(api, allocator_->context());
+    if (lag_kernel_ != nullptr) (void)api.ctxSynchronize();  // the lag's work touches the pool's pages
     allocator_.reset();
     for (CUstream stream : made_) {
       if (stream != nullptr) api.streamDestroy(stream);
@@ -101,10 +138,21 @@ class TidepoolTarget final : public Target {
   std::string name() const override { return policy_; }
 
   bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) override {
-    auto result = frees_ == FreeMode::device ? allocator_->allocate(size, 0, /*ordered=*/false)
-                                             : allocator_->allocate(size, stream_for(stream), /*ordered=*/true);
+    const std::uintptr_t on = frees_ == FreeMode::device ? 0 : stream_for(stream);
+    auto result = allocator_->allocate(size, on, /*ordered=*/frees_ == FreeMode::stream);
     if (!result) return false;
     *address = result.value();
+    if (lag_kernel_ != nullptr && *address != 0) {
+      // The replay's own work, counted as no driver call of the target's
+      // (the sim does not count launches).
+      CUdeviceptr block = *address;
+      std::uint64_t bytes = size;
+      std::int64_t spin = lag_ns_;
+      void* params[] = {&block, &bytes, &spin};
+      const driver::Api& api = sim_driver(nullptr)->api();
+      driver::ScopedContext scope(api, allocator_->context());
+      (void)api.launchKernel(lag_kernel_, 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(on), params, nullptr);
+    }
     return true;
   }
   void free(std::uint64_t address, std::uint64_t stream) override {
@@ -160,6 +208,8 @@ class TidepoolTarget final : public Target {
   std::size_t stream_limit_;
   SimCallCount count_;
   DriverCalls calls_before_;
+  CUfunction lag_kernel_;  // null: no lag
+  std::int64_t lag_ns_;
   std::unordered_map<std::uint64_t, CUstream> streams_;  // trace id -> its stream (maybe shared)
   std::vector<CUstream> made_;                           // the streams this target created, in order
 };
@@ -168,8 +218,18 @@ class TidepoolTarget final : public Target {
 
 std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const TargetOptions& options,
                                              std::string* error) {
+  const bool lagging = options.lag_us > 0;
   const driver::Driver* driver = sim_driver(error);
   if (driver == nullptr) return nullptr;
+  set_fences_finish_when_recorded(*driver, !lagging);
+  CUfunction kernel = nullptr;
+  if (lagging) {
+    kernel = lag_kernel(*driver);
+    if (kernel == nullptr) {
+      *error = "--lag-us: the simulated driver cannot run the lag's work (tidepool_sim_register_kernel)";
+      return nullptr;
+    }
+  }
   runtime::Config config = runtime::parse_config(options.conf);
   if (config.passthrough) {
     *error = config.error;
@@ -200,7 +260,7 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
     return nullptr;
   }
   return std::make_unique<TidepoolTarget>(policy, std::move(created.value()), options.frees, options.stream_limit,
-                                          count, before);
+                                          count, before, kernel, options.lag_us);
 }
 
 const char* free_mode_name(FreeMode mode) { return mode == FreeMode::device ? "device" : "stream"; }
