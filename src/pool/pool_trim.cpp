@@ -1,6 +1,7 @@
 // Trimming: what the pool gives back to the driver on request (trim) or when
-// chunks run short without VMM (trim_chunks). Pages go only from under free
-// blocks whose queued work is done, as stitching takes them (stitcher.hpp).
+// chunks run short without VMM (trim_chunks). Pages go from under free blocks
+// as stitching takes them (stitcher.hpp); a caller that may synchronise wants
+// pages it can release, so it takes none whose queued work may still run.
 #include <limits>
 #include <mutex>
 
@@ -17,10 +18,11 @@ bool Pool::synchronize_if_needed() {
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                      bool may_synchronize, std::uintptr_t request_stream, bool learn,
                                      bool wait_for_barrier) {
-  // Without a synchronisation, only blocks with nothing pending give pages.
+  // Without a synchronisation, only blocks with nothing pending give pages,
+  // and those freed before a device barrier.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !fences_.unsynchronized();
   return stitcher_.reclaim(pages_needed, keep_begin, keep_end, all_idle, request_stream, learn, wait_for_barrier,
-                           pages_with_work_pending_from());
+                           may_synchronize ? 0 : pages_with_work_pending_from());
 }
 
 std::size_t Pool::trim_chunks() {

@@ -8,11 +8,14 @@ namespace tidepool::pool {
 namespace {
 
 // What may still use free block `b`'s pages: nothing once settled (asking the
-// driver, waiting as settle_by_query may), else its fence.
+// driver, waiting as settle_by_query may), else the work before the device
+// barrier it was freed before (`barrier_epoch`, or its own for a block put
+// back behind one). That fence covers every stream, destroyed ones too, and
+// outlives the block's own stream.
 space::PendingUse pending_use(Block& b, order::StreamFences& fences, std::uintptr_t request_stream,
-                              bool wait_for_barrier) {
+                              bool wait_for_barrier, std::uint64_t barrier_epoch) {
   if (settle_by_query(b, fences, request_stream, wait_for_barrier)) return {};
-  return {.key = b.stream, .epoch = b.free_epoch, .any = true};
+  return {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : barrier_epoch, .any = true};
 }
 
 // Whether a block with work pending may give pages now: only one freed
@@ -63,8 +66,9 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     const Segment* segment = segments_.of(now.reservation);
     Block* holder = segment != nullptr ? arenas_[segment->arena].index().containing(at) : nullptr;
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
-    const space::PendingUse pending =
-        fences_.unsynchronized() ? pending_use(*holder, fences_, request_stream, false) : space::PendingUse{};
+    const space::PendingUse pending = fences_.unsynchronized()
+                                          ? pending_use(*holder, fences_, request_stream, false, barrier_epoch)
+                                          : space::PendingUse{};
     if (pending.any && !behind_barrier(*holder, barrier_epoch)) continue;
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
       now.reservation->page(now.page).reclaimed = true;
@@ -96,7 +100,7 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
     const space::PendingUse pending =
-        all_idle ? space::PendingUse{} : pending_use(*b, fences_, request_stream, wait_for_barrier);
+        all_idle ? space::PendingUse{} : pending_use(*b, fences_, request_stream, wait_for_barrier, barrier_epoch);
     if (pending.any && !behind_barrier(*b, barrier_epoch)) continue;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);

@@ -131,6 +131,7 @@ bool AddressSpace::drop_page(PhysicalPage* page) {
   for (std::size_t i = 0; i < page->parked_count; ++i) {
     const PageLocation at = page->parked[i];
     at.reservation->page(at.page).physical = nullptr;
+    at.reservation->page(at.page).pending = {};
   }
   if (Reservation* r = page->current.reservation; r != nullptr) {
     r->page(page->current.page).physical = nullptr;
@@ -294,6 +295,7 @@ util::Status AddressSpace::map_spare(Reservation& r, std::size_t p) {
   }
   counters_.maps++;
   r.page(p).physical = physical;
+  r.page(p).pending = {};
   physical->current = {&r, p};
   r.set_residency(p, Residency::device);
   return util::Status::success();
@@ -400,9 +402,7 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
     if (auto s = park(r, p, pending); !s && result.ok()) result = s;
   }
   // Spares beyond a lowered budget go back to the driver at once.
-  while (!spares_.empty() && device_bytes() > limit_) {
-    if (!release_page(spares_.back())) break;
-  }
+  if (device_bytes() > limit_) (void)release_spare_pages(device_bytes() - limit_);
   return result;
 }
 
@@ -489,10 +489,19 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
 }
 
 std::size_t AddressSpace::release_spares(std::size_t bytes) {
-  std::size_t released = release_unreleased();
-  while (!spares_.empty() && released < bytes) {
-    if (!release_page(spares_.back())) break;
-    released += page_size_;
+  const std::size_t released = release_unreleased();
+  return released >= bytes ? released : released + release_spare_pages(bytes - released);
+}
+
+std::size_t AddressSpace::release_spare_pages(std::size_t bytes) {
+  // Newest first; a page that will not go (a parked mapping still in use by
+  // queued work, an unmap or release the driver refused) is passed over, and
+  // the one moved into its slot was already passed over.
+  std::size_t released = 0;
+  for (std::size_t i = spares_.size(); i > 0 && released < bytes;) {
+    --i;
+    if (i >= spares_.size()) continue;
+    if (release_page(spares_[i])) released += page_size_;
   }
   return released;
 }

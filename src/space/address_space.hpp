@@ -78,7 +78,8 @@ class AddressSpace {
   // address + length): a spare page parked there is made current at no cost;
   // otherwise spare pages go first and new ones are created within the
   // budget. Fails with out_of_memory, mapping nothing new, when spare
-  // pages plus budget room are short; shortfall_pages() then says how many.
+  // pages plus budget room are short; also, midway, when a parked mapping
+  // in the way is still in use (pending_in_the_way() says so beforehand).
   util::Status back(Reservation& r, std::uintptr_t address, std::size_t length);
   // Pages back() would need to create or take from spares for this range.
   [[nodiscard]] std::size_t unbacked_pages(const Reservation& r, std::uintptr_t address,
@@ -121,7 +122,8 @@ class AddressSpace {
   [[nodiscard]] std::size_t host_pages() const noexcept { return host_pages_; }
 
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
-  // SIZE_MAX). Returns the bytes released.
+  // SIZE_MAX), passing over any that cannot go yet (a parked mapping still
+  // in use). Returns the bytes released.
   std::size_t release_spares(std::size_t bytes);
 
   [[nodiscard]] std::size_t device_bytes() const noexcept { return device_pages_ * page_size_; }
@@ -144,6 +146,8 @@ class AddressSpace {
   // Unmaps its parked mappings and gives it back; false when an unmap fails
   // (it stays spare) or the driver refuses the release (see drop_page).
   bool release_page(PhysicalPage* page);
+  // release_spares' loop over the spare list.
+  std::size_t release_spare_pages(std::size_t bytes);
   // Gives it back to the driver as it is and forgets every place it is
   // mapped; false when the driver refused the release (the handle then
   // waits in unreleased_ and still counts as held).

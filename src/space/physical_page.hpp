@@ -13,7 +13,9 @@
 //
 // Invariant: nothing is ever placed on a parked virtual page (the page map
 // says unmapped), so a page's bytes are reachable only through the one
-// virtual page it is current at, except through a dangling pointer.
+// virtual page it is current at, except through a dangling pointer and,
+// until it finishes, work queued before the page moved that the mapping's
+// PendingUse names (reservation.hpp): all work queued since runs after it.
 #pragma once
 
 #include <cuda.h>

@@ -130,6 +130,7 @@ class TidepoolTarget final : public Target {
     driver::ScopedContext scope(api, allocator_->context());
     if (lag_kernel_ != nullptr) (void)api.ctxSynchronize();  // the lag's work touches the pool's pages
     allocator_.reset();
+    if (lag_event_ != nullptr) (void)api.eventDestroy(lag_event_);
     for (CUstream stream : made_) {
       if (stream != nullptr) api.streamDestroy(stream);
     }
@@ -152,17 +153,22 @@ class TidepoolTarget final : public Target {
       const driver::Api& api = sim_driver(nullptr)->api();
       driver::ScopedContext scope(api, allocator_->context());
       (void)api.launchKernel(lag_kernel_, 1, 1, 1, 1, 1, 1, 0, reinterpret_cast<CUstream>(on), params, nullptr);
+      if (frees_ == FreeMode::stream) lag_streams_[*address] = on;
     }
     return true;
   }
   void free(std::uint64_t address, std::uint64_t stream) override {
     if (frees_ == FreeMode::device) {
       (void)allocator_->deallocate(address, 0, /*ordered=*/false);
-    } else {
-      (void)allocator_->deallocate(address, stream_for(stream), /*ordered=*/true);
+      return;
     }
+    const std::uintptr_t on = stream_for(stream);
+    if (lag_kernel_ != nullptr) order_lag_before_free(address, on);
+    (void)allocator_->deallocate(address, on, /*ordered=*/true);
   }
-  DriverCalls driver_calls() const override { return read_sim_calls(count_) - calls_before_; }
+  // What the target itself asked of the driver: the replay's own ordering
+  // of its lag work is none of it.
+  DriverCalls driver_calls() const override { return read_sim_calls(count_) - calls_before_ - own_calls_; }
   Counters counters() const override {
     const pool::PoolStats s = allocator_->pool().stats(false);
     return Counters{s.live_bytes, s.handed_out_bytes, s.reserved_bytes, s.maps, s.unmaps, 0};
@@ -184,6 +190,32 @@ class TidepoolTarget final : public Target {
   }
 
  private:
+  // A block freed on another stream than the one its lag work was queued on:
+  // that work is the replay's, not the program's, so the replay orders the
+  // free after it, as the program ordered its own work (an event the freeing
+  // stream waits on). Otherwise the pool could hand the block out while the
+  // lag's write to it is still queued.
+  void order_lag_before_free(std::uint64_t address, std::uintptr_t freeing) {
+    auto it = lag_streams_.find(address);
+    if (it == lag_streams_.end()) return;
+    const std::uintptr_t queued_on = it->second;
+    lag_streams_.erase(it);
+    if (queued_on == freeing) return;
+    const driver::Api& api = sim_driver(nullptr)->api();
+    driver::ScopedContext scope(api, allocator_->context());
+    if (lag_event_ == nullptr && api.eventCreate(&lag_event_, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      lag_event_ = nullptr;
+    }
+    if (lag_event_ != nullptr && api.eventRecord(lag_event_, reinterpret_cast<CUstream>(queued_on)) == CUDA_SUCCESS &&
+        api.streamWaitEvent(reinterpret_cast<CUstream>(freeing), lag_event_, 0) == CUDA_SUCCESS) {
+      own_calls_.event_records++;
+      own_calls_.stream_waits++;
+      return;
+    }
+    (void)api.streamSynchronize(reinterpret_cast<CUstream>(queued_on));  // the sim failed: order it the slow way
+    own_calls_.stream_syncs++;
+  }
+
   std::uintptr_t stream_for(std::uint64_t id) {
     if (id == 0) return 0;  // the legacy default stream
     auto [it, fresh] = streams_.try_emplace(id, nullptr);
@@ -210,6 +242,9 @@ class TidepoolTarget final : public Target {
   DriverCalls calls_before_;
   CUfunction lag_kernel_;  // null: no lag
   std::int64_t lag_ns_;
+  std::unordered_map<std::uint64_t, std::uintptr_t> lag_streams_;  // live block -> the stream its lag work is on
+  CUevent lag_event_ = nullptr;
+  DriverCalls own_calls_;                                // calls the replay made for its lag work
   std::unordered_map<std::uint64_t, CUstream> streams_;  // trace id -> its stream (maybe shared)
   std::vector<CUstream> made_;                           // the streams this target created, in order
 };
