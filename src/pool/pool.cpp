@@ -232,7 +232,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // A page stitching took from under this range without waiting may still
     // be read here by work queued before: its mapping must go before this
     // range's own. A free block already backed takes the request instead, if
-    // one of the next sizes up fits; else the host waits for that work alone.
+    // one of the next sizes up fits; else the host waits for that work.
     // (Setting every such range aside made the layout drift from step to
     // step, and the pool grew by up to 9%.)
     driver::ScopedContext scope(api_, context_);

@@ -386,6 +386,8 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
   EXPECT_TRUE(filled_with(again.value(), kPage, 0x33)) << "the queued write landed in a later block";
   EXPECT_TRUE(filled_with(big.value(), 3 * kPage, 0x5a)) << "the queued write landed after the new owner's fill";
+  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+      << "a page was unmapped under the queued write";
   EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
   EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
 }
