@@ -402,7 +402,7 @@ class Pool {
    public:
     explicit FenceCheck(order::StreamFences& fences) : fences_(fences) {}
     bool finished(const space::PendingUse& use) override {
-      return fences_.finished(use.key, use.epoch) || fences_.query(use.key, use.epoch, kNoPendingWork, false);
+      return fences_.query(use.key, use.epoch, kNoPendingWork, /*wait_for_barrier=*/false);
     }
 
    private:

@@ -7,24 +7,23 @@ namespace tidepool::pool {
 
 namespace {
 
-// What may still use free block `b`'s pages: nothing once settled (asking the
-// driver, waiting as settle_by_query may), else the work before the device
-// barrier it was freed before (`barrier_epoch`, or its own for a block put
-// back behind one). That fence covers every stream, destroyed ones too, and
+// Whether free block `b` may give pages now, and what may still use them
+// (`*pending`). A block settled (asking the driver, waiting as
+// settle_by_query may) gives them with nothing pending. One with work pending
+// gives them only if it was freed before a device barrier (put back behind
+// one, or freed in stream order before the newest: free epochs start at 1, a
+// barrier epoch of 0 admits none), since all work queued after the barrier
+// runs after its work; the old mappings then stay until the work before that
+// barrier is done. That fence covers every stream, destroyed ones too, and
 // outlives the block's own stream.
-space::PendingUse pending_use(Block& b, order::StreamFences& fences, std::uintptr_t request_stream,
-                              bool wait_for_barrier, std::uint64_t barrier_epoch) {
-  if (settle_by_query(b, fences, request_stream, wait_for_barrier)) return {};
-  return {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : barrier_epoch, .any = true};
+bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t request_stream, bool wait_for_barrier,
+                    std::uint64_t barrier_epoch, space::PendingUse* pending) {
+  *pending = {};
+  if (settle_by_query(b, fences, request_stream, wait_for_barrier)) return true;
+  if (b.free_epoch > barrier_epoch) return false;
+  *pending = {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : barrier_epoch, .any = true};
+  return true;
 }
-
-// Whether a block with work pending may give pages now: only one freed
-// before a device barrier (put back behind one, or freed in stream order
-// before the newest: free epochs start at 1, a barrier epoch of 0 admits
-// none), since all work queued after the barrier runs after its work. Its
-// pages may then serve new work at once, so long as the old mappings stay
-// until that work is done (space::PendingUse).
-bool behind_barrier(const Block& b, std::uint64_t barrier_epoch) { return b.free_epoch <= barrier_epoch; }
 
 }  // namespace
 
@@ -66,10 +65,10 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     const Segment* segment = segments_.of(now.reservation);
     Block* holder = segment != nullptr ? arenas_[segment->arena].index().containing(at) : nullptr;
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
-    const space::PendingUse pending = fences_.unsynchronized()
-                                          ? pending_use(*holder, fences_, request_stream, false, barrier_epoch)
-                                          : space::PendingUse{};
-    if (pending.any && !behind_barrier(*holder, barrier_epoch)) continue;
+    space::PendingUse pending;
+    if (fences_.unsynchronized() && !may_give_pages(*holder, fences_, request_stream, false, barrier_epoch, &pending)) {
+      continue;
+    }
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
       now.reservation->page(now.page).reclaimed = true;
       ++freed;
@@ -99,9 +98,8 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   std::size_t reclaimed = 0;
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
-    const space::PendingUse pending =
-        all_idle ? space::PendingUse{} : pending_use(*b, fences_, request_stream, wait_for_barrier, barrier_epoch);
-    if (pending.any && !behind_barrier(*b, barrier_epoch)) continue;
+    space::PendingUse pending;
+    if (!all_idle && !may_give_pages(*b, fences_, request_stream, wait_for_barrier, barrier_epoch, &pending)) continue;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
     for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;

@@ -185,10 +185,13 @@ void AddressSpace::take_spare(PhysicalPage* page) {
   page->spare_slot = SIZE_MAX;
 }
 
+bool AddressSpace::done(const PendingUse& use) const {
+  return !use.any || (unmap_check_ != nullptr && unmap_check_->finished(use));
+}
+
 bool AddressSpace::may_unmap(Reservation& r, std::size_t p) {
   PendingUse& pending = r.page(p).pending;
-  if (!pending.any) return true;
-  if (unmap_check_ == nullptr || !unmap_check_->finished(pending)) return false;
+  if (!done(pending)) return false;
   pending = {};
   return true;
 }
@@ -241,9 +244,7 @@ util::Status AddressSpace::park(Reservation& r, std::size_t p, const PendingUse&
   PhysicalPage* physical = entry.physical;
   // Work still using this mapping: it must stay (see unback).
   const auto unmap_here = [&]() -> util::Status {
-    if (pending.any && (unmap_check_ == nullptr || !unmap_check_->finished(pending))) {
-      return {util::Error::out_of_memory, "the page is still in use by queued work"};
-    }
+    if (!done(pending)) return {util::Error::out_of_memory, "the page is still in use by queued work"};
     return unmap_at(r, p);
   };
   if (!parking_ || entry.residency != Residency::device) return unmap_here();

@@ -162,7 +162,10 @@ class AddressSpace {
   // UnmapCheck says it is done (false only where the caller has proven all
   // work done: unreserve()).
   util::Status unmap_at(Reservation& r, std::size_t p, bool checked = true);
-  // Whether the mapping at page `p` of `r` may be unmapped now.
+  // Whether no work `use` names may still run (the UnmapCheck asked).
+  [[nodiscard]] bool done(const PendingUse& use) const;
+  // Whether the mapping at page `p` of `r` may be unmapped now (its pending
+  // use cleared once done).
   bool may_unmap(Reservation& r, std::size_t p);
   util::Status park(Reservation& r, std::size_t p, const PendingUse& pending);
   util::Status map_spare(Reservation& r, std::size_t p);
