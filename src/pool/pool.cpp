@@ -231,13 +231,22 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
   if (missing > 0 && space_.uses_vmm()) {
     // A page stitching took from under this range without waiting may still
     // be read here by work queued before: its mapping must go before this
-    // range's own. A free block already backed takes the request instead, if
-    // one of the next sizes up fits; else the host waits for that work.
-    // (Setting every such range aside made the layout drift from step to
-    // step, and the pool grew by up to 9%.)
+    // range's own. Where that page is idle where it went (under a free
+    // block), it comes back, its mapping here current again. Else a free
+    // block already backed takes the request instead, if one of the next
+    // sizes up fits; else the host waits for that work. (Setting every such
+    // range aside made the layout drift from step to step, and the pool grew
+    // by up to 9%; placing the request on a block not backed but clear of
+    // such mappings drifted too, with 20 times the page moves.)
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
+    if (!in_the_way_.empty() && space_.parks_pages() &&
+        stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
+                                    pages_with_work_pending_from(), stitching_barriers(ordered)) > 0) {
+      in_the_way_.clear();
+      space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
+    }
     if (!in_the_way_.empty()) {
       if (Block* backed = backed_fit(arena, request, chosen)) {
         chosen = backed;
@@ -270,18 +279,20 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       driver::ScopedContext scope(api_, context_);
       // Pages of blocks freed before a device barrier are taken at once, even
       // while their work may still run (stitcher.hpp); other stream-ordered
-      // blocks give pages once their stream is past them, waiting only for
-      // the requesting stream's own earlier work. (Making a barrier here
-      // instead of that wait was tried: on the sample traces it cost up to
-      // 1% utilization and more page moves than it saved waits.) No context
-      // synchronisation here, where the budget still has room.
+      // blocks give pages once their stream is past them. A block freed on
+      // the requesting stream whose work is still queued makes a device
+      // barrier and gives them too (no host wait); where none can be made
+      // (a capture, a page mover, `free_barrier:off`), the host waits for the
+      // requesting stream's own earlier work. No context synchronisation
+      // here, where the budget still has room.
       const std::uintptr_t may_wait_for = ordered ? stream : kNoPendingWork;
       if (space_.parks_pages()) {
-        stitcher_.free_parked_pages(*reservation, begin, rounded, may_wait_for, pages_with_work_pending_from());
+        stitcher_.free_parked_pages(*reservation, begin, rounded, may_wait_for, pages_with_work_pending_from(),
+                                    stitching_barriers(ordered));
       }
       if (short_of_pages()) {
         reclaim_idle_pages(missing - space_.spare_pages() - growth_room, begin, begin + rounded, false, may_wait_for,
-                           /*learn=*/true);
+                           /*learn=*/true, /*wait_for_barrier=*/false, stitching_barriers(ordered));
       }
     }
     const std::size_t available = space_.available_pages();

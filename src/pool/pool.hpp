@@ -108,7 +108,8 @@ struct PoolStats {
   std::uint64_t page_releases = 0;  // physical pages (chunks) given back to the driver
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
-  std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
+  std::uint64_t device_barriers = 0;     // cudaFree batches put back behind a barrier on the device
+  std::uint64_t stitching_barriers = 0;  // barriers made so that stitching need not wait for a stream
   // Host waits for work still reading a page's old place before a range there could be mapped.
   std::uint64_t pending_page_waits = 0;
   // Requests placed on a backed block instead, rather than wait for that.
@@ -342,6 +343,16 @@ class Pool {
   [[nodiscard]] std::uint64_t pages_with_work_pending_from() const noexcept {
     return mover_ == nullptr ? barrier_epoch_ : 0;
   }
+  // A device barrier for stitching, so that a stream-ordered request takes
+  // pages from under blocks freed on its own stream whose work is still
+  // queued, instead of the host waiting for it (stitcher.hpp). Its epoch,
+  // or 0 where none can be made. Deferred frees stay deferred: stitching is
+  // walking the index. Not with a page mover, nor with `free_barrier:off`.
+  std::uint64_t barrier_for_stitching();
+  // What a stream-ordered request's stitching may ask for (null: none).
+  [[nodiscard]] BarrierMaker* stitching_barriers(bool ordered) noexcept {
+    return ordered && mover_ == nullptr && options_.free_barrier ? &stitch_barrier_ : nullptr;
+  }
   // promote_deferred_behind_barrier(), else wait for every fence.
   bool promote_all_deferred();
   // Whether enough is deferred that it should rejoin the index before the
@@ -350,9 +361,10 @@ class Pool {
   // Stitcher::reclaim. `may_synchronize`: may wait for the whole context to
   // free pages under stream-ordered frees; else those blocks are taken once
   // their stream is past them, waiting only on `request_stream`.
+  // `barriers`: as for Stitcher::reclaim (only without `may_synchronize`).
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                  bool may_synchronize, std::uintptr_t request_stream, bool learn,
-                                 bool wait_for_barrier = false);
+                                 bool wait_for_barrier = false, BarrierMaker* barriers = nullptr);
   // Host pages under [begin, begin + length) back to the device, making room
   // first (stitching, then eviction elsewhere). Best effort: pages that
   // cannot come back stay on the host, where they are still correct.
@@ -408,6 +420,14 @@ class Pool {
    private:
     order::StreamFences& fences_;
   };
+  class StitchBarrier final : public BarrierMaker {
+   public:
+    explicit StitchBarrier(Pool& pool) : pool_(pool) {}
+    std::uint64_t make() override { return pool_.barrier_for_stitching(); }
+
+   private:
+    Pool& pool_;
+  };
   // Where a request carved from `chosen` begins (the policy picks the end).
   [[nodiscard]] std::uintptr_t carve_begin(const Block& chosen, const Request& request) const;
   // A free block other than `chosen` of one of the next sizes up whose range
@@ -434,6 +454,7 @@ class Pool {
   LiveSet live_{segments_};
   Stitcher stitcher_{space_, segments_, arenas_, fences_, options_.hold_slack_percent};
   FenceCheck fence_check_{fences_};
+  StitchBarrier stitch_barrier_{*this};
   std::vector<space::PendingUse> in_the_way_;  // wait_for_pages_in_the_way's scratch
   std::uint64_t sequence_ = 0;
   bool barrier_failed_ = false;      // the last device barrier could not be made

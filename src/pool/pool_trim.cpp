@@ -17,12 +17,15 @@ bool Pool::synchronize_if_needed() {
 
 std::size_t Pool::reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                      bool may_synchronize, std::uintptr_t request_stream, bool learn,
-                                     bool wait_for_barrier) {
+                                     bool wait_for_barrier, BarrierMaker* barriers) {
   // Without a synchronisation, only blocks with nothing pending give pages,
   // and those freed before a device barrier.
   const bool all_idle = may_synchronize ? synchronize_if_needed() : !fences_.unsynchronized();
+  if (may_synchronize) {
+    return stitcher_.reclaim(pages_needed, keep_begin, keep_end, all_idle, request_stream, learn, wait_for_barrier, 0);
+  }
   return stitcher_.reclaim(pages_needed, keep_begin, keep_end, all_idle, request_stream, learn, wait_for_barrier,
-                           may_synchronize ? 0 : pages_with_work_pending_from());
+                           pages_with_work_pending_from(), barriers);
 }
 
 std::size_t Pool::trim_chunks() {

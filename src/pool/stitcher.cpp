@@ -15,13 +15,21 @@ namespace {
 // barrier epoch of 0 admits none), since all work queued after the barrier
 // runs after its work; the old mappings then stay until the work before that
 // barrier is done. That fence covers every stream, destroyed ones too, and
-// outlives the block's own stream.
+// outlives the block's own stream. A block freed on the requesting stream
+// after the newest barrier makes one (`barriers`, once per call) rather than
+// have the host wait for its stream; without one, the host waits as before.
 bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t request_stream, bool wait_for_barrier,
-                    std::uint64_t barrier_epoch, space::PendingUse* pending) {
+                    std::uint64_t* barrier_epoch, BarrierMaker* barriers, space::PendingUse* pending) {
   *pending = {};
-  if (settle_by_query(b, fences, request_stream, wait_for_barrier)) return true;
-  if (b.free_epoch > barrier_epoch) return false;
-  *pending = {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : barrier_epoch, .any = true};
+  const bool own = barriers != nullptr && request_stream != kNoPendingWork && b.stream == request_stream;
+  if (settle_by_query(b, fences, own ? kNoPendingWork : request_stream, wait_for_barrier)) return true;
+  if (b.free_epoch > *barrier_epoch) {
+    if (!own) return false;
+    const std::uint64_t made = barriers->make();
+    if (made == 0) return settle_by_query(b, fences, request_stream, wait_for_barrier);
+    *barrier_epoch = made;
+  }
+  *pending = {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : *barrier_epoch, .any = true};
   return true;
 }
 
@@ -49,7 +57,8 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
 }
 
 std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                        std::uintptr_t request_stream, std::uint64_t barrier_epoch) {
+                                        std::uintptr_t request_stream, std::uint64_t barrier_epoch,
+                                        BarrierMaker* barriers) {
   if (r.is_chunk() || length == 0) return 0;
   const std::size_t page_size = r.page_size();
   const std::uintptr_t end = begin + length;
@@ -66,7 +75,8 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     Block* holder = segment != nullptr ? arenas_[segment->arena].index().containing(at) : nullptr;
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
     space::PendingUse pending;
-    if (fences_.unsynchronized() && !may_give_pages(*holder, fences_, request_stream, false, barrier_epoch, &pending)) {
+    if (fences_.unsynchronized() &&
+        !may_give_pages(*holder, fences_, request_stream, false, &barrier_epoch, barriers, &pending)) {
       continue;
     }
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
@@ -79,7 +89,7 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
 
 std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                               bool all_idle, std::uintptr_t request_stream, bool learn, bool wait_for_barrier,
-                              std::uint64_t barrier_epoch) {
+                              std::uint64_t barrier_epoch, BarrierMaker* barriers) {
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
   // lets the pool settle into a layout that needs no remapping.
@@ -99,7 +109,10 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
     space::PendingUse pending;
-    if (!all_idle && !may_give_pages(*b, fences_, request_stream, wait_for_barrier, barrier_epoch, &pending)) continue;
+    if (!all_idle &&
+        !may_give_pages(*b, fences_, request_stream, wait_for_barrier, &barrier_epoch, barriers, &pending)) {
+      continue;
+    }
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
     for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;

@@ -7,13 +7,14 @@
 // has no pending stream, its stream is known past the free, or the caller
 // synchronised the context: `all_idle`) or all work queued from then on runs
 // after the work that may (the block was freed before a device barrier,
-// `barrier_epoch`). Such a page stays mapped at its old place, parked with
-// that work as its space::PendingUse, until the work is done: a mapping is
-// never unmapped under queued work. Pages go longest idle first. Pages
-// taken to back another range are marked, so that needing them again teaches
-// the pool to hold more (pages_to_hold_, bounded by the slack over the peak
-// live bytes) instead of moving the same pages every training step. Not
-// thread-safe; the pool serialises calls.
+// `barrier_epoch`, or on the requesting stream, which then makes one). Such
+// a page stays mapped at its old place, parked with that work as its
+// space::PendingUse, until the work is done: a mapping is never unmapped
+// under queued work. Pages go longest idle first. Pages taken to back
+// another range are marked, so that needing them again teaches the pool to
+// hold more (pages_to_hold_, bounded by the slack over the peak live bytes)
+// instead of moving the same pages every training step. Not thread-safe; the
+// pool serialises calls.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,17 @@
 #include "space/space.hpp"
 
 namespace tidepool::pool {
+
+// A device barrier made on request (the pool's): all work any stream queues
+// afterwards runs after all work queued before. Returns its epoch
+// (order::StreamFences), or 0 when none can be made.
+class BarrierMaker {
+ public:
+  virtual std::uint64_t make() = 0;
+
+ protected:
+  ~BarrierMaker() = default;
+};
 
 class Stitcher {
  public:
@@ -44,9 +56,10 @@ class Stitcher {
   // still parked: frees that page where it is current now, if it is idle
   // there, so that backing the range makes it current here at no driver
   // cost. Returns how many it freed.
-  // `barrier_epoch`: as for reclaim.
+  // `barrier_epoch`, `barriers`: as for reclaim.
   std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
-                                std::uintptr_t request_stream, std::uint64_t barrier_epoch);
+                                std::uintptr_t request_stream, std::uint64_t barrier_epoch,
+                                BarrierMaker* barriers = nullptr);
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `all_idle`: the caller proved no freed block has work pending (a
   // synchronisation); else a block gives pages once its stream is past it,
@@ -55,9 +68,13 @@ class Stitcher {
   // `learn`: mark the pages, so that needing them again teaches the pool to
   // hold more; a trim does not. `barrier_epoch`: the epoch of the newest
   // device barrier (order::StreamFences); blocks freed before it give pages
-  // without waiting (see the invariant); 0: none does.
+  // without waiting (see the invariant); 0: none does. `barriers`: where a
+  // block freed on `request_stream` after that barrier still has work
+  // queued, a new barrier (at most one per call) instead of a host wait for
+  // the stream; null: the host waits.
   std::size_t reclaim(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end, bool all_idle,
-                      std::uintptr_t request_stream, bool learn, bool wait_for_barrier, std::uint64_t barrier_epoch);
+                      std::uintptr_t request_stream, bool learn, bool wait_for_barrier, std::uint64_t barrier_epoch,
+                      BarrierMaker* barriers = nullptr);
 
  private:
   space::AddressSpace& space_;

@@ -49,6 +49,14 @@ bool Pool::promote_deferred_behind_barrier() {
   return true;
 }
 
+std::uint64_t Pool::barrier_for_stitching() {
+  if (!registry_.device_barrier(context_)) return 0;
+  const std::uint64_t epoch = fences_.freed();
+  barrier_epoch_ = epoch;
+  stats_.stitching_barriers++;
+  return epoch;
+}
+
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
   const std::uintptr_t last = block->stream;
   if (last == kNoPendingWork) return util::Status::success();

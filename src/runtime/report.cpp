@@ -169,6 +169,7 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["deferred_bytes"] = s.deferred_bytes;
   out["cross_stream_waits"] = s.cross_stream_waits;
   out["device_barriers"] = s.device_barriers;
+  out["stitching_barriers"] = s.stitching_barriers;
   out["pending_page_waits"] = s.pending_page_waits;
   out["pending_page_detours"] = s.pending_page_detours;
   // Residency: always there (zero without eviction), so that a reader needs

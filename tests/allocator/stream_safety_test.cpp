@@ -392,6 +392,107 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
   EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
 }
 
+// A stream-ordered request that must stitch takes the pages of a block freed
+// on its own stream while that block's work is still queued, without a host
+// wait: it makes a device barrier, so every stream's later work (not only its
+// own stream's) runs after the old work, and the old mapping stays until that
+// work is done. The queued write still lands, in the page now the new
+// block's, before the new owner's fill; nothing is unmapped under it.
+TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait) {
+  use_barrier_allocator();
+  constexpr std::size_t kPage = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(s);
+  auto freed = allocator_->allocate(kPage, key, true);
+  auto kept = allocator_->allocate(kPage, key, true);  // bounds the freed block's range
+  ASSERT_TRUE(freed.ok() && kept.ok());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(s, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(freed.value(), key, true).ok());
+  std::thread opener([&gate] {  // only so that a wrong host wait fails rather than hangs
+    std::unique_lock<std::mutex> lock(gate.m);
+    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
+      lock.unlock();
+      gate.release();
+    }
+  });
+  // Three pages where two can be made: one comes from under the freed block.
+  const pool::PoolStats before = allocator_->pool().stats();
+  const std::uint64_t waits_before = host_waits();
+  auto big = allocator_->allocate(3 * kPage, key, true);
+  const std::uint64_t waits = host_waits() - waits_before;
+  const pool::PoolStats after = allocator_->pool().stats();
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_EQ(waits, 0u) << "stitching waited for the stream's queued write";
+  EXPECT_EQ(after.stitching_barriers, before.stitching_barriers + 1);
+  EXPECT_LE(after.reserved_bytes, 4 * kPage);
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 3 * kPage, s), CUDA_SUCCESS);
+  gate.release();
+  opener.join();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(big.value(), 3 * kPage, 0x5a)) << "the queued write landed after the new owner's fill";
+  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+      << "a page was unmapped under the queued write";
+  EXPECT_TRUE(allocator_->deallocate(big.value(), key, true).ok());
+  EXPECT_TRUE(allocator_->deallocate(kept.value(), key, true).ok());
+  ASSERT_EQ(api().streamSynchronize(s), CUDA_SUCCESS);
+  destroy_stream(s);
+}
+
+// A range whose page stitching took (its old work still queued) needs it
+// back while that page lies idle where it went, under a free block: the page
+// comes back and its mapping here becomes current again, with no map, no
+// host wait and no detour to another block; the old work still lands first.
+TEST_F(StreamSafety, APageIdleWhereItWentComesBackToItsOldPlace) {
+  use_barrier_allocator();
+  constexpr std::size_t kPage = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
+  auto freed = allocator_->allocate(kPage, 0, false);
+  auto kept = allocator_->allocate(kPage, 0, false);
+  auto held = allocator_->allocate(kPage, 0, false);  // one page of the budget left
+  ASSERT_TRUE(freed.ok() && kept.ok() && held.ok());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
+  std::thread opener([&gate] {
+    std::unique_lock<std::mutex> lock(gate.m);
+    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
+      lock.unlock();
+      gate.release();
+    }
+  });
+  // Two pages beyond the held block: a new one and the freed block's.
+  auto moved = allocator_->allocate(2 * kPage, 0, false);
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  ASSERT_NE(moved.value(), freed.value());
+  ASSERT_TRUE(allocator_->deallocate(moved.value(), 0, false).ok());
+  ASSERT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
+  // The old place is the best fit; the moved block's range, backed, is not.
+  const pool::PoolStats before = allocator_->pool().stats();
+  const std::uint64_t waits_before = host_waits();
+  const std::uint64_t maps_before = calls("cuMemMap");
+  auto again = allocator_->allocate(kPage, 0, false);
+  const std::uint64_t waits = host_waits() - waits_before;
+  const pool::PoolStats after = allocator_->pool().stats();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again.value(), freed.value()) << "the request went elsewhere";
+  EXPECT_EQ(waits, 0u);
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits);
+  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
+  EXPECT_EQ(after.parked_reuses, before.parked_reuses + 1);
+  EXPECT_EQ(calls("cuMemMap"), maps_before);
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
+  gate.release();
+  opener.join();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(again.value(), kPage, 0x33)) << "the queued write landed after the new owner's fill";
+  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+      << "a page was unmapped under the queued write";
+  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(held.value(), 0, false).ok());
+}
+
 TEST_F(StreamSafety, ThePerThreadDefaultStreamIsAStreamPerThread) {
   const auto per_thread = reinterpret_cast<std::uintptr_t>(CU_STREAM_PER_THREAD);
   testing::Gate gate;

@@ -76,6 +76,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "deferred_bytes",
                           "cross_stream_waits",
                           "device_barriers",
+                          "stitching_barriers",
                           "live_blocks",
                           "free_blocks",
                           "segments",
