@@ -66,6 +66,18 @@ std::thread open_later(testing::Gate& gate, int ms = 60) {
   });
 }
 
+// Opens `gate` after 3 s if nothing else has: only so that a host wait a
+// test forbids fails the test rather than hangs it.
+std::thread open_if_still_shut(testing::Gate& gate) {
+  return std::thread([&gate] {
+    std::unique_lock<std::mutex> lock(gate.m);
+    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
+      lock.unlock();
+      gate.release();
+    }
+  });
+}
+
 bool filled_with(std::uintptr_t address, std::size_t size, unsigned char value) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(address);
   for (std::size_t i = 0; i < size; ++i) {
@@ -144,13 +156,7 @@ class StreamSafety : public ::testing::Test {
     ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
     // Opened at once after the fill is queued; the timer only keeps a host
     // wait (a failure) from hanging the test.
-    std::thread opener([&gate] {
-      std::unique_lock<std::mutex> lock(gate.m);
-      if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
-        lock.unlock();
-        gate.release();
-      }
-    });
+    std::thread opener = open_if_still_shut(gate);
     const std::uint64_t waits_before = host_waits();
     auto second = allocator_->allocate(kSize, 0, false);
     const std::uint64_t waits = host_waits() - waits_before;
@@ -355,13 +361,7 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
   testing::Gate gate;
   ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
   ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
-  std::thread opener([&gate] {  // only so that a wrong host wait fails rather than hangs
-    std::unique_lock<std::mutex> lock(gate.m);
-    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
-      lock.unlock();
-      gate.release();
-    }
-  });
+  std::thread opener = open_if_still_shut(gate);
   // Three pages where two can be made: one comes from under the freed block.
   const std::uint64_t waits_before = host_waits();
   auto big = allocator_->allocate(3 * kPage, 0, false);
@@ -410,13 +410,7 @@ TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait)
   testing::Gate gate;
   ASSERT_EQ(testing::launch_gated_write(s, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
   ASSERT_TRUE(allocator_->deallocate(freed.value(), key, true).ok());
-  std::thread opener([&gate] {  // only so that a wrong host wait fails rather than hangs
-    std::unique_lock<std::mutex> lock(gate.m);
-    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
-      lock.unlock();
-      gate.release();
-    }
-  });
+  std::thread opener = open_if_still_shut(gate);
   // Three pages where two can be made: one comes from under the freed block.
   const pool::PoolStats before = allocator_->pool().stats();
   const std::uint64_t waits_before = host_waits();
@@ -455,13 +449,7 @@ TEST_F(StreamSafety, APageIdleWhereItWentComesBackToItsOldPlace) {
   testing::Gate gate;
   ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
   ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
-  std::thread opener([&gate] {
-    std::unique_lock<std::mutex> lock(gate.m);
-    if (!gate.cv.wait_for(lock, std::chrono::seconds(3), [&gate] { return gate.open; })) {
-      lock.unlock();
-      gate.release();
-    }
-  });
+  std::thread opener = open_if_still_shut(gate);
   // Two pages beyond the held block: a new one and the freed block's.
   auto moved = allocator_->allocate(2 * kPage, 0, false);
   ASSERT_TRUE(moved.ok()) << moved.status().message();
