@@ -232,7 +232,8 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // A page stitching took from under this range without waiting may still
     // be read here by work queued before: its mapping must go before this
     // range's own. Where that page is idle where it went (under a free
-    // block), it comes back, its mapping here current again. Else a free
+    // block that may give it, now or behind a new barrier), it comes back,
+    // its mapping here current again, with no host wait. Else a free
     // block already backed takes the request instead, if one of the next
     // sizes up fits; else the host waits for that work. (Setting every such
     // range aside made the layout drift from step to step, and the pool grew
@@ -243,7 +244,8 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
     if (!in_the_way_.empty() && space_.parks_pages() &&
         stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
-                                    pages_with_work_pending_from(), stitching_barriers(ordered)) > 0) {
+                                    pages_with_work_pending_from(), stitching_barriers(ordered),
+                                    /*may_wait=*/false) > 0) {
       in_the_way_.clear();
       space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
     }

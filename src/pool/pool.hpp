@@ -36,7 +36,7 @@
 //
 // Thread-safety: one lock (`lock_`) protects all state below, held for the
 // whole of each call, slow-path driver calls included. Only the
-// order::StreamRegistry's lock is ever taken inside it.
+// order::StreamRegistry's locks are ever taken inside it.
 #pragma once
 
 #include <cuda.h>
@@ -360,7 +360,8 @@ class Pool {
   [[nodiscard]] bool deferred_worth_promoting() const;
   // Stitcher::reclaim. `may_synchronize`: may wait for the whole context to
   // free pages under stream-ordered frees; else those blocks are taken once
-  // their stream is past them, waiting only on `request_stream`.
+  // their stream is past them or behind a barrier (`barriers`), waiting
+  // only on `request_stream` where none can be made.
   // `barriers`: as for Stitcher::reclaim (only without `may_synchronize`).
   std::size_t reclaim_idle_pages(std::size_t pages_needed, std::uintptr_t keep_begin, std::uintptr_t keep_end,
                                  bool may_synchronize, std::uintptr_t request_stream, bool learn,

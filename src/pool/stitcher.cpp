@@ -16,17 +16,23 @@ namespace {
 // runs after its work; the old mappings then stay until the work before that
 // barrier is done. That fence covers every stream, destroyed ones too, and
 // outlives the block's own stream. A block freed on the requesting stream
-// after the newest barrier makes one (`barriers`, once per call) rather than
-// have the host wait for its stream; without one, the host waits as before.
-bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t request_stream, bool wait_for_barrier,
-                    std::uint64_t* barrier_epoch, BarrierMaker* barriers, space::PendingUse* pending) {
+// after the newest barrier makes one (`*barriers`) rather than have the host
+// wait for its stream; where none can be made, `*barriers` is cleared for
+// the rest of the caller's walk and the host waits as before, if `may_wait`.
+bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t request_stream, bool may_wait,
+                    bool wait_for_barrier, std::uint64_t* barrier_epoch, BarrierMaker** barriers,
+                    space::PendingUse* pending) {
   *pending = {};
-  const bool own = barriers != nullptr && request_stream != kNoPendingWork && b.stream == request_stream;
-  if (settle_by_query(b, fences, own ? kNoPendingWork : request_stream, wait_for_barrier)) return true;
+  const std::uintptr_t may_wait_for = may_wait ? request_stream : kNoPendingWork;
+  const bool own = *barriers != nullptr && request_stream != kNoPendingWork && b.stream == request_stream;
+  if (settle_by_query(b, fences, own ? kNoPendingWork : may_wait_for, wait_for_barrier)) return true;
   if (b.free_epoch > *barrier_epoch) {
     if (!own) return false;
-    const std::uint64_t made = barriers->make();
-    if (made == 0) return settle_by_query(b, fences, request_stream, wait_for_barrier);
+    const std::uint64_t made = (*barriers)->make();
+    if (made == 0) {
+      *barriers = nullptr;
+      return settle_by_query(b, fences, may_wait_for, wait_for_barrier);
+    }
     *barrier_epoch = made;
   }
   *pending = {.key = kAfterBarrier, .epoch = b.stream == kAfterBarrier ? b.free_epoch : *barrier_epoch, .any = true};
@@ -58,7 +64,7 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
 
 std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                         std::uintptr_t request_stream, std::uint64_t barrier_epoch,
-                                        BarrierMaker* barriers) {
+                                        BarrierMaker* barriers, bool may_wait) {
   if (r.is_chunk() || length == 0) return 0;
   const std::size_t page_size = r.page_size();
   const std::uintptr_t end = begin + length;
@@ -76,7 +82,7 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     if (holder == nullptr || holder->address > at || holder->address + holder->size < at + page_size) continue;
     space::PendingUse pending;
     if (fences_.unsynchronized() &&
-        !may_give_pages(*holder, fences_, request_stream, false, &barrier_epoch, barriers, &pending)) {
+        !may_give_pages(*holder, fences_, request_stream, may_wait, false, &barrier_epoch, &barriers, &pending)) {
       continue;
     }
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
@@ -109,16 +115,22 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
     space::PendingUse pending;
-    if (!all_idle &&
-        !may_give_pages(*b, fences_, request_stream, wait_for_barrier, &barrier_epoch, barriers, &pending)) {
-      continue;
-    }
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
-    for (std::size_t p = r.next_mapped(first, end); p < end && reclaimed < pages_needed;
-         p = r.next_mapped(p + 1, end)) {
+    // Only a block with a page to give is asked: asking may make a barrier.
+    const auto kept = [&](std::size_t p) {
       const std::uintptr_t at = r.page_address(p);
-      if (at < keep_end && at + r.page_size() > keep_begin) continue;
+      return at < keep_end && at + r.page_size() > keep_begin;
+    };
+    std::size_t takeable = r.next_mapped(first, end);
+    while (takeable < end && kept(takeable)) takeable = r.next_mapped(takeable + 1, end);
+    if (takeable >= end) continue;
+    if (!all_idle &&
+        !may_give_pages(*b, fences_, request_stream, true, wait_for_barrier, &barrier_epoch, &barriers, &pending)) {
+      continue;
+    }
+    for (std::size_t p = takeable; p < end && reclaimed < pages_needed; p = r.next_mapped(p + 1, end)) {
+      if (kept(p)) continue;
       // A host page under a free block goes back to the host cache, but
       // frees no device page.
       const bool on_host = r.page(p).residency == space::Residency::host;

@@ -56,14 +56,16 @@ class Stitcher {
   // still parked: frees that page where it is current now, if it is idle
   // there, so that backing the range makes it current here at no driver
   // cost. Returns how many it freed.
-  // `barrier_epoch`, `barriers`: as for reclaim.
+  // `barrier_epoch`, `barriers`: as for reclaim. Without `may_wait` the
+  // host never waits, not even for `request_stream`.
   std::size_t free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                 std::uintptr_t request_stream, std::uint64_t barrier_epoch,
-                                BarrierMaker* barriers = nullptr);
+                                BarrierMaker* barriers = nullptr, bool may_wait = true);
   // Unmaps up to `pages_needed` idle pages outside [keep_begin, keep_end).
   // `all_idle`: the caller proved no freed block has work pending (a
   // synchronisation); else a block gives pages once its stream is past it,
-  // waiting only on `request_stream` (a stream key), or, with
+  // or behind a barrier (below), waiting only on `request_stream` (a stream
+  // key) where no barrier can be made, or, with
   // `wait_for_barrier`, for the work before the barrier it came back behind.
   // `learn`: mark the pages, so that needing them again teaches the pool to
   // hold more; a trim does not. `barrier_epoch`: the epoch of the newest

@@ -394,43 +394,62 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
 
 // A stream-ordered request that must stitch takes the pages of a block freed
 // on its own stream while that block's work is still queued, without a host
-// wait: it makes a device barrier, so every stream's later work (not only its
-// own stream's) runs after the old work, and the old mapping stays until that
-// work is done. The queued write still lands, in the page now the new
-// block's, before the new owner's fill; nothing is unmapped under it.
+// wait: it makes a device barrier, so every stream's later work runs after
+// the old work, and a block freed on another stream before the barrier gives
+// its pages too. The old mappings stay until that work is done: both queued
+// writes still land, in pages now the new block's, before the new owner's
+// fill (on the requesting stream, so only the barrier orders it after the
+// other stream's write); nothing is unmapped under them.
 TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait) {
   use_barrier_allocator();
   constexpr std::size_t kPage = 2 * MiB;
   ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
   CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  CUstream t = make_stream(CU_STREAM_NON_BLOCKING);
   const auto key = reinterpret_cast<std::uintptr_t>(s);
+  const auto other_key = reinterpret_cast<std::uintptr_t>(t);
+  // [freed on s][kept][freed on t][kept]: the budget is full, and no free
+  // block is big enough for two pages.
   auto freed = allocator_->allocate(kPage, key, true);
-  auto kept = allocator_->allocate(kPage, key, true);  // bounds the freed block's range
-  ASSERT_TRUE(freed.ok() && kept.ok());
+  auto kept = allocator_->allocate(kPage, key, true);
+  auto other = allocator_->allocate(kPage, other_key, true);
+  auto kept_too = allocator_->allocate(kPage, key, true);
+  ASSERT_TRUE(freed.ok() && kept.ok() && other.ok() && kept_too.ok());
   testing::Gate gate;
+  testing::Gate other_gate;
   ASSERT_EQ(testing::launch_gated_write(s, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_EQ(testing::launch_gated_write(t, &other_gate, reinterpret_cast<int*>(other.value()), 1), CUDA_SUCCESS);
   ASSERT_TRUE(allocator_->deallocate(freed.value(), key, true).ok());
+  ASSERT_TRUE(allocator_->deallocate(other.value(), other_key, true).ok());
   std::thread opener = open_if_still_shut(gate);
-  // Three pages where two can be made: one comes from under the freed block.
+  std::thread other_opener = open_if_still_shut(other_gate);
+  // Two pages where none can be made: one from under each freed block.
   const pool::PoolStats before = allocator_->pool().stats();
   const std::uint64_t waits_before = host_waits();
-  auto big = allocator_->allocate(3 * kPage, key, true);
+  auto big = allocator_->allocate(2 * kPage, key, true);
   const std::uint64_t waits = host_waits() - waits_before;
   const pool::PoolStats after = allocator_->pool().stats();
   ASSERT_TRUE(big.ok()) << big.status().message();
-  EXPECT_EQ(waits, 0u) << "stitching waited for the stream's queued write";
+  EXPECT_EQ(waits, 0u) << "stitching waited for a stream's queued write";
   EXPECT_EQ(after.stitching_barriers, before.stitching_barriers + 1);
   EXPECT_LE(after.reserved_bytes, 4 * kPage);
-  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 3 * kPage, s), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 2 * kPage, s), CUDA_SUCCESS);
+  // The requesting stream's own write lands, and its fill would run now if
+  // nothing ordered it after the other stream's write.
   gate.release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  other_gate.release();
   opener.join();
+  other_opener.join();
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_TRUE(filled_with(big.value(), 3 * kPage, 0x5a)) << "the queued write landed after the new owner's fill";
+  EXPECT_TRUE(filled_with(big.value(), 2 * kPage, 0x5a)) << "a queued write landed after the new owner's fill";
   EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
-      << "a page was unmapped under the queued write";
+      << "a page was unmapped under a queued write";
   EXPECT_TRUE(allocator_->deallocate(big.value(), key, true).ok());
   EXPECT_TRUE(allocator_->deallocate(kept.value(), key, true).ok());
-  ASSERT_EQ(api().streamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(allocator_->deallocate(kept_too.value(), key, true).ok());
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  destroy_stream(t);
   destroy_stream(s);
 }
 
