@@ -242,7 +242,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
-    if (!in_the_way_.empty() && space_.parks_pages() &&
+    if (!in_the_way_.empty() && space_.parks_pages() && mover_ == nullptr &&
         stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
                                     pages_with_work_pending_from(), stitching_barriers(ordered),
                                     /*may_wait=*/false) > 0) {

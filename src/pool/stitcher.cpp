@@ -117,13 +117,14 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
     space::PendingUse pending;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
-    // Only a block with a page to give is asked: asking may make a barrier.
+    // Only a block with a page to give is asked where asking may make a
+    // barrier.
     const auto kept = [&](std::size_t p) {
       const std::uintptr_t at = r.page_address(p);
       return at < keep_end && at + r.page_size() > keep_begin;
     };
     std::size_t takeable = r.next_mapped(first, end);
-    while (takeable < end && kept(takeable)) takeable = r.next_mapped(takeable + 1, end);
+    while (barriers != nullptr && takeable < end && kept(takeable)) takeable = r.next_mapped(takeable + 1, end);
     if (takeable >= end) continue;
     if (!all_idle &&
         !may_give_pages(*b, fences_, request_stream, true, wait_for_barrier, &barrier_epoch, &barriers, &pending)) {
