@@ -23,7 +23,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDEPOOL_BUILD_BENC
 # The tests labelled gpu, by target name: one-line tidepool_add_test(NAME ... LABELS ... gpu ...) calls.
 gpu_tests=$(grep -hE 'tidepool_add_test\([^ ]+ .*LABELS[^)]*\bgpu\b' tests/*/CMakeLists.txt |
   sed -E 's/.*tidepool_add_test\(([^ ]+) .*/\1/' | sort -u || true)
-targets="tidepool tidepool_sim tidepool-replay tidepool-run $gpu_tests"
+targets="tidepool tidepool_sim tidepool-replay tidepool-run tidepool-advise $gpu_tests"
 cmake --build "$BUILD" -j "$JOBS" --target $targets
 
 rm -rf "$OUT"

@@ -79,6 +79,7 @@
   X(pointerGetAttribute,         "cuPointerGetAttribute",        cuPointerGetAttribute,          4000)        \
   X(pointerGetAttributes,        "cuPointerGetAttributes",       cuPointerGetAttributes,         7000)        \
   X(funcGetParamInfo,            "cuFuncGetParamInfo",           cuFuncGetParamInfo,            12040)        \
+  X(kernelGetParamInfo,          "cuKernelGetParamInfo",         cuKernelGetParamInfo,          12040)        \
   X(launchKernel,                "cuLaunchKernel",               cuLaunchKernel,                 4000)        \
   X(launchHostFunc,              "cuLaunchHostFunc",             cuLaunchHostFunc,              10000)        \
   X(graphGetNodes,               "cuGraphGetNodes",              cuGraphGetNodes,               10000)        \

@@ -9,7 +9,7 @@ namespace tidepool::residency {
 
 const LaunchScanner::Layout* LaunchScanner::learn(CUfunction function) {
   std::lock_guard<std::mutex> guard(lock_);
-  const auto answer = [](const Entry* e) { return e->layout.sizes.empty() ? nullptr : &e->layout; };
+  const auto answer = [](const Entry* e) { return e->layout.described ? &e->layout : nullptr; };
   // Another thread may have published it since the lock-free look.
   const std::size_t home = slot_of(function);
   std::atomic<const Entry*>* free_slot = nullptr;
@@ -25,15 +25,35 @@ const LaunchScanner::Layout* LaunchScanner::learn(CUfunction function) {
   if (auto it = spilled_.find(function); it != spilled_.end()) return answer(it->second);
 
   Layout layout;
-  if (api_.funcGetParamInfo != nullptr) {
+  // A runtime (CUDA 12 on) launches the context-less kernels it gets from
+  // cuLibraryGetKernel, their CUkernel handles cast to CUfunction: only
+  // cuKernelGetParamInfo describes those.
+  const auto read = [&](auto query) {
     // The driver answers CUDA_ERROR_INVALID_VALUE past the last parameter.
     for (std::size_t i = 0; i < 4096; ++i) {
       std::size_t offset = 0;
       std::size_t size = 0;
-      if (api_.funcGetParamInfo(function, i, &offset, &size) != CUDA_SUCCESS) break;
+      const CUresult r = query(i, &offset, &size);
+      if (r != CUDA_SUCCESS) {
+        layout.described = i > 0 || r == CUDA_ERROR_INVALID_VALUE;
+        return;
+      }
       layout.sizes.push_back(size);
       layout.bytes = std::max(layout.bytes, offset + size);
     }
+    layout.described = true;
+  };
+  if (api_.funcGetParamInfo != nullptr) {
+    read([&](std::size_t i, std::size_t* offset, std::size_t* size) {
+      return api_.funcGetParamInfo(function, i, offset, size);
+    });
+  }
+  if (layout.sizes.empty() && api_.kernelGetParamInfo != nullptr) {
+    const bool no_parameters = layout.described;
+    read([&](std::size_t i, std::size_t* offset, std::size_t* size) {
+      return api_.kernelGetParamInfo(reinterpret_cast<CUkernel>(function), i, offset, size);
+    });
+    layout.described = layout.described || no_parameters;
   }
   const Entry& entry = entries_.emplace_back(Entry{function, std::move(layout)});
   if (free_slot != nullptr) {

@@ -9,8 +9,11 @@
 // word that merely looks like a pool address marks a block used, which
 // costs eviction order, never correctness.
 //
-// The scan never reads a byte the driver would not. A kernel whose layout
-// the driver will not give (no cuFuncGetParamInfo) is not scanned. A launch
+// The scan never reads a byte the driver would not. The layout comes from
+// cuFuncGetParamInfo, or cuKernelGetParamInfo for a library kernel's handle
+// (what the CUDA runtime launches). A kernel whose layout the driver will
+// not give is not scanned, and the caller is told so: such a launch may use
+// any block. A launch
 // through `extra` is scanned only when its CU_LAUNCH_PARAM_BUFFER_SIZE is
 // exactly the layout's parameter bytes (the end of the last parameter): a
 // buffer claiming more, or less, is the driver's to refuse, and a hook that
@@ -48,13 +51,15 @@ class LaunchScanner {
 
   // Calls on_word(word) for every aligned 8-byte word of the launch's
   // parameters (kernelParams, or the CU_LAUNCH_PARAM_BUFFER_POINTER buffer
-  // of `extra`).
+  // of `extra`). False when the parameters could not be read (the kernel is
+  // not described, or `extra` is not a buffer the scan trusts): the launch
+  // may name blocks no word showed.
   template <typename F>
-  void for_each_word(CUfunction function, void** params, void** extra, F&& on_word) {
-    if (params != nullptr && extra != nullptr) return;  // the driver refuses both forms at once
+  bool for_each_word(CUfunction function, void** params, void** extra, F&& on_word) {
+    if (params != nullptr && extra != nullptr) return true;  // the driver refuses both forms at once: no launch
     if (params != nullptr) {
       const Layout* layout = layout_of(function);
-      if (layout == nullptr) return;
+      if (layout == nullptr) return false;
       for (std::size_t i = 0; i < layout->sizes.size(); ++i) {
         if (layout->sizes[i] == sizeof(std::uint64_t) && params[i] != nullptr) {  // a pointer or a scalar: most are
           std::uint64_t word = 0;
@@ -64,15 +69,16 @@ class LaunchScanner {
           scan(params[i], layout->sizes[i], on_word);
         }
       }
-      return;
+      return true;
     }
-    if (extra == nullptr) return;
+    if (extra == nullptr) return true;  // no parameters: nothing to name
     std::size_t size = 0;
     const void* buffer = packed_buffer(extra, &size);
-    if (buffer == nullptr) return;
+    if (buffer == nullptr) return false;
     const Layout* layout = layout_of(function);
-    if (layout == nullptr || size != layout->bytes) return;
+    if (layout == nullptr || size != layout->bytes) return false;
     scan(buffer, size, on_word);
+    return true;
   }
 
  private:
@@ -99,7 +105,8 @@ class LaunchScanner {
 
   struct Layout {
     std::vector<std::size_t> sizes;
-    std::size_t bytes = 0;  // the packed buffer's size: the end of the last parameter
+    std::size_t bytes = 0;   // the packed buffer's size: the end of the last parameter
+    bool described = false;  // the driver gave the layout (a kernel may have no parameters)
   };
   template <typename F>
   static void scan(const void* bytes, std::size_t size, F& on_word) {
@@ -124,7 +131,7 @@ class LaunchScanner {
     for (std::size_t i = 0; i < kProbes; ++i) {
       const Entry* e = slots_[(home + i) & (kSlots - 1)].load(std::memory_order_acquire);
       if (e == nullptr) break;
-      if (e->function == function) return e->layout.sizes.empty() ? nullptr : &e->layout;
+      if (e->function == function) return e->layout.described ? &e->layout : nullptr;
     }
     return learn(function);
   }

@@ -23,7 +23,7 @@ bool LearnedPrefetch::record(std::uintptr_t kernel, const pool::LaunchedBlock* b
     std::lock_guard<std::mutex> guard(stats_lock_);
     counters_.period = schedule_.period();
   }
-  if (schedule_.period() == 0 || !all_blocks) return false;
+  if (blind_ || schedule_.period() == 0 || !all_blocks) return false;
   current_.clear();
   for (std::size_t i = 0; i < count; ++i) current_.push_back(ScheduledBlock{blocks[i].buffer_id, blocks[i].address});
   return true;
@@ -235,6 +235,19 @@ void LearnedPrefetch::before_use(std::uint64_t buffer_id, std::uintptr_t stream)
     discard_precopy(i);
     break;
   }
+}
+
+bool LearnedPrefetch::trust_lost(std::uintptr_t stream) {
+  for (const Inflight& f : inflight_) {
+    if (!transit_.finished(f.done)) transit_.wait_on(f.done, stream);
+  }
+  for (const Precopy& p : precopies_) {
+    if (!transit_.finished(p.done)) transit_.wait_on(p.done, stream);
+  }
+  drain();
+  const bool first = !blind_;
+  blind_ = true;
+  return first;
 }
 
 void LearnedPrefetch::forget(std::uint64_t buffer_id) {

@@ -76,6 +76,10 @@ class LearnedPrefetch {
   // A launch on `stream` is about to use the block: ordered after any copy
   // still bringing its pages back or copying them out.
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream);
+  // A launch on `stream` the scan could not read may use any block: it waits
+  // for every copy in flight, every precopy is dropped (it may go stale
+  // unseen), and record() allows no more moves. True the first time.
+  bool trust_lost(std::uintptr_t stream);
   // The block is being freed.
   void forget(std::uint64_t buffer_id);
 
@@ -142,6 +146,8 @@ class LearnedPrefetch {
   std::vector<PageMove> moves_;
   std::vector<pool::EvictionCandidate> live_scratch_;
   std::vector<std::pair<std::uint64_t, std::size_t>> ranked_;  // (next use, index into live_scratch_)
+
+  bool blind_ = false;  // a launch the scan could not read was seen: no more tracked moves
 
   mutable std::mutex stats_lock_;  // counters_ only
   LearnedStats counters_;

@@ -185,6 +185,8 @@ void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
   if (learned_ != nullptr) learned_->before_use(buffer_id, stream);
 }
 
+bool Residency::unread_launch(std::uintptr_t stream) { return learned_ != nullptr && learned_->trust_lost(stream); }
+
 void Residency::forget(std::uint64_t buffer_id) {
   if (learned_ != nullptr) learned_->forget(buffer_id);
 }

@@ -207,6 +207,17 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
   }
 }
 
+void Allocator::unread_launch(CUstream stream) {
+  if (residency_ == nullptr || !residency_->learning()) return;
+  if (pool_->unread_launch(reinterpret_cast<std::uintptr_t>(stream))) {
+    log_warn(
+        "device {}: prefetch:learn: a kernel launch's parameters could not be read (the driver does not describe "
+        "the kernel); learned moves are off for the rest of the run, and blocks move only through gates, as with "
+        "prefetch:launch",
+        device_);
+  }
+}
+
 util::Status Allocator::set_device_limit(std::size_t bytes) {
   util::Status status;
   if (const char* problem = budget_problem(bytes, device_total_bytes())) {

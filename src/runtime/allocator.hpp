@@ -175,6 +175,9 @@ class Allocator {
   // (before work queued later on `stream`), then the counters and the
   // schedule of prefetch:learn.
   void end_launch(CUfunction function, LaunchUse& use, CUstream stream);
+  // A launch on `stream` whose parameters the scan could not read: it may
+  // use any block, so learned prefetch stops trusting the scan.
+  void unread_launch(CUstream stream);
 
  private:
   Allocator() = default;

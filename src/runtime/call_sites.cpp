@@ -3,9 +3,14 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/auxv.h>
+#include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <cstdlib>
+#include <string_view>
 #include <memory>
 #include <thread>
 
@@ -78,13 +83,50 @@ bool object_of(std::uintptr_t caller, Dl_info* info, CallerName* name) {
   return true;
 }
 
+// The path of the file mapped at `address` in /proc/self/maps; empty when
+// none is (or the table cannot be read).
+std::string mapped_file_of(std::uintptr_t address) {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string table;
+  std::array<char, 16384> chunk{};
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    table.append(chunk.data(), static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  // Lines: "begin-end perms offset dev inode   path".
+  std::size_t at = 0;
+  while (at < table.size()) {
+    std::size_t end = table.find('\n', at);
+    if (end == std::string::npos) end = table.size();
+    const std::string_view line(table.data() + at, end - at);
+    at = end + 1;
+    char* rest = nullptr;
+    const std::uintptr_t begin = std::strtoull(line.data(), &rest, 16);
+    if (rest == nullptr || *rest != '-') continue;
+    const std::uintptr_t finish = std::strtoull(rest + 1, nullptr, 16);
+    if (address < begin || address >= finish) continue;
+    const std::size_t path = line.find('/');
+    if (path == std::string_view::npos) return {};
+    std::string_view file = line.substr(path);
+    constexpr std::string_view kDeleted = " (deleted)";  // the file was replaced since it was mapped
+    if (file.ends_with(kDeleted)) file.remove_suffix(kDeleted.size());
+    return std::string(file);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string CallSites::library_of(std::uintptr_t caller) {
-  Dl_info info{};
-  CallerName name;
-  return object_of(caller, &info, &name) ? name.library : std::string();
+  if (caller == 0) return {};
+  // One byte back, as object_of.
+  return std::string(base_name(mapped_file_of(caller - 1)));
 }
+
 
 CallerName CallSites::describe(std::uintptr_t caller) {
   CallerName name;

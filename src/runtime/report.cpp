@@ -254,6 +254,7 @@ std::string report_json(const Report& report) {
   Json launches = Json::object();
   launches["scanned"] = report.launches.scanned;
   launches["naming_blocks"] = report.launches.naming_blocks;
+  launches["unread"] = report.launches.unread;
   root["launches"] = std::move(launches);
   Json devices = Json::array();
   for (const DeviceReport& d : report.devices) devices.push_back(device_json(d, report.callers));

@@ -48,6 +48,7 @@ struct DeviceReport {
 struct LaunchCounts {
   std::uint64_t scanned = 0;        // launches the hooks scanned for pool pointers
   std::uint64_t naming_blocks = 0;  // of those, launches that named a pool block
+  std::uint64_t unread = 0;         // of those, launches whose parameters could not be read
 };
 
 struct Report {

@@ -302,12 +302,16 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
     gathered = 0;
   };
   const std::uintptr_t length = end - begin;
-  launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+  const bool read = launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
     if (word - begin >= length) return;
     if (gathered == words.size()) ask_pool();
     words[gathered++].address = word;
   });
   if (gathered > 0) ask_pool();
+  if (!read) {
+    counts.add(kLaunchesUnread);
+    a->unread_launch(stream);
+  }
   if (!named) return;
   counts.add(kLaunchesNamingBlocks);
   if (bring_back_at_launch_) a->end_launch(function, use, stream);
@@ -398,15 +402,16 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
     if (span.gathered == 0) order[ordered++] = i;
     span.words[span.gathered++].address = word;
   };
+  bool read = true;
   if (count == 1 && !more) {
     // One pool (one device): its span in registers.
     const std::uintptr_t begin = spans[0].begin;
     const std::uintptr_t length = spans[0].end - begin;
-    launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+    read = launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
       if (word - begin < length) gather(0, word);
     });
   } else {
-    launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
+    read = launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
       for (std::size_t i = 0; i < count; ++i) {
         if (word - spans[i].begin < spans[i].end - spans[i].begin) return gather(i, word);
       }
@@ -420,6 +425,13 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
     });
   }
   ask_pools();
+  if (!read) {
+    counts.add(kLaunchesUnread);
+    (void)find_allocator([&](Allocator* a) {
+      a->unread_launch(stream);
+      return false;
+    });
+  }
   if (owner == nullptr) return;
   counts.add(kLaunchesNamingBlocks);
   if (bring_back_at_launch_) owner->end_launch(function, use, stream);
@@ -508,8 +520,11 @@ void Runtime::read_graph(CUgraph graph, int depth, GraphUse* use) const {
     if (api.graphNodeGetType(node, &type) != CUDA_SUCCESS) continue;
     if (type == CU_GRAPH_NODE_TYPE_KERNEL && api.graphKernelNodeGetParams != nullptr) {
       CUDA_KERNEL_NODE_PARAMS params{};
-      if (api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS && params.func != nullptr) {
-        use->kernels.push_back({params.func, params.kernelParams, params.extra});
+      // A node captured from a runtime launch may name a library kernel
+      // (`kern`, used when `func` is null), which the scan reads as well.
+      if (api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS) {
+        const CUfunction function = params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+        if (function != nullptr) use->kernels.push_back({function, params.kernelParams, params.extra});
       }
     } else if (type == CU_GRAPH_NODE_TYPE_MEMCPY && api.graphMemcpyNodeGetParams != nullptr) {
       CUDA_MEMCPY3D copy{};
@@ -607,6 +622,7 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
   report.passthrough = passthrough_;
   report.launches.scanned = launch_counts_.total(kLaunchesScanned);
   report.launches.naming_blocks = launch_counts_.total(kLaunchesNamingBlocks);
+  report.launches.unread = launch_counts_.total(kLaunchesUnread);
   for (int device = 0; device < kMaxDevices; ++device) {
     const Allocator* a = allocators_[device].load(std::memory_order_acquire);
     const std::uint64_t passed = passthrough_allocations_[device].load(std::memory_order_relaxed);

@@ -240,9 +240,10 @@ class Runtime {
   std::array<std::atomic<unsigned>, kMaxDevices> create_attempts_{};
   std::array<std::atomic<std::uint64_t>, kMaxDevices> passthrough_allocations_{};
   // Launch prefetch's view of the program's launches, for the report: how
-  // many the hooks scanned, and how many of those named a pool block. Per
-  // thread, so that a launch counts without an atomic read-modify-write.
-  enum LaunchCount : std::size_t { kLaunchesScanned, kLaunchesNamingBlocks, kLaunchCounts };
+  // many the hooks scanned, how many of those named a pool block, and how
+  // many could not be read. Per thread, so that a launch counts without an
+  // atomic read-modify-write.
+  enum LaunchCount : std::size_t { kLaunchesScanned, kLaunchesNamingBlocks, kLaunchesUnread, kLaunchCounts };
   util::ThreadCounts<kLaunchCounts> launch_counts_;
   std::atomic<bool> finished_{false};
   const pid_t owner_pid_;  // the process that created this Runtime

@@ -122,6 +122,7 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     TIDEPOOL_SIM_PROC("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
     TIDEPOOL_SIM_PROC("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    TIDEPOOL_SIM_PROC("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
     TIDEPOOL_SIM_PROC("cuLaunchKernel", 4000, cuLaunchKernel),
     TIDEPOOL_SIM_PROC_PT("cuLaunchKernel", 7000, cuLaunchKernel_ptsz),
     TIDEPOOL_SIM_PROC("cuLaunchKernelEx", 11060, cuLaunchKernelEx),

@@ -201,6 +201,10 @@ struct Kernel {
   std::size_t extent_pointer = 0;
   std::size_t extent_count = 0;
   std::size_t extent_element = 0;
+  // Registered as a library kernel (tidepool_sim_register_library_kernel):
+  // its handle is a CUkernel, which cuLaunchKernel takes cast to
+  // CUfunction, and only cuKernelGetParamInfo describes.
+  bool library = false;
 };
 
 struct Fault {

@@ -40,6 +40,12 @@ size_t tidepool_sim_host_bytes_in_use(void);
 /* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */
 CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data, size_t num_params,
                                       const size_t* param_sizes);
+/* Registers a context-less library kernel, the kind the CUDA runtime (12.0
+ * on) gets from cuLibraryGetKernel for the kernels it launches: cuLaunchKernel
+ * takes the handle cast to CUfunction; cuKernelGetParamInfo describes its
+ * parameters and cuFuncGetParamInfo refuses it (CUDA_ERROR_INVALID_HANDLE). */
+CUresult tidepool_sim_register_library_kernel(CUkernel* out, tidepool_sim_kernel_fn fn, void* user_data,
+                                              size_t num_params, const size_t* param_sizes);
 /* Declares what kernel `f` touches while it runs beyond the words of its
  * arguments: `count` (parameter `count_param`, a size_t) elements of
  * `element_bytes` from the pointer in parameter `pointer_param`. The remap

@@ -1081,12 +1081,15 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUe
 
 // --- kernels --------------------------------------------------------------------------------------
 
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data,
-                                                          std::size_t num_params, const std::size_t* param_sizes) {
+namespace {
+
+CUresult register_kernel(void** out, tidepool_sim_kernel_fn fn, void* user_data, std::size_t num_params,
+                         const std::size_t* param_sizes, bool library) {
   if (out == nullptr || fn == nullptr || (num_params > 0 && param_sizes == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   auto k = std::make_unique<Kernel>();
   k->fn = fn;
   k->user_data = user_data;
+  k->library = library;
   std::size_t offset = 0;
   for (std::size_t i = 0; i < num_params; ++i) {
     const std::size_t size = param_sizes[i];
@@ -1098,9 +1101,28 @@ TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_register_kernel(CUfunction* out, tidep
   }
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
-  *out = reinterpret_cast<CUfunction>(k.get());
+  *out = k.get();
   s.kernels[k.get()] = std::move(k);
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data,
+                                                          std::size_t num_params, const std::size_t* param_sizes) {
+  void* handle = nullptr;
+  const CUresult r = register_kernel(&handle, fn, user_data, num_params, param_sizes, false);
+  if (r == CUDA_SUCCESS) *out = static_cast<CUfunction>(handle);
+  return r;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_register_library_kernel(CUkernel* out, tidepool_sim_kernel_fn fn,
+                                                                  void* user_data, std::size_t num_params,
+                                                                  const std::size_t* param_sizes) {
+  void* handle = nullptr;
+  const CUresult r = register_kernel(&handle, fn, user_data, num_params, param_sizes, true);
+  if (r == CUDA_SUCCESS) *out = static_cast<CUkernel>(handle);
+  return r;
 }
 
 namespace {
@@ -1130,15 +1152,31 @@ TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_set_kernel_extent(CUfunction f, std::s
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+CUresult param_info(const Kernel& k, std::size_t index, std::size_t* offset, std::size_t* size) {
+  if (index >= k.sizes.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != nullptr) *offset = k.offsets[index];
+  if (size != nullptr) *size = k.sizes[index];
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 TIDEPOOL_SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, std::size_t index, std::size_t* offset,
                                                 std::size_t* size) {
   if (CUresult r = enter_initialized("cuFuncGetParamInfo"); r != CUDA_SUCCESS) return r;
   Kernel* k = find_kernel(func);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (index >= k->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
-  if (offset != nullptr) *offset = k->offsets[index];
-  if (size != nullptr) *size = k->sizes[index];
-  return CUDA_SUCCESS;
+  if (k == nullptr || k->library) return CUDA_ERROR_INVALID_HANDLE;  // a CUkernel is not a CUfunction
+  return param_info(*k, index, offset, size);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, std::size_t index, std::size_t* offset,
+                                                  std::size_t* size) {
+  if (CUresult r = enter_initialized("cuKernelGetParamInfo"); r != CUDA_SUCCESS) return r;
+  Kernel* k = find_kernel(reinterpret_cast<CUfunction>(kernel));
+  if (k == nullptr || !k->library) return CUDA_ERROR_INVALID_HANDLE;
+  return param_info(*k, index, offset, size);
 }
 
 namespace {

@@ -266,6 +266,26 @@ TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
   }
 }
 
+// A kernel the driver does not describe (neither query answers for it, here
+// the fill kernel's first) under learned prefetch: its launches cannot be
+// read, so they might use any block. The first one turns learned moves off
+// for the run: every move is gated from then on, the report counts the
+// launches, stderr says why, and every byte is right.
+TEST_F(Preload, ALaunchTheScanCannotReadTurnsLearnedMovesOff) {
+  time_limit_s_ = 120;
+  extra_env_ = "TIDEPOOL_SIM_COPY_GBPS=2 TIDEPOOL_SIM_FAULTS=cuKernelGetParamInfo:1:400 ";
+  const ProgramRun r = run(PROBE_RACES, "copies", "device_limit:48MiB,evict:on,prefetch:learn");
+  EXPECT_EQ(r.status, 42) << r.err;
+  EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("learned moves are off"), std::string::npos) << r.err;
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_GT(launches(r, "unread"), 0);
+  EXPECT_GT(launches(r, "naming_blocks"), 0) << "the check kernel is still read";
+  EXPECT_GT(r.report.value("evictions", 0), 0);
+  EXPECT_EQ(r.report.value("tracked_moves", -1), 0);
+  EXPECT_EQ(r.report.value("precopies", -1), 0);
+}
+
 // A capture in progress (issue 26, item 3): a global-mode capture on one
 // thread's non-blocking stream while another thread's allocation needs room
 // and a launch into the capture names a block on the host. Nothing moves and

@@ -50,10 +50,16 @@ inline void check_words(void** params, void* /*user*/) {
 
 // Registers fill_words and check_words with the sim, each declared to touch
 // `count` words from its pointer (so the sim's remap check sees the block).
+// Library kernels, launched by their CUkernel handles cast to CUfunction, as
+// the CUDA runtime (12.0 on) launches a program's kernels.
 inline void register_word_kernels(CUfunction* fill, CUfunction* check) {
   const std::size_t sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(void*)};
-  PROBE_CHECK(tidepool_sim_register_kernel(fill, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
-  PROBE_CHECK(tidepool_sim_register_kernel(check, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  CUkernel fill_kernel = nullptr;
+  CUkernel check_kernel = nullptr;
+  PROBE_CHECK(tidepool_sim_register_library_kernel(&fill_kernel, &fill_words, nullptr, 3, sizes) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_register_library_kernel(&check_kernel, &check_words, nullptr, 4, sizes) == CUDA_SUCCESS);
+  *fill = reinterpret_cast<CUfunction>(fill_kernel);
+  *check = reinterpret_cast<CUfunction>(check_kernel);
   PROBE_CHECK(tidepool_sim_set_kernel_extent(*fill, 0, 1, 4) == CUDA_SUCCESS);
   PROBE_CHECK(tidepool_sim_set_kernel_extent(*check, 0, 1, 4) == CUDA_SUCCESS);
 }

@@ -107,14 +107,52 @@ TEST(LaunchScanner, ThreadsLaunchingTheSameNewKernelsAtOnceAskTheDriverOnceForEa
   EXPECT_EQ(driver_calls.load(), calls_to_learn(kKernels));
 }
 
-TEST(LaunchScanner, AKernelTheDriverCannotDescribeIsNotScanned) {
+TEST(LaunchScanner, AKernelTheDriverCannotDescribeIsNotScannedAndTheCallerIsTold) {
   driver::Api api;  // no cuFuncGetParamInfo: an older driver
   LaunchScanner scanner(api);
   Launch launch(3);
   std::size_t words = 0;
   for (int i = 0; i < 3; ++i) {
-    scanner.for_each_word(launch.function, launch.params, nullptr, [&](std::uintptr_t) { ++words; });
+    EXPECT_FALSE(scanner.for_each_word(launch.function, launch.params, nullptr, [&](std::uintptr_t) { ++words; }));
   }
+  EXPECT_EQ(words, 0u);
+}
+
+// A CUkernel handle (what the CUDA runtime launches) is not a CUfunction:
+// the function query refuses it, as both queries refuse a foreign handle.
+CUresult refuse_handle(CUfunction, std::size_t, std::size_t*, std::size_t*) { return CUDA_ERROR_INVALID_HANDLE; }
+CUresult refuse_kernel(CUkernel, std::size_t, std::size_t*, std::size_t*) { return CUDA_ERROR_INVALID_HANDLE; }
+CUresult describe_kernel(CUkernel k, std::size_t index, std::size_t* offset, std::size_t* size) {
+  return describe(reinterpret_cast<CUfunction>(k), index, offset, size);
+}
+
+TEST(LaunchScanner, ALibraryKernelLaunchedByItsHandleIsScannedWithTheKernelQuery) {
+  driver::Api api;
+  api.funcGetParamInfo = &refuse_handle;
+  api.kernelGetParamInfo = &describe_kernel;
+  LaunchScanner scanner(api);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(scans_its_own_words(scanner, i)) << "kernel " << i;
+  Launch launch(2);
+  EXPECT_TRUE(scanner.for_each_word(launch.function, launch.params, nullptr, [](std::uintptr_t) {}));
+
+  api.kernelGetParamInfo = &refuse_kernel;  // described by neither query
+  LaunchScanner blind(api);
+  std::size_t words = 0;
+  EXPECT_FALSE(blind.for_each_word(launch.function, launch.params, nullptr, [&](std::uintptr_t) { ++words; }));
+  EXPECT_EQ(words, 0u);
+}
+
+CUresult no_parameters(CUfunction, std::size_t, std::size_t*, std::size_t*) { return CUDA_ERROR_INVALID_VALUE; }
+
+TEST(LaunchScanner, AKernelWithoutParametersIsReadAndNamesNothing) {
+  driver::Api api;
+  api.funcGetParamInfo = &no_parameters;
+  api.kernelGetParamInfo = &refuse_kernel;  // it is a CUfunction, not a library kernel
+  LaunchScanner scanner(api);
+  void* params[1] = {nullptr};  // NOLINT(modernize-avoid-c-arrays): a launch's argument array
+  std::size_t words = 0;
+  EXPECT_TRUE(scanner.for_each_word(kernel(0), params, nullptr, [&](std::uintptr_t) { ++words; }));
+  EXPECT_TRUE(scanner.for_each_word(kernel(0), nullptr, nullptr, [&](std::uintptr_t) { ++words; }));
   EXPECT_EQ(words, 0u);
 }
 

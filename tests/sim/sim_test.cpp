@@ -367,6 +367,42 @@ TEST_F(Sim, KernelLaunchReadsAndWritesDeviceMemory) {
   api().memFree(p);
 }
 
+// The runtime launches library kernels by their CUkernel handles cast to
+// CUfunction: the launch runs, cuKernelGetParamInfo describes the handle and
+// cuFuncGetParamInfo refuses it; a module function is the other way round.
+TEST_F(Sim, ALibraryKernelLaunchesByItsHandleAndOnlyTheKernelQueryDescribesIt) {
+  auto reg =
+      testing::sim_control<decltype(&tidepool_sim_register_library_kernel)>("tidepool_sim_register_library_kernel");
+  ASSERT_NE(reg, nullptr);
+  const std::size_t sizes[] = {sizeof(int*), sizeof(int)};
+  CUkernel kernel = nullptr;
+  ASSERT_EQ(reg(
+                &kernel, [](void** params, void*) { **static_cast<int**>(params[0]) = *static_cast<int*>(params[1]); },
+                nullptr, 2, sizes),
+            CUDA_SUCCESS);
+  const auto as_function = reinterpret_cast<CUfunction>(kernel);
+  std::size_t offset = 0;
+  std::size_t size = 0;
+  EXPECT_EQ(api().funcGetParamInfo(as_function, 0, &offset, &size), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(api().kernelGetParamInfo(kernel, 1, &offset, &size), CUDA_SUCCESS);
+  EXPECT_EQ(offset, 8u);
+  EXPECT_EQ(size, sizeof(int));
+  EXPECT_EQ(api().kernelGetParamInfo(kernel, 2, &offset, &size), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().kernelGetParamInfo(reinterpret_cast<CUkernel>(gated_write_kernel()), 0, &offset, &size),
+            CUDA_ERROR_INVALID_HANDLE);
+
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, sizeof(int)), CUDA_SUCCESS);
+  auto* target = reinterpret_cast<int*>(p);
+  int value = 7;
+  void* params[] = {&target, &value};
+  ASSERT_EQ(api().launchKernel(as_function, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  int host = 0;
+  ASSERT_EQ(api().memcpyDtoH(&host, p, sizeof(int)), CUDA_SUCCESS);
+  EXPECT_EQ(host, 7);
+  api().memFree(p);
+}
+
 TEST_F(Sim, PointerAttributesDescribeOnlyWhatTheSimAllocated) {
   CUdeviceptr p = 0;
   ASSERT_EQ(api().memAlloc(&p, 1000), CUDA_SUCCESS);
@@ -1440,6 +1476,7 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE_T("cuEventElapsedTime", ElapsedTimeV1, &ms, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuEventElapsedTime_v2, &ms, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuFuncGetParamInfo, nullptr, 0, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuKernelGetParamInfo, nullptr, 0, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE(cuLaunchKernel, nullptr, 1, 1, 1, 1, 1, 1, 0, bogus, nullptr, nullptr),
       TIDEPOOL_FAULT_CASE_T("cuLaunchKernel_ptsz", LaunchKernelPtsz, nullptr, 1, 1, 1, 1, 1, 1, 0, bogus, nullptr,
                             nullptr),
