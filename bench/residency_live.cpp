@@ -9,7 +9,8 @@
 // device lags the host as it does under a framework.
 //
 //   bench_residency_live [--layers 12] [--activation-mib 8] [--kernel-ms 5] [--steps 11]
-//                        [--copy-gbps 2] [--frees device,stream] [--modes off,launch,learn]
+//                        [--copy-gbps 2] [--vmm-us create:14.5,...] [--frees device,stream]
+//                        [--modes off,launch,learn]
 //                        [--budgets 50,33.3] [--json PATH]
 //
 // The step (see bench/layer_kernel.hpp and residency_bench.cpp): a forward
@@ -53,6 +54,9 @@ struct Options {
   double kernel_ms = 5;
   int steps = 11;
   double copy_gbps = 2;  // as bench_residency: the sim's copies at 2 GB/s
+  // The sim's VMM calls cost what an H100's did (gpu/probe.cu, 2026-11-27):
+  // a gate remaps pages while the device waits, so free remaps flatter.
+  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4";
   std::vector<std::string> frees{"device", "stream"};
   std::vector<std::string> modes{"off", "launch", "learn"};
   std::vector<double> budget_percents{50, 100.0 / 3.0};
@@ -114,9 +118,15 @@ class Child {
     tidepool_sim_set_copy_gbps(o_.copy_gbps);
     const std::size_t sizes[] = {sizeof(std::uintptr_t), sizeof(std::uintptr_t), sizeof(std::uintptr_t),
                                  sizeof(std::size_t), sizeof(std::uint64_t)};
-    return ok(tidepool_sim_register_kernel(&kernel_, &tidepool::bench::layer_kernel, nullptr, 5, sizes),
-              "registering the layer kernel", out) &&
-           ok(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", out);
+    // A library kernel, launched by its CUkernel handle as the CUDA runtime
+    // launches a program's kernels.
+    CUkernel kernel = nullptr;
+    if (!ok(tidepool_sim_register_library_kernel(&kernel, &tidepool::bench::layer_kernel, nullptr, 5, sizes),
+            "registering the layer kernel", out)) {
+      return false;
+    }
+    kernel_ = reinterpret_cast<CUfunction>(kernel);
+    return ok(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", out);
   }
 
   bool allocate(CUdeviceptr* p, json* out) {
@@ -195,8 +205,10 @@ Run run_child(const Options& o, const std::string& self, Run run) {
                                 "--child",
                                 run.frees};
   std::string out;
-  const int status = tidepool::bench::run_child(
-      args, kChildMarker, &out, {"TIDEPOOL_CONF=" + run.conf, "TIDEPOOL_SIM_COPY_GBPS=" + std::to_string(o.copy_gbps)});
+  const int status =
+      tidepool::bench::run_child(args, kChildMarker, &out,
+                                 {"TIDEPOOL_CONF=" + run.conf, "TIDEPOOL_SIM_COPY_GBPS=" + std::to_string(o.copy_gbps),
+                                  "TIDEPOOL_SIM_VMM_US=" + o.vmm_us});
   run.result = json::parse(out, nullptr, false);
   if (run.result.is_discarded() || !run.result.is_object()) {
     run.result = json{{"failure", "the child exited with " + std::to_string(status) + " and printed no result"}};
@@ -228,8 +240,8 @@ int parent_main(const Options& o) {
   }
   std::printf(
       "bench_residency_live: %d layers, %g MiB activations, %g ms kernels, %d steps (1 warm-up), copies at "
-      "%g GB/s, through LD_PRELOAD=libtidepool.so\n",
-      o.layers, o.activation_mib, o.kernel_ms, o.steps, o.copy_gbps);
+      "%g GB/s, VMM calls %s, through LD_PRELOAD=libtidepool.so\n",
+      o.layers, o.activation_mib, o.kernel_ms, o.steps, o.copy_gbps, o.vmm_us.empty() ? "free" : o.vmm_us.c_str());
   std::printf("%-6s %-6s %9s %-6s %8s %6s %6s %9s  %s\n", "frees", "budget", "budgetMiB", "mode", "step_ms", "kept",
               "steady", "hostrd", "status");
   json all = json::array();
@@ -292,6 +304,8 @@ int main(int argc, char** argv) {
   app.add_option("--budgets", o.budget_percents, "Budgets, in percent of the unconstrained peak reserved bytes")
       ->delimiter(',')
       ->check(CLI::Range(1.0, 1000.0));
+  app.add_option("--vmm-us", o.vmm_us, "Host µs per 2 MiB page of each sim VMM call (TIDEPOOL_SIM_VMM_US); empty: free")
+      ->capture_default_str();
   app.add_option("--json", o.json_path, "Also write the results as JSON here");
   app.add_option("--child", o.child_frees, "(internal) run one free style under the preload")
       ->check(CLI::IsMember({"device", "stream"}));

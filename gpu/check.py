@@ -237,7 +237,7 @@ def loss_compare(base, run):
 # Per-run residency figures from tidepool's report, per training step.
 MOVE_KEYS = ("evicted_bytes", "prefetched_bytes", "host_resident_launches", "launch_prefetches",
              "learned_prefetches", "tracked_moves", "residency_gates", "residency_fallbacks", "failed_page_moves",
-             "precopies", "precopies_used")
+             "precopies", "precopies_used", "residency_wait_ms", "residency_remap_ms", "sync_pin_ms")
 
 
 # The runs part_residency makes per model, beside the native one.
@@ -245,7 +245,7 @@ RESIDENCY_RUNS = ("none", "50.off", "50.launch", "50.learn", "33.off", "33.launc
 
 
 def residency(d, steps=None):
-    steps = int(steps or os.environ.get("TIDEPOOL_GPU_RES_STEPS") or 12)  # run.sh's RES_STEPS
+    steps = int(steps or os.environ.get("TIDEPOOL_GPU_RES_STEPS") or 8)  # run.sh's RES_STEPS
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
         base = last_json_line(os.path.join(d, f"{model}.native.out"))
@@ -290,7 +290,8 @@ def residency(d, steps=None):
         scanned = (load_json(os.path.join(d, f"{model}.50.launch.report.json"), {}) or {}).get("launches") or {}
         visibility = {"kernels_per_step": base and base.get("kernels_per_step"),
                       "scanned_per_step": scanned.get("scanned", 0) / steps if scanned else None,
-                      "naming_blocks_per_step": scanned.get("naming_blocks", 0) / steps if scanned else None}
+                      "naming_blocks_per_step": scanned.get("naming_blocks", 0) / steps if scanned else None,
+                      "unread_per_step": scanned.get("unread", 0) / steps if scanned else None}
         figures[model] = {"native": base and {k: base.get(k) for k in ("step_ms_median", "torch_version")},
                           "launch_visibility": visibility, "runs": rows}
     print(json.dumps(figures))

@@ -151,8 +151,14 @@ space::HostPage* HostCache::take() {
   const std::size_t slot = free_slots_.back();
   free_slots_.pop_back();
   guard.unlock();
-  space::HostPage* page = pin(slot);
+  double pin_ms = 0;
+  space::HostPage* page = nullptr;
+  {
+    const util::HostTime pinning(&pin_ms);
+    page = pin(slot);
+  }
   guard.lock();
+  sync_pin_ms_ += pin_ms;
   if (page == nullptr) {
     free_slots_.push_back(slot);
     return nullptr;
@@ -221,6 +227,7 @@ HostCacheStats HostCache::stats_locked() const {
   s.peak_in_use_bytes = peak_in_use_ * page_size_;
   s.pin_calls = pin_calls_;
   s.sync_pins = sync_pins_;
+  s.sync_pin_ms = sync_pin_ms_;
   return s;
 }
 

@@ -41,6 +41,7 @@ struct HostCacheStats {
   std::uint64_t peak_in_use_bytes = 0;
   std::uint64_t pin_calls = 0;  // host pages created (cuMemCreate on the host)
   std::uint64_t sync_pins = 0;  // of those, pinned on an evicting thread
+  double sync_pin_ms = 0;       // the evicting threads' time in those pins
 };
 
 class HostCache {
@@ -92,6 +93,7 @@ class HostCache {
   std::size_t peak_in_use_ = 0;
   std::size_t peak_held_ = 0;
   std::uint64_t pin_calls_ = 0;
+  double sync_pin_ms_ = 0;
   std::uint64_t sync_pins_ = 0;
   std::size_t pinning_ = 0;  // slots the thread is pinning now (counted as held)
   bool stopping_ = false;

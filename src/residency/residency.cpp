@@ -166,6 +166,8 @@ void Residency::note_transit_stats() {
   counters_.fallbacks = t.fallbacks;
   counters_.tracked_moves = t.tracked;
   counters_.failed_moves = t.failed_moves;
+  counters_.move_wait_ms = t.wait_ms;
+  counters_.remap_ms = t.remap_ms;
   // Bytes per millisecond / 1e6 is GB/s.
   counters_.to_host_gbps = t.to_host_ms > 0 ? static_cast<double>(t.timed_to_host_bytes) / t.to_host_ms / 1e6 : 0;
   counters_.to_device_gbps =
@@ -234,6 +236,7 @@ void Residency::complete_stats(const LearnedStats& learned, const HostCacheStats
   s->peak_evicted_bytes = cache.peak_in_use_bytes;
   s->pin_calls = cache.pin_calls;
   s->sync_pins = cache.sync_pins;
+  s->sync_pin_ms = cache.sync_pin_ms;
   s->host_resident_bytes = cache.in_use_bytes;
 }
 

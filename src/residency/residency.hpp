@@ -59,8 +59,9 @@ struct ResidencyStats {
   std::uint64_t evicted_bytes = 0;
   std::uint64_t prefetches = 0;  // bring-backs that moved pages
   std::uint64_t prefetched_bytes = 0;
-  std::uint64_t host_resident_launches =
-      0;                                  // launches that read host pages: no room to bring them back (prefetch:launch)
+  // Launches that read host pages: every one with prefetch:off, those with
+  // no room to bring them back with launch or learn.
+  std::uint64_t host_resident_launches = 0;
   std::uint64_t launch_prefetches = 0;    // launches whose blocks' host pages were brought back first
   std::uint64_t host_resident_bytes = 0;  // pool bytes on host pages now
   std::uint64_t host_cache_bytes = 0;     // pinned now
@@ -78,7 +79,12 @@ struct ResidencyStats {
   std::uint64_t learned_period = 0;      // launches per step, once found
   std::uint64_t failed_moves = 0;
   std::uint64_t host_cache_full = 0;  // evictions cut short by the host cache's bound
-  double to_host_gbps = 0;            // copy bandwidth where events timed it, GB/s
+  // Host time, on the threads that moved pages: waiting for the device,
+  // remapping pages, and pinning host pages the cache did not have ready.
+  double move_wait_ms = 0;
+  double remap_ms = 0;
+  double sync_pin_ms = 0;
+  double to_host_gbps = 0;  // copy bandwidth where events timed it, GB/s
   double to_device_gbps = 0;
 };
 
@@ -115,7 +121,7 @@ class Residency final : public pool::PageMover {
   // out-of-memory message reads these outside the pool's lock, so a signal
   // can land while a thread holds them.
   bool try_stats(std::chrono::steady_clock::time_point deadline, ResidencyStats* out) const;
-  // A scanned launch (prefetch:launch) found pages of its blocks on the
+  // A scanned launch (any prefetch mode) found pages of its blocks on the
   // host: `brought_back` some came back before it, `still_on_host` some
   // stay there and it reads them over PCIe.
   void note_launch(bool brought_back, bool still_on_host) noexcept {

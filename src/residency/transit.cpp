@@ -126,27 +126,40 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     }
     return api_.eventRecord(copied_, to_host_stream_) == CUDA_SUCCESS;
   });
-  if (!gate) return false;                                          // the guard opens the flag
-  if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) return true;  // the copies did not finish: nothing moves
+  if (!gate) return false;  // the guard opens the flag
+  {
+    const util::HostTime waited(&stats_.wait_ms);
+    if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) return true;  // the copies did not finish: nothing moves
+  }
   time_copies(joined_, copied_, moves.size() * page_size_, true);
-  for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+  remap_to_host(space, moves);
   stats_.gates++;
   return true;
 }
 
+bool Transit::synchronize_context() {
+  // A context synchronisation during any capture would invalidate it.
+  if (registry_.capture_in_progress(context_) || api_.ctxSynchronize == nullptr) return false;
+  const util::HostTime waited(&stats_.wait_ms);
+  return api_.ctxSynchronize() == CUDA_SUCCESS;
+}
+
 void Transit::fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
-  // A context synchronisation during any capture would invalidate it: the
-  // pages stay where they are, intact.
-  if (registry_.capture_in_progress(context_) || api_.ctxSynchronize == nullptr ||
-      api_.ctxSynchronize() != CUDA_SUCCESS) {
-    return;  // nothing can be proven idle: nothing moves
-  }
+  if (!synchronize_context()) return;  // nothing can be proven idle: nothing moves, the pages intact
   stats_.fallbacks++;
   for (const PageMove& m : moves) {
     const CUdeviceptr from = m.reservation->page_address(m.page);
     if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return;
   }
-  if (api_.streamSynchronize(to_host_stream_) != CUDA_SUCCESS) return;
+  {
+    const util::HostTime waited(&stats_.wait_ms);
+    if (api_.streamSynchronize(to_host_stream_) != CUDA_SUCCESS) return;
+  }
+  remap_to_host(space, moves);
+}
+
+void Transit::remap_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  const util::HostTime remapping(&stats_.remap_ms);
   for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
 }
 
@@ -188,7 +201,12 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
     return api_.eventRecord(pending.done, to_device_stream_) == CUDA_SUCCESS &&
            api_.streamWaitEvent(nullptr, pending.done, 0) == CUDA_SUCCESS;
   });
-  if (!gate || api_.eventSynchronize(joined_) != CUDA_SUCCESS) {
+  bool joined = false;
+  if (gate) {
+    const util::HostTime waited(&stats_.wait_ms);
+    joined = api_.eventSynchronize(joined_) == CUDA_SUCCESS;
+  }
+  if (!joined) {
     // The copies may be queued behind the flag: they run once it opens, on
     // pages still mapped to their host pages, writing each onto itself.
     if (waiting) {
@@ -199,10 +217,13 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
     events_.give_back(pending.done);
     return false;
   }
-  for (PageMove& m : moves) {
-    space::HostPage* released = nullptr;
-    m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
-    if (m.moved) pending.pages.push_back(released);
+  {
+    const util::HostTime remapping(&stats_.remap_ms);
+    for (PageMove& m : moves) {
+      space::HostPage* released = nullptr;
+      m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
+      if (m.moved) pending.pages.push_back(released);
+    }
   }
   guard.open_now();
   stats_.gates++;
@@ -212,6 +233,7 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
 }
 
 std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space, std::vector<PageMove>& moves) {
+  const util::HostTime remapping(&stats_.remap_ms);
   std::vector<space::HostPage*> released_pages;
   released_pages.reserve(moves.size());
   for (PageMove& m : moves) {
@@ -232,15 +254,13 @@ std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space
 }
 
 void Transit::fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
-  // A context synchronisation during any capture would invalidate it: the
-  // pages stay where they are, intact.
-  if (registry_.capture_in_progress(context_) || api_.ctxSynchronize == nullptr ||
-      api_.ctxSynchronize() != CUDA_SUCCESS) {
-    return;  // nothing can be proven idle: nothing moves
-  }
+  if (!synchronize_context()) return;  // nothing can be proven idle: nothing moves, the pages intact
   stats_.fallbacks++;
   std::vector<space::HostPage*> released_pages = remap_and_fill(space, moves);
-  (void)api_.streamSynchronize(to_device_stream_);
+  {
+    const util::HostTime waited(&stats_.wait_ms);
+    (void)api_.streamSynchronize(to_device_stream_);
+  }
   PendingRelease done;
   done.pages = std::move(released_pages);
   pending_.push_back(std::move(done));
@@ -282,9 +302,14 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
 std::size_t Transit::commit_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, CUevent start,
                                     CUevent done) {
   driver::ScopedContext scope(api_, context_);
-  if (api_.eventSynchronize(done) == CUDA_SUCCESS) {
+  bool copied = false;
+  {
+    const util::HostTime waited(&stats_.wait_ms);
+    copied = api_.eventSynchronize(done) == CUDA_SUCCESS;
+  }
+  if (copied) {
     time_copies(start, done, moves.size() * page_size_, true);
-    for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+    remap_to_host(space, moves);
   }
   events_.give_back(start);
   events_.give_back(done);

@@ -60,6 +60,11 @@ struct TransitStats {
   std::uint64_t timed_to_host_bytes = 0;
   std::uint64_t timed_to_device_bytes = 0;
   std::uint64_t failed_moves = 0;  // a copy or remap failed; the page stayed where it was
+  // Host time the moves took from the thread making them: waiting for the
+  // device (the work before a gate, a gate's copies out, a precopy being
+  // committed, a fallback's synchronisation), and remapping pages.
+  double wait_ms = 0;
+  double remap_ms = 0;
 };
 
 class Transit {
@@ -119,7 +124,13 @@ class Transit {
   // open again and nothing was remapped).
   bool gated_to_host(space::AddressSpace& space, std::vector<PageMove>& moves, const std::vector<CUevent>& fills);
   bool gated_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // The fallbacks' ordering: false during a capture (a synchronisation
+  // would invalidate it) or when it failed.
+  bool synchronize_context();
   void fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // Maps each page's host page in place of its device page (the copy out
+  // has finished), marking those moved.
+  void remap_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
   void open(std::uint32_t generation) noexcept;
   // Remaps each page to a device page now and queues the copy of its bytes

@@ -197,6 +197,9 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["learned_prefetches"] = r.learned_prefetches;
   out["precopies"] = r.precopies;
   out["precopies_used"] = r.precopies_used;
+  out["residency_wait_ms"] = r.move_wait_ms;
+  out["residency_remap_ms"] = r.remap_ms;
+  out["sync_pin_ms"] = r.sync_pin_ms;
   out["to_host_gbps"] = r.to_host_gbps;
   out["to_device_gbps"] = r.to_device_gbps;
   // Whether the figures above could be read (see DeviceReport::complete).

@@ -314,7 +314,7 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
   }
   if (!named) return;
   counts.add(kLaunchesNamingBlocks);
-  if (bring_back_at_launch_) a->end_launch(function, use, stream);
+  a->end_launch(function, use, stream);  // with prefetch:off, counts a launch reading host pages
 }
 
 void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
@@ -434,7 +434,7 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
   }
   if (owner == nullptr) return;
   counts.add(kLaunchesNamingBlocks);
-  if (bring_back_at_launch_) owner->end_launch(function, use, stream);
+  owner->end_launch(function, use, stream);
 }
 
 void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s) {

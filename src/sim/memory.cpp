@@ -357,6 +357,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size)
 TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
                                          const CUmemAllocationProp* prop, unsigned long long flags) {
   if (CUresult r = enter_initialized("cuMemCreate"); r != CUDA_SUCCESS) return r;
+  vmm_delay(VmmCall::create, size);
   State& s = state();
   if (handle == nullptr || prop == nullptr || flags != 0 || size == 0 || size % s.granularity != 0 ||
       prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
@@ -405,6 +406,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = enter_initialized("cuMemRelease"); r != CUDA_SUCCESS) return r;
+  vmm_delay(VmmCall::release, 0);
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
@@ -440,6 +442,7 @@ void* map_fixed(std::uintptr_t address, std::size_t size, int flags, int fd, off
 TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset,
                                       CUmemGenericAllocationHandle handle, unsigned long long flags) {
   if (CUresult r = enter_initialized("cuMemMap"); r != CUDA_SUCCESS) return r;
+  vmm_delay(VmmCall::map, size);
   State& s = state();
   const auto address = static_cast<std::uintptr_t>(ptr);
   std::lock_guard<std::mutex> guard(s.lock);
@@ -466,6 +469,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   if (CUresult r = enter_initialized("cuMemUnmap"); r != CUDA_SUCCESS) return r;
+  vmm_delay(VmmCall::unmap, size);
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
@@ -501,6 +505,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
 TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc,
                                             std::size_t count) {
   if (CUresult r = enter_initialized("cuMemSetAccess"); r != CUDA_SUCCESS) return r;
+  vmm_delay(VmmCall::set_access, size);
   if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);

@@ -40,6 +40,10 @@ size_t tidepool_sim_host_bytes_in_use(void);
 /* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */
 CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn, void* user_data, size_t num_params,
                                       const size_t* param_sizes);
+/* What each VMM call costs from now, as TIDEPOOL_SIM_VMM_US: host
+ * microseconds per granularity page, "create:14.5,map:1.3,access:33,
+ * unmap:22,release:16.4"; names left out (or NULL) cost nothing. */
+void tidepool_sim_set_vmm_us(const char* spec);
 /* Registers a context-less library kernel, the kind the CUDA runtime (12.0
  * on) gets from cuLibraryGetKernel for the kernels it launches: cuLaunchKernel
  * takes the handle cast to CUfunction; cuKernelGetParamInfo describes its

@@ -9,14 +9,22 @@
 //   TIDEPOOL_SIM_FAULTS       name:nth:result,... e.g. cuMemCreate:3:2
 //   TIDEPOOL_SIM_COPY_GBPS    host<->device copy bandwidth in GB/s (1e9 bytes/s),
 //                             e.g. 25 or 0.5; unset, 0 or not a number: unlimited
+//   TIDEPOOL_SIM_VMM_US       host µs per granularity page of each VMM call,
+//                             e.g. create:14.5,map:1.3,access:33,unmap:22,release:16.4
+//                             (an H100's); unset or unknown names: free
 #include <pthread.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
+#include <string_view>
 
 #include "sim/sim.hpp"
 
@@ -84,6 +92,30 @@ double parse_gbps(const char* text) {
   return value;
 }
 
+}  // namespace
+
+void set_vmm_us(State& s, const char* text) {
+  for (auto& us : s.vmm_us) us.store(0);
+  if (text == nullptr) return;
+  const std::string spec(text);
+  constexpr std::array<std::string_view, 5> kNames{"create", "map", "access", "unmap", "release"};
+  std::size_t start = 0;
+  while (start < spec.size()) {
+    std::size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(start, comma - start);
+    start = comma + 1;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    const double us = parse_gbps(item.c_str() + colon + 1);  // the same grammar: a finite number >= 0
+    for (std::size_t i = 0; i < kNames.size(); ++i) {
+      if (item.compare(0, colon, kNames[i]) == 0) s.vmm_us[i].store(us);
+    }
+  }
+}
+
+namespace {
+
 void configure_from_environment(State& s) {
   s.capacity = parse_bytes(std::getenv("TIDEPOOL_SIM_MEMORY"), std::size_t{16} << 30);
   s.granularity = parse_bytes(std::getenv("TIDEPOOL_SIM_GRANULARITY"), std::size_t{2} << 20);
@@ -94,9 +126,23 @@ void configure_from_environment(State& s) {
   s.device_count = devices != nullptr ? std::max(1, std::atoi(devices)) : 1;
   parse_faults(s, std::getenv("TIDEPOOL_SIM_FAULTS"));
   s.copy_gbps.store(parse_gbps(std::getenv("TIDEPOOL_SIM_COPY_GBPS")));
+  set_vmm_us(s, std::getenv("TIDEPOOL_SIM_VMM_US"));
 }
 
 }  // namespace
+
+void vmm_delay(VmmCall call, std::size_t bytes) {
+  const State& s = state();
+  const double us = s.vmm_us[static_cast<std::size_t>(call)].load(std::memory_order_relaxed);
+  if (us <= 0) return;
+  const std::size_t pages = std::max<std::size_t>(1, bytes / s.granularity);
+  // Spun, not slept: a driver call is the calling thread's own work, and a
+  // sleep this short would oversleep.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us * static_cast<double>(pages));
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
 
 State& state() {
   // Leaked: driver calls may come from static destructors of the host, and
@@ -487,6 +533,8 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_call_count(const char* name) {
   auto it = s.calls.find(name != nullptr ? name : "");
   return it == s.calls.end() ? 0 : it->second;
 }
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_set_vmm_us(const char* spec) { set_vmm_us(state(), spec); }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_copy_gbps(double gbps) {
   state().copy_gbps.store(std::isfinite(gbps) && gbps > 0 ? gbps : 0);

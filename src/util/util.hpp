@@ -4,6 +4,7 @@
 
 #include "util/address_map.hpp"
 #include "util/background_thread.hpp"
+#include "util/host_time.hpp"
 #include "util/installed_file.hpp"
 #include "util/intrusive_treap.hpp"
 #include "util/output_file.hpp"

@@ -47,8 +47,8 @@ def residency_dir(d, learn_losses, learn_peak):
                 write(f"{d}/{model}.{share}.{mode}.rc", "0\n")
                 peak = learn_peak if mode == "learn" else limit
                 write(f"{d}/{model}.{share}.{mode}.report.json",
-                      report(peak, limit, launches={"scanned": 480, "naming_blocks": 450}, evicted_bytes=3000,
-                             prefetched_bytes=3000, pin_calls=4))
+                      report(peak, limit, launches={"scanned": 480, "naming_blocks": 450, "unread": 30},
+                             evicted_bytes=3000, prefetched_bytes=3000, pin_calls=4, residency_wait_ms=60))
         write(f"{d}/{model}.50.pluggable.out", train_line(losses, 140.0))
         write(f"{d}/{model}.50.pluggable.rc", "0\n")
         write(f"{d}/{model}.50.pluggable.report.json", report(450, 500))
@@ -67,8 +67,10 @@ def main():
         row = figures["resnet50"]["runs"]["50.learn"]
         assert row["losses_exact"] and row["step_time_vs_native"] == 1.5, row
         assert row["evicted_bytes_per_step"] == 1000 and row["pin_calls"] == 4, row
+        assert row["residency_wait_ms_per_step"] == 20, row
         assert figures["gpt"]["launch_visibility"] == {"kernels_per_step": 160, "scanned_per_step": 160,
-                                                       "naming_blocks_per_step": 150}, figures["gpt"]
+                                                       "naming_blocks_per_step": 150,
+                                                       "unread_per_step": 10}, figures["gpt"]
         assert set(figures["gpt"]["runs"]) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch",
                                                "33.learn", "50.pluggable"}, figures["gpt"]["runs"]
     with tempfile.TemporaryDirectory() as d:  # no unconstrained peak: only native and none ran

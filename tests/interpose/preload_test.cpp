@@ -162,6 +162,7 @@ TEST_F(Preload, EvictionKeepsLiveDataFourTimesTheBudgetIntact) {
   EXPECT_EQ(launches(r, "scanned"), 105);
   EXPECT_EQ(r.report.value("launch_prefetches", -1), 0);
   EXPECT_EQ(r.report.value("prefetched_bytes", -1), 0);
+  EXPECT_GT(r.report.value("host_resident_launches", 0), 0) << "kernels read evicted blocks where they are";
   EXPECT_GT(r.report.value("evictions", 0), 0);
   EXPECT_GT(r.report.value("residency_gates", 0), 0) << "moves under the preload are gated on the device";
   EXPECT_EQ(r.report.value("residency_fallbacks", -1), 0);
@@ -180,6 +181,7 @@ TEST_F(Preload, LaunchPrefetchBringsEvictedBlocksBackBeforeTheKernel) {
   // more fills, 8 checks, each naming a pool block; then one on host memory.
   EXPECT_EQ(launches(r, "scanned"), 105);
   EXPECT_EQ(launches(r, "naming_blocks"), 104);
+  EXPECT_EQ(launches(r, "unread"), 0) << "library kernels are described by cuKernelGetParamInfo";
 }
 
 // prefetch:learn on a program that never repeats (blocks touched in random

@@ -106,6 +106,9 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "precopies",
                           "precopies_used",
                           "failed_page_moves",
+                          "residency_wait_ms",
+                          "residency_remap_ms",
+                          "sync_pin_ms",
                           "to_host_gbps",
                           "to_device_gbps"}) {
     EXPECT_TRUE(j["devices"][0].contains(key)) << key;

@@ -172,6 +172,30 @@ TEST_F(Sim, MappedButNotYetAccessibleFaults) {
   EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
 }
 
+// TIDEPOOL_SIM_VMM_US (here its control call): each VMM call spends its
+// cost per page on the calling thread, as a real driver's ioctls do, so that
+// a figure measured on the sim pays for the remaps a GPU would.
+TEST_F(Sim, VmmCallsTakeTheHostTimeTheyAreGivenPerPage) {
+  auto set_vmm_us = testing::sim_control<void (*)(const char*)>("tidepool_sim_set_vmm_us");
+  ASSERT_NE(set_vmm_us, nullptr);
+  const auto ms_of = [](auto call) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  set_vmm_us("create:3000,map:2000,unmap:1500,release:1000,bogus:99");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemAllocationProp prop = device_prop();
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memCreate(&h, 2 * page_, &prop, 0), CUDA_SUCCESS); }), 6.0);
+  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memMap(va, 2 * page_, 0, h, 0), CUDA_SUCCESS); }), 4.0);
+  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memUnmap(va, 2 * page_), CUDA_SUCCESS); }), 3.0);
+  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memRelease(h), CUDA_SUCCESS); }), 1.0);
+  set_vmm_us(nullptr);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, ContentsSurviveRemapAtAnotherAddress) {
   CUdeviceptr a = 0;
   CUdeviceptr b = 0;
