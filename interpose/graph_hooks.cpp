@@ -124,7 +124,11 @@ TIDEPOOL_HOOK CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgra
   auto real = TIDEPOOL_REAL_DRIVER(cuGraphExecKernelNodeSetParams_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = real(exec, node, params);
-  if (params != nullptr) kernel_set(r, exec, params->func, params->kernelParams, params->extra);
+  if (params != nullptr) {
+    // A library kernel's node names it in `kern`, read when `func` is null.
+    const CUfunction function = params->func != nullptr ? params->func : reinterpret_cast<CUfunction>(params->kern);
+    kernel_set(r, exec, function, params->kernelParams, params->extra);
+  }
   return r;
 }
 

@@ -164,12 +164,12 @@ class PageMover {
   // be moved without a gate before the launch is queued.
   virtual void launched(std::uintptr_t /*kernel*/, const LaunchedBlock* /*blocks*/, std::size_t /*count*/,
                         bool /*all_blocks*/, LiveBlocks& /*live*/) {}
-  // A launch on `stream` whose parameters could not be read (its kernel is
-  // not described) is about to be queued: it may use any block, so it waits
-  // for every copy still moving a block's pages, and no block moves without
-  // a gate from here on. True the first time (the mover stopped trusting the
-  // launch scan).
-  virtual bool unread_launch(std::uintptr_t /*stream*/) { return false; }
+  // A launch whose parameters could not be read (its kernel is not
+  // described) is about to be queued, or a graph holding such a kernel was
+  // instantiated: it may use any block, so every copy still moving a
+  // block's pages finishes first, and no block moves without a gate from
+  // here on. True the first time (the mover stopped trusting the scan).
+  virtual bool unread_launch() { return false; }
   // A launch on `stream` is about to use the block: order it after any copy
   // still bringing the block's pages back. Called only when orders_uses()
   // (asked once, when the mover is set): a launch's words then pay no call.

@@ -653,11 +653,11 @@ void Pool::launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::siz
   stats_.host_pages = space_.host_pages();
 }
 
-bool Pool::unread_launch(std::uintptr_t stream) {
+bool Pool::unread_launch() {
   std::lock_guard<util::SpinLock> guard(lock_);
   if (mover_ == nullptr) return false;
   driver::ScopedContext scope(api_, context_);
-  return mover_->unread_launch(stream);
+  return mover_->unread_launch();
 }
 
 bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const {

@@ -265,9 +265,9 @@ class Pool {
   // A scanned launch of `kernel` named `blocks` (those use_for_launch found):
   // the mover learns the program's order from it (prefetch:learn).
   void launched(std::uintptr_t kernel, const LaunchedBlock* blocks, std::size_t count, bool all_blocks);
-  // A launch on `stream` whose parameters could not be read: see
+  // A launch whose parameters could not be read: see
   // PageMover::unread_launch.
-  bool unread_launch(std::uintptr_t stream);
+  bool unread_launch();
   util::Status advise(std::uintptr_t address, std::size_t bytes, Advice advice);
 
   // Waits for deferred frees, unmaps every idle page and releases every spare

@@ -35,7 +35,13 @@ const LaunchScanner::Layout* LaunchScanner::learn(CUfunction function) {
       std::size_t size = 0;
       const CUresult r = query(i, &offset, &size);
       if (r != CUDA_SUCCESS) {
-        layout.described = i > 0 || r == CUDA_ERROR_INVALID_VALUE;
+        // Only the answer past the last parameter ends a layout; any other
+        // error leaves it unknown, never a prefix taken for the whole.
+        layout.described = r == CUDA_ERROR_INVALID_VALUE;
+        if (!layout.described) {
+          layout.sizes.clear();
+          layout.bytes = 0;
+        }
         return;
       }
       layout.sizes.push_back(size);

@@ -237,13 +237,12 @@ void LearnedPrefetch::before_use(std::uint64_t buffer_id, std::uintptr_t stream)
   }
 }
 
-bool LearnedPrefetch::trust_lost(std::uintptr_t stream) {
-  for (const Inflight& f : inflight_) {
-    if (!transit_.finished(f.done)) transit_.wait_on(f.done, stream);
-  }
-  for (const Precopy& p : precopies_) {
-    if (!transit_.finished(p.done)) transit_.wait_on(p.done, stream);
-  }
+bool LearnedPrefetch::trust_lost() {
+  // The host waits, once: a stream wait would order only the launch's own
+  // stream (and could break a capture), and later unread launches, on any
+  // stream, then find nothing in flight.
+  for (const Inflight& f : inflight_) transit_.wait_for(f.done);
+  for (const Precopy& p : precopies_) transit_.wait_for(p.done);
   drain();
   const bool first = !blind_;
   blind_ = true;

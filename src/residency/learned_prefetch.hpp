@@ -18,7 +18,9 @@
 // a new owner: no kernel ever writes pages a copy is reading.
 //
 // The trust this takes: kernels reach pool memory through pointers in their
-// parameters (a pointer read from device memory is not seen); copies and
+// parameters (a pointer read from device memory is not seen), and every
+// launch's parameters can be read: the first that cannot (trust_lost) ends
+// tracked moves for the run; copies and
 // sets are hooked and name their blocks as launches do. Submissions on their
 // way to the driver pin their blocks, which are then not moved at all (the
 // rule: pool/page_mover.hpp). Programs whose kernels find pool memory through
@@ -76,10 +78,11 @@ class LearnedPrefetch {
   // A launch on `stream` is about to use the block: ordered after any copy
   // still bringing its pages back or copying them out.
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream);
-  // A launch on `stream` the scan could not read may use any block: it waits
-  // for every copy in flight, every precopy is dropped (it may go stale
-  // unseen), and record() allows no more moves. True the first time.
-  bool trust_lost(std::uintptr_t stream);
+  // A launch (or a graph's kernel) the scan could not read may use any
+  // block: the host waits for every copy in flight, every precopy is
+  // dropped (it may go stale unseen), and record() allows no more moves.
+  // True the first time.
+  bool trust_lost();
   // The block is being freed.
   void forget(std::uint64_t buffer_id);
 

@@ -187,7 +187,7 @@ void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
   if (learned_ != nullptr) learned_->before_use(buffer_id, stream);
 }
 
-bool Residency::unread_launch(std::uintptr_t stream) { return learned_ != nullptr && learned_->trust_lost(stream); }
+bool Residency::unread_launch() { return learned_ != nullptr && learned_->trust_lost(); }
 
 void Residency::forget(std::uint64_t buffer_id) {
   if (learned_ != nullptr) learned_->forget(buffer_id);

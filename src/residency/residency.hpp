@@ -108,7 +108,7 @@ class Residency final : public pool::PageMover {
   void launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count, bool all_blocks,
                 pool::LiveBlocks& live) override;
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream) override;
-  bool unread_launch(std::uintptr_t stream) override;
+  bool unread_launch() override;
   [[nodiscard]] bool orders_uses() const override { return learned_ != nullptr; }
   void forget(std::uint64_t buffer_id) override;
   void wait_for_copies_in() override { transit_->wait_for_copies_in(); }

@@ -207,9 +207,11 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
   }
 }
 
-void Allocator::unread_launch(CUstream stream) {
-  if (residency_ == nullptr || !residency_->learning()) return;
-  if (pool_->unread_launch(reinterpret_cast<std::uintptr_t>(stream))) {
+void Allocator::unread_launch() {
+  if (residency_ == nullptr || !residency_->learning() || scan_distrusted_.load(std::memory_order_acquire)) return;
+  const bool first = pool_->unread_launch();
+  scan_distrusted_.store(true, std::memory_order_release);
+  if (first) {
     log_warn(
         "device {}: prefetch:learn: a kernel launch's parameters could not be read (the driver does not describe "
         "the kernel); learned moves are off for the rest of the run, and blocks move only through gates, as with "

@@ -175,9 +175,10 @@ class Allocator {
   // (before work queued later on `stream`), then the counters and the
   // schedule of prefetch:learn.
   void end_launch(CUfunction function, LaunchUse& use, CUstream stream);
-  // A launch on `stream` whose parameters the scan could not read: it may
-  // use any block, so learned prefetch stops trusting the scan.
-  void unread_launch(CUstream stream);
+  // A launch (or an instantiated graph's kernel) whose parameters the scan
+  // could not read: it may use any block, so learned prefetch stops
+  // trusting the scan. After the first, a load.
+  void unread_launch();
 
  private:
   Allocator() = default;
@@ -201,6 +202,7 @@ class Allocator {
   CallSites* call_sites_ = nullptr;
   const std::atomic<std::uint64_t>* passthrough_allocations_ = nullptr;
   std::atomic<std::uint64_t> oom_failures_{0};
+  std::atomic<bool> scan_distrusted_{false};  // unread_launch() has turned learned moves off
 };
 
 // One submission (a kernel launch, a copy, a set) on its way to the driver,

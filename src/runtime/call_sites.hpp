@@ -60,10 +60,12 @@ class CallSites {
   // so takes its lock): never on the hot path, never under a lock that an
   // allocating thread may wait for.
   static CallerName describe(std::uintptr_t caller);
-  // Only the library's name (no symbol, no demangling), as describe() gives
-  // it, but read from /proc/self/maps: it takes no lock of the dynamic
-  // loader, so the trace writer thread can name owners while another thread
-  // is inside dlclose (which holds that lock while it joins the writer).
+  // Only the library's file name (no symbol, no demangling), read from
+  // /proc/self/maps: the mapped file, so a symlinked library shows its
+  // target's name where describe() shows the name it was loaded by. It takes
+  // no lock of the dynamic loader, so the trace writer thread can name
+  // owners while another thread is inside dlclose (which holds that lock
+  // while it joins the writer).
   static std::string library_of(std::uintptr_t caller);
   // What a reader calls the owner of memory a library asked for: "framework"
   // (PyTorch, TensorFlow, JAX, Caffe, ...), "cuBLAS", "cuDNN", "NCCL", "CUDA

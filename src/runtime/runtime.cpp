@@ -310,7 +310,7 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
   if (gathered > 0) ask_pool();
   if (!read) {
     counts.add(kLaunchesUnread);
-    a->unread_launch(stream);
+    a->unread_launch();
   }
   if (!named) return;
   counts.add(kLaunchesNamingBlocks);
@@ -428,7 +428,7 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
   if (!read) {
     counts.add(kLaunchesUnread);
     (void)find_allocator([&](Allocator* a) {
-      a->unread_launch(stream);
+      a->unread_launch();
       return false;
     });
   }
@@ -486,7 +486,17 @@ void Runtime::hold_for_graph(CUgraphExec exec, const GraphUse& use) {
       return true;
     });
   };
-  for (const KernelNode& k : use.kernels) launch_scanner_->for_each_word(k.function, k.params, k.extra, hold);
+  bool read = true;
+  for (const KernelNode& k : use.kernels) {
+    read = launch_scanner_->for_each_word(k.function, k.params, k.extra, hold) && read;
+  }
+  if (!read) {
+    // Its replays may use any block.
+    (void)find_allocator([&](Allocator* a) {
+      a->unread_launch();
+      return false;
+    });
+  }
   for (const std::uintptr_t address : use.addresses) {
     if (address != 0) hold(address);
   }

@@ -406,14 +406,18 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = enter_initialized("cuMemRelease"); r != CUDA_SUCCESS) return r;
-  vmm_delay(VmmCall::release, 0);
   State& s = state();
-  std::lock_guard<std::mutex> guard(s.lock);
-  auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
-  if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_VALUE;
-  it->second->released = true;
-  // Memory still mapped somewhere lives until its last unmap.
-  if (it->second->maps == 0) destroy_physical(s, it->first);
+  std::size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
+    if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_VALUE;
+    it->second->released = true;
+    bytes = it->second->size;
+    // Memory still mapped somewhere lives until its last unmap.
+    if (it->second->maps == 0) destroy_physical(s, it->first);
+  }
+  vmm_delay(VmmCall::release, bytes);  // outside the lock, as the other calls' costs
   return CUDA_SUCCESS;
 }
 

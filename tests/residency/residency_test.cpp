@@ -325,7 +325,9 @@ class Residency : public ::testing::Test {
   // forward, each checked by the next layer; then backward, each activation
   // checked (and, with `rewrite`, rewritten and checked again), a gradient
   // filled from the one above, and blocks freed after their last use.
-  void learned_step(int step, int layers, std::size_t bytes, bool rewrite = false) {
+  // `unread_after`: after the forward launch of that layer, the runtime's
+  // call for a launch the scan could not read.
+  void learned_step(int step, int layers, std::size_t bytes, bool rewrite = false, int unread_after = -1) {
     const auto seed = [&](int layer, int kind) { return static_cast<std::uint32_t>(1000 * step + 10 * layer + kind); };
     std::vector<std::uintptr_t> activation;
     for (int i = 0; i < layers; ++i) {
@@ -336,6 +338,10 @@ class Residency : public ::testing::Test {
         ASSERT_EQ(scanned_check(activation[static_cast<std::size_t>(i - 1)], bytes, seed(i - 1, 0)), CUDA_SUCCESS);
       }
       ASSERT_EQ(scanned_slow_fill(activation.back(), bytes, seed(i, 0)), CUDA_SUCCESS);
+      if (i == unread_after) {
+        allocator_->unread_launch();
+        unread_stats_ = allocator_->residency()->stats();
+      }
     }
     std::uintptr_t upper = 0;
     for (int i = layers - 1; i >= 0; --i) {
@@ -359,6 +365,8 @@ class Residency : public ::testing::Test {
     }
     ASSERT_TRUE(allocator_->deallocate(upper, 0, false).ok());
   }
+
+  residency::ResidencyStats unread_stats_{};  // learned_step's, just after its unread launch
 
   CUresult scanned_layer(LayerArgs args) {
     void* params[] = {&args.in_a,   &args.in_b,   &args.out,      &args.count,
@@ -466,6 +474,36 @@ TEST_F(Residency, LearnedStepsMoveEveryBlockWithoutAGateOnceTheStepIsKnown) {
   EXPECT_EQ(stats.failed_moves, 0u);
   EXPECT_GT(stats.learned_prefetches, settled.learned_prefetches);
   EXPECT_GT(stats.precopies_used, settled.precopies_used);
+}
+
+// A launch the scan cannot read, once the step is learnt (the runtime calls
+// Allocator::unread_launch for it): the precopies made so far are dropped,
+// never committed, and every later move is gated again; nothing is lost.
+TEST_F(Residency, AnUnreadLaunchEndsLearnedMovesAndDropsThePrecopies) {
+  constexpr std::size_t kBytes = 2 * kPage;
+  constexpr int kLayers = 8;
+  make((kLayers + 2) * kBytes / 2, 0, true, /*learn=*/true);
+  BudgetWatch watch;
+  constexpr int kSteps = 8;
+  constexpr int kUnreadAt = 5;  // learnt by then (see the test above)
+  residency::ResidencyStats at_unread;
+  for (int step = 0; step < kSteps; ++step) {
+    // Mid-forward, where precopies are outstanding.
+    if (step == kUnreadAt) at_unread = allocator_->residency()->stats();
+    ASSERT_NO_FATAL_FAILURE(learned_step(step, kLayers, kBytes, false, step == kUnreadAt ? kLayers - 3 : -1));
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  EXPECT_LE(watch.stop(), allocator_->space().device_limit()) << "device bytes over the budget";
+  const auto stats = allocator_->residency()->stats();
+  ASSERT_GT(at_unread.tracked_moves, 0u) << "learned moves had begun";
+  // The step's first launches still moved blocks without a gate.
+  const auto after = unread_stats_;
+  EXPECT_EQ(stats.tracked_moves, after.tracked_moves) << "a move without a gate after the unread launch";
+  EXPECT_EQ(stats.precopies_used, after.precopies_used) << "a precopy committed after the unread launch";
+  EXPECT_EQ(stats.precopies, after.precopies);
+  EXPECT_GT(stats.gates, at_unread.gates) << "the budget still forces moves, gated now";
+  EXPECT_GT(stats.evicted_bytes, at_unread.evicted_bytes);
 }
 
 // prefetch:learn with copies slow enough that a block copied out ahead of a
