@@ -61,22 +61,29 @@ std::size_t parse_bytes(const char* text, std::size_t fallback) {
   return static_cast<std::size_t>(value * scale);
 }
 
-void parse_faults(State& s, const char* text) {
+// Calls on_item(item) for each comma-separated item of `text` (null: none).
+template <typename F>
+void for_each_item(const char* text, F&& on_item) {
   if (text == nullptr) return;
-  std::string spec(text);
+  const std::string spec(text);
   std::size_t start = 0;
   while (start < spec.size()) {
     std::size_t comma = spec.find(',', start);
     if (comma == std::string::npos) comma = spec.size();
-    const std::string item = spec.substr(start, comma - start);
+    on_item(spec.substr(start, comma - start));
     start = comma + 1;
+  }
+}
+
+void parse_faults(State& s, const char* text) {
+  for_each_item(text, [&](const std::string& item) {
     const std::size_t a = item.find(':');
     const std::size_t b = item.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
+    if (a == std::string::npos || b == std::string::npos) return;
     const unsigned nth = static_cast<unsigned>(std::strtoul(item.c_str() + a + 1, nullptr, 10));
     const auto result = static_cast<CUresult>(std::strtol(item.c_str() + b + 1, nullptr, 10));
     if (nth > 0) s.faults[item.substr(0, a)] = Fault{nth, result};
-  }
+  });
 }
 
 // A bandwidth in GB/s. Anything but a whole non-negative finite number is
@@ -96,22 +103,15 @@ double parse_gbps(const char* text) {
 
 void set_vmm_us(State& s, const char* text) {
   for (auto& us : s.vmm_us) us.store(0);
-  if (text == nullptr) return;
-  const std::string spec(text);
   constexpr std::array<std::string_view, 5> kNames{"create", "map", "access", "unmap", "release"};
-  std::size_t start = 0;
-  while (start < spec.size()) {
-    std::size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) comma = spec.size();
-    const std::string item = spec.substr(start, comma - start);
-    start = comma + 1;
+  for_each_item(text, [&](const std::string& item) {
     const std::size_t colon = item.find(':');
-    if (colon == std::string::npos) continue;
+    if (colon == std::string::npos) return;
     const double us = parse_gbps(item.c_str() + colon + 1);  // the same grammar: a finite number >= 0
     for (std::size_t i = 0; i < kNames.size(); ++i) {
       if (item.compare(0, colon, kNames[i]) == 0) s.vmm_us[i].store(us);
     }
-  }
+  });
 }
 
 namespace {
