@@ -20,6 +20,10 @@ Route route_allocation_on(int device, CUstream stream, bool ordered) {
   Runtime& rt = Runtime::get();
   if (!serving()) return {};
   if (driver::capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
+  if (ordered && rt.allocation_for_program_pool(device, stream)) {
+    rt.note_passthrough_allocation(device);
+    return {};
+  }
   Route route;
   route.allocator = rt.allocator(device);
   if (route.allocator == nullptr) rt.note_passthrough_allocation(device);

@@ -39,6 +39,8 @@
   X(memGetAddressRange,          "cuMemGetAddressRange",         cuMemGetAddressRange_v2,        3020)        \
   X(memAllocAsync,               "cuMemAllocAsync",              cuMemAllocAsync,               11020)        \
   X(memFreeAsync,                "cuMemFreeAsync",               cuMemFreeAsync,                11020)        \
+  X(deviceGetMemPool,            "cuDeviceGetMemPool",           cuDeviceGetMemPool,            11020)        \
+  X(deviceGetDefaultMemPool,     "cuDeviceGetDefaultMemPool",    cuDeviceGetDefaultMemPool,     11020)        \
   X(memAllocHost,                "cuMemAllocHost",               cuMemAllocHost_v2,              3020)        \
   X(memHostAlloc,                "cuMemHostAlloc",               cuMemHostAlloc,                 2020)        \
   X(memFreeHost,                 "cuMemFreeHost",                cuMemFreeHost,                  2000)        \

@@ -722,6 +722,11 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
   return result;
 }
 
+util::Status Pool::set_peer_access(int device, bool enabled) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  return space_.set_peer_access(device, enabled);
+}
+
 util::Status Pool::set_device_limit(std::size_t bytes) {
   std::lock_guard<util::SpinLock> guard(lock_);
   const std::size_t page = space_.page_size();

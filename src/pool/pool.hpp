@@ -284,6 +284,8 @@ class Pool {
   // on the host, intact). The caller checks `bytes` against the device
   // (runtime::budget_problem).
   util::Status set_device_limit(std::size_t bytes);
+  // Peer access to every page of the pool (space::AddressSpace::set_peer_access).
+  util::Status set_peer_access(int device, bool enabled);
   // `with_fragmentation`: also compute free_bytes and largest_free_block,
   // which walks every free block (O(n)); the counters alone are O(1).
   [[nodiscard]] PoolStats stats(bool with_fragmentation = true) const;

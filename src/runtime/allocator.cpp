@@ -45,6 +45,7 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   space_options.device = options.device;
   space_options.device_limit = options.device_limit;
   space_options.use_vmm = options.use_vmm;
+  space_options.peers = options.peers;
   auto space = space::AddressSpace::create(driver, space_options);
   if (!space) return space.status();
   allocator->space_ = std::move(space.value());
@@ -218,6 +219,16 @@ void Allocator::unread_launch() {
         "prefetch:launch",
         device_);
   }
+}
+
+util::Status Allocator::set_peer_access(int peer, bool enabled) {
+  driver::ScopedContext scope(driver_->api(), context_);
+  util::Status status = pool_->set_peer_access(peer, enabled);
+  if (!status) {
+    log_warn("device {}: {} device {}'s access to the pool failed: {}", device_, enabled ? "granting" : "revoking",
+             peer, status.message());
+  }
+  return status;
 }
 
 util::Status Allocator::set_device_limit(std::size_t bytes) {

@@ -39,6 +39,9 @@ struct AllocatorOptions {
   int device = 0;
   std::size_t device_limit = 0;  // 0: what the device reports
   bool use_vmm = true;
+  // Devices with peer access to this one's memory, one bit each
+  // (space::AddressSpace::set_peer_access).
+  std::uint64_t peers = 0;
   pool::PoolOptions pool;
   TraceRecorder* trace = nullptr;  // not owned; outlives the allocator
   // Who asks for memory: each allocation's caller is tagged here for the
@@ -127,6 +130,9 @@ class Allocator {
   // says (lowered below what cannot leave the device: out_of_memory, the old
   // budget kept). A refusal is logged with its reason.
   util::Status set_device_limit(std::size_t bytes);
+  // Device `peer` may now (or may no longer) reach this device's memory:
+  // every pool page, mapped now or later, grants it access (or stops).
+  util::Status set_peer_access(int peer, bool enabled);
   [[nodiscard]] TraceRecorder* trace() const noexcept { return trace_; }
   // Null without eviction.
   [[nodiscard]] const residency::Residency* residency() const noexcept { return residency_.get(); }

@@ -210,6 +210,78 @@ void Runtime::set_streams_complete(bool complete) noexcept {
   if (streams_ != nullptr) streams_->set_complete(complete);
 }
 
+util::Status Runtime::peer_access_changed(int accessor, int owner, bool enabled) {
+  if (passthrough_ || accessor < 0 || accessor >= kMaxDevices || owner < 0 || owner >= kMaxDevices ||
+      accessor == owner) {
+    return util::Status::success();
+  }
+  std::lock_guard<std::mutex> guard(create_lock_);
+  std::uint64_t& peers = peers_[static_cast<std::size_t>(owner)];
+  const std::uint64_t bit = std::uint64_t{1} << accessor;
+  Allocator* pool = allocators_[static_cast<std::size_t>(owner)].load(std::memory_order_acquire);
+  if (pool != nullptr) {
+    if (auto s = pool->set_peer_access(accessor, enabled); !s) {
+      (void)pool->set_peer_access(accessor, !enabled);  // back to what the driver will say again
+      return s;
+    }
+  }
+  if (((peers & bit) != 0) != enabled) peer_pairs_.fetch_add(enabled ? 1 : -1, std::memory_order_acq_rel);
+  peers = enabled ? peers | bit : peers & ~bit;
+  return util::Status::success();
+}
+
+void Runtime::memory_pools_changed() {
+  if (driver_ == nullptr) return;
+  const driver::Api& api = driver_->api();
+  if (api.deviceGetMemPool == nullptr || api.deviceGetDefaultMemPool == nullptr) return;
+  std::lock_guard<std::mutex> guard(pools_lock_);
+  int count = 0;
+  if (api.deviceGetCount(&count) != CUDA_SUCCESS) return;
+  int replaced = 0;
+  for (int d = 0; d < std::min(count, kMaxDevices); ++d) {
+    CUmemoryPool current = nullptr;
+    CUmemoryPool own = nullptr;
+    const bool program = api.deviceGetMemPool(&current, d) == CUDA_SUCCESS &&
+                         api.deviceGetDefaultMemPool(&own, d) == CUDA_SUCCESS && current != own;
+    if (program != program_pool_[static_cast<std::size_t>(d)].load(std::memory_order_relaxed)) {
+      log_info("device {}: stream-ordered allocations {}", d,
+               program ? "go to the memory pool the program set" : "are tidepool's again (default memory pool)");
+    }
+    program_pool_[static_cast<std::size_t>(d)].store(program, std::memory_order_relaxed);
+    replaced += program ? 1 : 0;
+  }
+  program_pools_.store(replaced, std::memory_order_release);
+}
+
+bool Runtime::program_pool_for(int device, CUstream stream) {
+  // cuMemAllocAsync takes from the current pool of the stream's device.
+  if (driver_ != nullptr && stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) {
+    const driver::Api& api = driver_->api();
+    CUcontext context = nullptr;
+    CUgreenCtx green = nullptr;
+    if (api.streamGetCtx != nullptr && api.streamGetCtx(stream, &context, &green) == CUDA_SUCCESS &&
+        context != nullptr) {
+      driver::ScopedContext scope(api, context);
+      CUdevice owner = -1;
+      if (api.ctxGetDevice(&owner) == CUDA_SUCCESS) device = owner;
+    }
+  }
+  return device >= 0 && device < kMaxDevices && program_pool_[static_cast<std::size_t>(device)].load();
+}
+
+util::Status Runtime::peer_access_changed(CUcontext peer, bool enabled) {
+  if (driver_ == nullptr) return util::Status::success();
+  const driver::Api& api = driver_->api();
+  CUdevice accessor = -1;
+  CUdevice owner = -1;
+  if (auto s = driver::check(api.ctxGetDevice(&accessor), "cuCtxGetDevice"); !s) return s;
+  {
+    driver::ScopedContext scope(api, peer);
+    if (auto s = driver::check(api.ctxGetDevice(&owner), "cuCtxGetDevice"); !s) return s;
+  }
+  return peer_access_changed(accessor, owner, enabled);
+}
+
 Allocator* Runtime::allocator(int device) {
   if (device < 0 || device >= kMaxDevices || passthrough_) return nullptr;
   Allocator* existing = allocators_[device].load(std::memory_order_acquire);
@@ -226,6 +298,7 @@ Allocator* Runtime::allocator(int device) {
   options.call_sites = call_sites_.get();
   options.streams = streams_.get();
   options.passthrough_allocations = &passthrough_allocations_[device];
+  options.peers = peers_[static_cast<std::size_t>(device)];
   // A budget that cannot work on this device is refused before anything is reserved.
   if (config_.device_limit) {
     const driver::Api& api = driver_->api();
@@ -287,8 +360,8 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
   if (begin >= end) return;
   auto counts = launch_counts_.mine();
   counts.add(kLaunchesScanned);
-  // No other device's pool: every launch is this pool's device's (see
-  // launching_allocator).
+  // No other device's pool and no peer access: every launch that names a
+  // block is this pool's device's (see launching_context).
   using OnHost = pool::Pool::OnHost;
   const OnHost on_host = bring_back_at_launch_ ? OnHost::bring_back_later : OnHost::read_there;
   std::array<pool::SubmittedWord, 32> words;  // trivial: only the gathered are set
@@ -319,7 +392,7 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
 
 void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  if (created_.load(std::memory_order_acquire) == 1) {
+  if (created_.load(std::memory_order_acquire) == 1 && peer_pairs_.load(std::memory_order_acquire) == 0) {
     if (Allocator* only = in_order_[0].load(std::memory_order_acquire)) {
       before_launch_one_pool(only, function, params, extra, stream, s);
       return;
@@ -590,10 +663,10 @@ void Runtime::graph_destroying(CUgraphExec exec) {
   for (const GraphHolds::Held& h : graph_holds_.take(exec)) h.owner->pool().release_graph_holds(&h.block, 1);
 }
 
-const Allocator* Runtime::launching_allocator(CUstream stream) {
-  // With one pool, every submission that can reach it is taken as its
-  // device's (a device without a pool reaching it is not told apart).
-  if (created_.load(std::memory_order_acquire) < 2) return nullptr;
+CUcontext Runtime::launching_context(CUstream stream) {
+  // Without a second pool or a peer, a kernel of another device cannot
+  // reach a pool block: it would fault.
+  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0) return nullptr;
   const driver::Api& api = driver_->api();
   CUcontext context = nullptr;
   CUgreenCtx green = nullptr;
@@ -603,7 +676,7 @@ const Allocator* Runtime::launching_allocator(CUstream stream) {
       api.streamGetCtx(stream == CU_STREAM_PER_THREAD ? nullptr : stream, &context, &green) != CUDA_SUCCESS) {
     return nullptr;
   }
-  return find_allocator([&](Allocator* a) { return a->context() == context; });
+  return context;
 }
 
 void Runtime::after_submission(const Submission& s) {

@@ -112,6 +112,28 @@ class Runtime {
 
   void note_passthrough_allocation(int device) noexcept;
 
+  // The program made a memory pool of its own a device's current pool
+  // (cuDeviceSetMemPool), or destroyed one (which may make the default
+  // current again): each device's current pool is asked again. A device
+  // whose current pool is not its default one has its stream-ordered
+  // allocations served by that pool, as the program asked, not by tidepool.
+  void memory_pools_changed();
+  // Whether a stream-ordered allocation on `stream` (asked with `device`
+  // current) is for a pool the program chose: then it goes to the driver.
+  // One relaxed load while no device has one.
+  bool allocation_for_program_pool(int device, CUstream stream) {
+    return program_pools_.load(std::memory_order_relaxed) != 0 && program_pool_for(device, stream);
+  }
+
+  // Peer access changed at the driver (cuCtxEnablePeerAccess from a context
+  // of `accessor` to one of `owner`, or its disable): the owner's pool grants
+  // the accessor access to its pages, or takes it back; a pool made later
+  // starts with it. Fails, changing nothing it could undo, when the pool
+  // could not set the access.
+  util::Status peer_access_changed(int accessor, int owner, bool enabled);
+  // The same, from the current context to `peer`'s, as the driver call names them.
+  util::Status peer_access_changed(CUcontext peer, bool enabled);
+
   // Stream lifetimes, as the fronts see them: the registry learns of them, and
   // on destruction every allocator's pool too. No-ops in pass-through mode.
   void stream_created(CUstream stream);
@@ -135,10 +157,11 @@ class Runtime {
   // `first` and `second`: the device addresses a copy or set touches (0: none).
   void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
   void after_submission(const Submission& s);
-  // The pool of the device `stream` (a handle as the hooks pass it) runs
-  // on; null with a single pool, or when it cannot be told (no pool is made
-  // for it). One driver call with several pools.
-  const Allocator* launching_allocator(CUstream stream);
+  // The context of the device `stream` (a handle as the hooks pass it) runs
+  // on; null when it cannot be told, or when no other device can reach a
+  // pool (one pool, and no peer access to it): then every submission that
+  // names a block is its device's. One driver call otherwise.
+  CUcontext launching_context(CUstream stream);
   // before_launch with one pool in the process (a process per GPU, the
   // common case): its span in registers, no per-pool bookkeeping.
   [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
@@ -146,7 +169,7 @@ class Runtime {
   // before_launch with several pools: each pool's words gathered apart.
   [[gnu::noinline]] void before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream,
                                              Submission* s);
-  // launching_allocator(), asked once, when a submission first names a pool
+  // launching_context(), asked once, when a submission first names a pool
   // block.
   class LaunchingDevice {
    public:
@@ -154,17 +177,17 @@ class Runtime {
     // Whether `a` is another device's pool than the submission's.
     bool other_than(const Allocator* a) {
       if (!asked_) {
-        launching_ = runtime_.launching_allocator(stream_);
+        launching_ = runtime_.launching_context(stream_);
         asked_ = true;
       }
-      return launching_ != nullptr && a != launching_;
+      return launching_ != nullptr && a->context() != launching_;
     }
 
    private:
     Runtime& runtime_;
     CUstream stream_;
     bool asked_ = false;
-    const Allocator* launching_ = nullptr;
+    CUcontext launching_ = nullptr;
   };
   // CUDA graphs under eviction (see graph_holds.hpp): an instantiation's
   // kernel nodes are scanned and their blocks held on the device until the
@@ -221,6 +244,16 @@ class Runtime {
   void hold_for_graph(CUgraphExec exec, const GraphUse& use);
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
+  // By owner device: the devices with peer access to it, one bit each. Under create_lock_.
+  std::array<std::uint64_t, kMaxDevices> peers_{};
+  // Devices whose current memory pool is one the program set, and how many.
+  std::mutex pools_lock_;
+  std::array<std::atomic<bool>, kMaxDevices> program_pool_{};
+  std::atomic<int> program_pools_{0};
+  bool program_pool_for(int device, CUstream stream);
+  // Pairs of devices with peer access now: while none, a launch that names
+  // a block of the only pool is that pool's device's (before_launch).
+  std::atomic<int> peer_pairs_{0};
   // The same allocators in the order they were made, the first `created_`
   // set: the launch scan and the owner lookups visit only those, not every
   // device slot (a launch's words would each cost kMaxDevices loads).

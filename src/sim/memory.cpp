@@ -183,23 +183,27 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
 
 namespace {
 
-CUresult alloc_async(const char* name, CUdeviceptr* dptr, std::size_t bytes, CUstream handle) {
+// `pool`: cuMemAllocFromPoolAsync's; null for the current pool of the stream's device.
+CUresult alloc_async(const char* name, CUdeviceptr* dptr, std::size_t bytes, CUstream handle, MemPool* pool = nullptr) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (pool == nullptr) pool = s.current_pools[static_cast<std::size_t>(stream->context()->device)];
+    if (!s.live_pools.contains(pool)) return CUDA_ERROR_INVALID_VALUE;
+  }
   // Nothing to run: the sim allocates at once. On a capturing stream this
   // adds the graph's allocation node; the legacy-stream rules still apply.
   const Submitted sub = submit(stream, {}, [](Node& node) { node.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC; });
   if (sub.result != CUDA_SUCCESS) return sub.result;
-  if (CUresult r = allocate(dptr, bytes, AllocationKind::device, stream->context()->device); r != CUDA_SUCCESS) {
-    return r;
-  }
-  if (sub.capture) {
-    State& s = state();
-    std::lock_guard<std::mutex> guard(s.lock);
-    if (sub.capture->graph) sub.capture->graph->allocations.push_back(static_cast<std::uintptr_t>(*dptr));
-  }
+  if (CUresult r = allocate(dptr, bytes, AllocationKind::device, pool->device); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.allocations[static_cast<std::uintptr_t>(*dptr)].pool = pool;
+  if (sub.capture && sub.capture->graph) sub.capture->graph->allocations.push_back(static_cast<std::uintptr_t>(*dptr));
   return CUDA_SUCCESS;
 }
 
@@ -252,6 +256,85 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream handle) {
   return free_async("cuMemFreeAsync_ptsz", dptr, handle == nullptr ? CU_STREAM_PER_THREAD : handle);
+}
+
+// --- memory pools --------------------------------------------------------------------------
+
+namespace {
+
+MemPool* live_pool(State& s, CUmemoryPool handle) {
+  auto* pool = reinterpret_cast<MemPool*>(handle);
+  return s.live_pools.contains(pool) ? pool : nullptr;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool,
+                                                     CUstream handle) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_async("cuMemAllocFromPoolAsync", dptr, bytes, handle, reinterpret_cast<MemPool*>(pool));
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
+  if (CUresult r = enter_initialized("cuMemPoolCreate"); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || props == nullptr || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = state();
+  if (props->location.id < 0 || props->location.id >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  auto pool = std::make_unique<MemPool>();
+  pool->device = props->location.id;
+  std::lock_guard<std::mutex> guard(s.lock);
+  *out = reinterpret_cast<CUmemoryPool>(pool.get());
+  s.live_pools.insert(pool.get());
+  s.pools[pool.get()] = std::move(pool);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool handle) {
+  if (CUresult r = enter_initialized("cuMemPoolDestroy"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  MemPool* pool = live_pool(s, handle);
+  if (pool == nullptr || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+  s.live_pools.erase(pool);
+  // The device's current pool goes back to its default; blocks still out
+  // stay usable until freed.
+  MemPool*& current = s.current_pools[static_cast<std::size_t>(pool->device)];
+  if (current == pool) current = s.default_pools[static_cast<std::size_t>(pool->device)];
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDeviceGetDefaultMemPool"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device < 0 || device >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(s.lock);
+  *out = reinterpret_cast<CUmemoryPool>(s.default_pools[static_cast<std::size_t>(device)]);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice device) {
+  if (CUresult r = enter_initialized("cuDeviceGetMemPool"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (device < 0 || device >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(s.lock);
+  *out = reinterpret_cast<CUmemoryPool>(s.current_pools[static_cast<std::size_t>(device)]);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice device, CUmemoryPool handle) {
+  if (CUresult r = enter_initialized("cuDeviceSetMemPool"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  if (device < 0 || device >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> guard(s.lock);
+  MemPool* pool = live_pool(s, handle);
+  if (pool == nullptr || pool->device != device) return CUDA_ERROR_INVALID_VALUE;  // must be local to the device
+  s.current_pools[static_cast<std::size_t>(device)] = pool;
+  return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -467,7 +550,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
   if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   physical->maps++;
   if (!physical->on_device) s.host_mappings.fetch_add(1);
-  s.mappings[address] = Mapping{size, physical, offset, false, ++s.next_buffer_id};
+  s.mappings[address] = Mapping{.size = size, .physical = physical, .offset = offset, .buffer_id = ++s.next_buffer_id};
   return CUDA_SUCCESS;
 }
 
@@ -515,14 +598,35 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
   std::lock_guard<std::mutex> guard(s.lock);
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
-  int prot = PROT_NONE;
+  // Each location's flags are set; devices the list does not name keep theirs.
+  std::uint64_t named = 0;
+  std::uint64_t readers = 0;
+  std::uint64_t writers = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) continue;  // host access is not modelled
-    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
-    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+    const int device = desc[i].location.id;
+    if (device < 0 || device >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    named |= bit;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      readers |= bit;
+      writers |= bit;
+    } else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ) {
+      readers |= bit;
+    } else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
-  if (::mprotect(reinterpret_cast<void*>(ptr), size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
-  for (auto it : pieces) it->second.accessible = prot != PROT_NONE;
+  for (auto it : pieces) {
+    Mapping& m = it->second;
+    const std::uint64_t r = (m.readers & ~named) | readers;
+    const std::uint64_t w = (m.writers & ~named) | writers;
+    // The host stands in for every device: it may do what any of them may.
+    const int prot = w != 0 ? PROT_READ | PROT_WRITE : (r != 0 ? PROT_READ : PROT_NONE);
+    if (::mprotect(reinterpret_cast<void*>(it->first), m.size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
+    m.readers = r;
+    m.writers = w;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -547,7 +651,46 @@ bool pageable(std::uintptr_t address) {
          !in_reservation(s, address, 1);
 }
 
-CUresult after_faults(CUresult result) { return state().remap_faults.load() > 0 ? CUDA_ERROR_ILLEGAL_ADDRESS : result; }
+CUresult after_faults(CUresult result) {
+  const State& s = state();
+  return s.remap_faults.load() > 0 || s.access_faults.load() > 0 ? CUDA_ERROR_ILLEGAL_ADDRESS : result;
+}
+
+bool device_may_touch(int device, const std::vector<State::Touch>& touches) {
+  State& s = state();
+  if (s.device_count == 1) return true;  // one device reaches all there is; the host protection does the rest
+  std::uintptr_t refused = 0;
+  const char* why = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    for (const State::Touch& t : touches) {
+      std::uintptr_t base = 0;
+      if (const Allocation* a = allocation_at(s, t.begin, &base)) {
+        if (a->kind == AllocationKind::device && a->device != device &&
+            (s.peers[static_cast<std::size_t>(device)] & (std::uint64_t{1} << a->device)) == 0) {
+          refused = t.begin;
+          why = "another device's cuMemAlloc memory, peer access not enabled";
+          break;
+        }
+      } else if (const Mapping* m = mapping_at(s, t.begin, &base)) {
+        if (((m->readers | m->writers) & bit) == 0) {
+          refused = t.begin;
+          why = "a VMM mapping whose access list does not name the device";
+          break;
+        }
+      }
+    }
+  }
+  if (why == nullptr) return true;
+  if (s.access_faults.fetch_add(1) == 0) {
+    std::fprintf(stderr,
+                 "tidepool sim: a kernel on device %d names %#llx, %s: on a GPU it faults "
+                 "(CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
+                 device, static_cast<unsigned long long>(refused), why);
+  }
+  return false;
+}
 
 bool any_host_mapped(const std::uint64_t* values, std::size_t count) {
   State& s = state();
@@ -634,6 +777,15 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = buffer_id; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: {
+      // Null for memory no pool gave.
+      State& s = state();
+      std::lock_guard<std::mutex> guard(s.lock);
+      std::uintptr_t at = 0;
+      const Allocation* a = allocation_at(s, static_cast<std::uintptr_t>(ptr), &at);
+      *static_cast<CUmemoryPool*>(data) = a != nullptr ? reinterpret_cast<CUmemoryPool>(a->pool) : nullptr;
+      return CUDA_SUCCESS;
+    }
     default: return CUDA_ERROR_INVALID_VALUE;
   }
 }

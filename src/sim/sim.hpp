@@ -177,7 +177,11 @@ struct Mapping {
   std::size_t size = 0;
   Physical* physical = nullptr;
   std::size_t offset = 0;
-  bool accessible = false;
+  // The devices cuMemSetAccess granted, one bit each: a kernel on a device
+  // outside both faults (device_may_touch), as on a GPU; the host
+  // protection is their union.
+  std::uint64_t readers = 0;
+  std::uint64_t writers = 0;
   std::uint64_t buffer_id = 0;  // unique for the life of the process, as the driver promises
 };
 
@@ -186,8 +190,19 @@ struct Allocation {
   std::size_t size = 0;
   AllocationKind kind = AllocationKind::device;
   std::size_t pitch = 0;
-  int device = 0;               // the device of the context it was made in
-  std::uint64_t buffer_id = 0;  // unique for the life of the process, as the driver promises
+  int device = 0;                  // the device of the context it was made in
+  std::uint64_t buffer_id = 0;     // unique for the life of the process, as the driver promises
+  struct MemPool* pool = nullptr;  // the memory pool of a stream-ordered allocation
+};
+
+// A memory pool (CUmemoryPool handles are MemPool pointers): each device has a
+// default one, the current one at first; cuMemAllocAsync takes from the
+// current one of the stream's device, cuMemAllocFromPoolAsync from the one
+// it names. The sim allocates each block on its own, as for cuMemAlloc: a
+// pool here is who an allocation belongs to, not a cache.
+struct MemPool {
+  int device = 0;
+  bool is_default = false;
 };
 
 struct Kernel {
@@ -224,7 +239,18 @@ struct State {
   std::size_t granularity = 0;
   std::size_t device_used = 0;
   std::size_t host_used = 0;
-  std::vector<std::unique_ptr<Context>> contexts;      // primary context per device
+  std::vector<std::unique_ptr<Context>> contexts;  // primary context per device
+  // Peer access: bit `owner` of peers[accessor] is set while the accessor
+  // device's context has enabled access to the owner's (cuCtxEnablePeerAccess).
+  // It opens the owner's cuMemAlloc memory to the accessor; VMM mappings
+  // answer only to their own access lists.
+  std::vector<std::uint64_t> peers;
+  std::vector<MemPool*> default_pools;  // by device
+  std::vector<MemPool*> current_pools;  // by device (cuDeviceSetMemPool)
+  // Every pool made, default ones included; a destroyed one stays here
+  // (allocations name it) but is no longer valid.
+  std::unordered_map<MemPool*, std::unique_ptr<MemPool>> pools;
+  std::unordered_set<const MemPool*> live_pools;
   std::map<std::uintptr_t, Allocation> allocations;    // cuMemAlloc / host allocations by base
   std::map<std::uintptr_t, std::size_t> reservations;  // VA reservations by base
   std::map<std::uintptr_t, Mapping> mappings;          // VMM mappings by base
@@ -284,6 +310,10 @@ struct State {
   std::uint64_t next_running = 0;
   std::vector<std::pair<std::uint64_t, std::vector<Touch>>> running;
   std::atomic<std::uint64_t> remap_faults{0};
+  // Kernels that named device memory their device may not reach (another
+  // device's, without peer access or an access grant): on a GPU each one
+  // faults, sticky as above; the sim skips the kernel and counts it.
+  std::atomic<std::uint64_t> access_faults{0};
   // Signalled whenever any stream finishes an item; waiters re-check.
   std::mutex progress_lock;
   std::condition_variable progress;
@@ -367,8 +397,14 @@ class Running {
  private:
   std::uint64_t id_ = 0;
 };
-// CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults),
-// else `result`: what a synchronisation answers.
+// Whether a kernel on `device` may touch everything in `touches` (their
+// first bytes): memory of its own device, host memory, another device's
+// cuMemAlloc memory with peer access enabled, or a VMM mapping whose access
+// list names the device. Otherwise the kernel faults, as on a GPU: counted in
+// State::access_faults (the first reported on stderr), and false.
+bool device_may_touch(int device, const std::vector<State::Touch>& touches);
+// CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults,
+// State::access_faults), else `result`: what a synchronisation answers.
 CUresult after_faults(CUresult result);
 // Whether [address, address + bytes) lies inside one allocation or VMM
 // mapping the device can reach: device, pinned host, or mapped memory.

@@ -20,8 +20,9 @@ typedef void (*tidepool_sim_kernel_fn)(void** params, void* user_data);
 /* Makes the `nth` call from now (1 = the next) of the driver function `name`
  * (its exported name, e.g. "cuMemCreate") fail with `result`. */
 void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result);
-/* Clears the injected faults and signals, and forgets a remap fault
- * (tidepool_sim_remap_faults): for a test that provoked one on purpose. */
+/* Clears the injected faults and signals, and forgets remap and access
+ * faults (tidepool_sim_remap_faults, tidepool_sim_access_faults): for a test
+ * that provoked one on purpose. */
 void tidepool_sim_clear_faults(void);
 /* Makes the `nth` call from now of the driver function `name` raise `signal`
  * in the calling thread (raise(3)) as it enters, outside the sim's own locks,
@@ -101,6 +102,14 @@ uint64_t tidepool_sim_host_resident_graph_copies(void);
  * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
  * CUDA_ERROR_ILLEGAL_ADDRESS, as the context's sticky error. */
 uint64_t tidepool_sim_remap_faults(void);
+
+/* Kernels that named memory their device may not reach: another device's
+ * cuMemAlloc memory without peer access (cuCtxEnablePeerAccess), or a VMM
+ * mapping whose access list (cuMemSetAccess) does not name the device. Such
+ * a kernel faults on a GPU: the sim skips it, prints one line to stderr at
+ * the first, and answers synchronisations as after a remap fault. Checked
+ * only with more than one device (TIDEPOOL_SIM_DEVICES). */
+uint64_t tidepool_sim_access_faults(void);
 
 #ifdef __cplusplus
 }

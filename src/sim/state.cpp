@@ -123,7 +123,18 @@ void configure_from_environment(State& s) {
     s.granularity = std::size_t{2} << 20;
   }
   const char* devices = std::getenv("TIDEPOOL_SIM_DEVICES");
-  s.device_count = devices != nullptr ? std::max(1, std::atoi(devices)) : 1;
+  // At most 64: access lists and peer sets are one bit per device.
+  s.device_count = devices != nullptr ? std::clamp(std::atoi(devices), 1, 64) : 1;
+  s.peers.assign(static_cast<std::size_t>(s.device_count), 0);
+  for (int d = 0; d < s.device_count; ++d) {
+    auto pool = std::make_unique<MemPool>();
+    pool->device = d;
+    pool->is_default = true;
+    s.default_pools.push_back(pool.get());
+    s.live_pools.insert(pool.get());
+    s.pools[pool.get()] = std::move(pool);
+  }
+  s.current_pools = s.default_pools;
   parse_faults(s, std::getenv("TIDEPOOL_SIM_FAULTS"));
   s.copy_gbps.store(parse_gbps(std::getenv("TIDEPOOL_SIM_COPY_GBPS")));
   set_vmm_us(s, std::getenv("TIDEPOOL_SIM_VMM_US"));
@@ -407,6 +418,49 @@ CUresult context_synchronize(Context* context) {
 
 }  // namespace
 
+// --- peer access ---------------------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuDeviceCanAccessPeer(int* can, CUdevice device, CUdevice peer) {
+  if (CUresult r = enter_initialized("cuDeviceCanAccessPeer"); r != CUDA_SUCCESS) return r;
+  if (can == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (context_of_device(device) == nullptr || context_of_device(peer) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  *can = device != peer ? 1 : 0;  // every pair of simulated devices is linked
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// cuCtxEnablePeerAccess / cuCtxDisablePeerAccess: the current context's
+// device gains or loses access to `peer`'s device's cuMemAlloc memory.
+CUresult change_peer_access(CUcontext peer, bool enable) {
+  Context* accessor = current_context();
+  if (accessor == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (peer == nullptr || !valid_context(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  const int owner = reinterpret_cast<Context*>(peer)->device;
+  if (owner == accessor->device) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uint64_t& peers = s.peers[static_cast<std::size_t>(accessor->device)];
+  const std::uint64_t bit = std::uint64_t{1} << owner;
+  if (enable && (peers & bit) != 0) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  if (!enable && (peers & bit) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  peers ^= bit;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  if (CUresult r = enter_initialized("cuCtxEnablePeerAccess"); r != CUDA_SUCCESS) return r;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return change_peer_access(peer, true);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  if (CUresult r = enter_initialized("cuCtxDisablePeerAccess"); r != CUDA_SUCCESS) return r;
+  return change_peer_access(peer, false);
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   if (CUresult r = enter_initialized("cuCtxGetDevice"); r != CUDA_SUCCESS) return r;
   return context_device(current_context(), device);
@@ -490,6 +544,7 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
   s.faults.clear();
   s.signals.clear();
   s.remap_faults.store(0);
+  s.access_faults.store(0);
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_raise_in(const char* name, unsigned nth, int signal) {
@@ -546,6 +601,8 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_copied_bytes(int to_device) {
 }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_remap_faults(void) { return state().remap_faults.load(); }
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_access_faults(void) { return state().access_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
   return state().host_resident_launches.load();

@@ -1291,9 +1291,10 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   auto arguments = std::make_shared<std::vector<std::vector<unsigned char>>>(std::move(copies));
+  const int device = stream->context()->device;
   const Submitted sub = submit(
       stream,
-      [k, arguments] {
+      [k, arguments, device] {
         std::vector<std::uint64_t> words = argument_words(*arguments);
         // Judged when the kernel runs: what is mapped then is what it would read.
         if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);
@@ -1301,7 +1302,10 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         std::vector<std::vector<unsigned char>> own = *arguments;
         std::vector<void*> pointers;
         for (auto& c : own) pointers.push_back(c.data());
-        const Running running(kernel_touches(*k, pointers, words));
+        std::vector<State::Touch> touches = kernel_touches(*k, pointers, words);
+        // Judged when it runs too: access granted or taken while it was queued counts.
+        if (!device_may_touch(device, touches)) return;
+        const Running running(std::move(touches));
         k->fn(pointers.data(), k->user_data);
       },
       [f, arguments](Node& node) {

@@ -5,6 +5,8 @@
 #include "space/address_space.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <limits>
 
 #include "util/util.hpp"
@@ -36,6 +38,7 @@ AddressSpace::AddressSpace(const driver::Driver& driver, const Options& options,
       api_(driver.api()),
       caps_(caps),
       device_(options.device),
+      peers_(options.peers & ~(std::uint64_t{1} << options.device)),
       vmm_(options.use_vmm && caps.vmm),
       page_size_(vmm_ ? caps.granularity : kFallbackPageSize),
       limit_(options.device_limit != 0 ? options.device_limit : caps.total_bytes) {}
@@ -408,11 +411,60 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
 }
 
 util::Status AddressSpace::grant_access(std::uintptr_t address, std::size_t bytes) {
+  std::array<CUmemAccessDesc, 64> access{};
+  std::size_t count = 0;
+  const auto add = [&](int device) {
+    access[count].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[count].location.id = device;
+    access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ++count;
+  };
+  add(device_);
+  for (std::uint64_t rest = peers_; rest != 0; rest &= rest - 1) add(std::countr_zero(rest));
+  return driver::check(api_.memSetAccess(address, bytes, access.data(), count), "cuMemSetAccess");
+}
+
+util::Status AddressSpace::set_access(std::uintptr_t address, std::size_t bytes, int device, bool enabled) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  access.location.id = device;
+  access.flags = enabled ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return driver::check(api_.memSetAccess(address, bytes, &access, 1), "cuMemSetAccess");
+}
+
+util::Status AddressSpace::set_peer_access(int device, bool enabled) {
+  if (device < 0 || device >= 64 || device == device_) return {util::Error::invalid_value, "not a peer device"};
+  const std::uint64_t bit = std::uint64_t{1} << device;
+  if (((peers_ & bit) != 0) == enabled) return util::Status::success();
+  // From now on every new mapping names it (or not); then the ones there are.
+  peers_ ^= bit;
+  if (!vmm_) return util::Status::success();
+  util::Status result;
+  const auto apply = [&](std::uintptr_t address, std::size_t bytes) {
+    if (auto s = set_access(address, bytes, device, enabled); !s && result.ok()) result = s;
+  };
+  for (const auto& r : reservations_) {
+    if (r->is_chunk()) continue;
+    // Runs of mapped pages, one call each.
+    std::size_t run = SIZE_MAX;
+    for (std::size_t p = 0; p <= r->page_count(); ++p) {
+      const bool mapped =
+          p < r->page_count() && (r->page(p).residency == Residency::device || r->page(p).residency == Residency::host);
+      if (mapped && run == SIZE_MAX) run = p;
+      if (!mapped && run != SIZE_MAX) {
+        apply(r->page_address(run), (p - run) * page_size_);
+        run = SIZE_MAX;
+      }
+    }
+  }
+  // Parked mappings become current again without a driver call.
+  for (const auto& page : pages_) {
+    for (std::size_t i = 0; i < page->parked_count; ++i) {
+      const PageLocation& at = page->parked[i];
+      apply(at.reservation->page_address(at.page), page_size_);
+    }
+  }
+  return result;
 }
 
 util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage* host) {

@@ -55,6 +55,7 @@ class AddressSpace {
     int device = 0;
     std::size_t device_limit = 0;  // bytes of physical device memory tidepool may hold
     bool use_vmm = true;           // false forces cuMemAlloc chunks even where VMM exists
+    std::uint64_t peers = 0;       // other devices given access to every page, one bit each (set_peer_access)
   };
 
   // Probes the device (the caller has made its context current).
@@ -121,6 +122,15 @@ class AddressSpace {
   std::vector<HostPage*> take_released_host_pages() { return std::exchange(released_host_, {}); }
   [[nodiscard]] std::size_t host_pages() const noexcept { return host_pages_; }
 
+  // Peer access: a VMM mapping answers only to the devices its access list
+  // names, so a peer that may read this device's cuMemAlloc memory (after
+  // cuCtxEnablePeerAccess) needs its own grant. Grants `device` read-write
+  // access to every page mapped now (current, parked or host-located) and
+  // to every page mapped from now on; with `enabled` false, takes it back.
+  // Chunks (no VMM) are the driver's own memory: its peer access covers them.
+  util::Status set_peer_access(int device, bool enabled);
+  [[nodiscard]] std::uint64_t peers() const noexcept { return peers_; }
+
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
   // SIZE_MAX), passing over any that cannot go yet (a parked mapping still
   // in use). Returns the bytes released.
@@ -169,13 +179,17 @@ class AddressSpace {
   bool may_unmap(Reservation& r, std::size_t p);
   util::Status park(Reservation& r, std::size_t p, const PendingUse& pending);
   util::Status map_spare(Reservation& r, std::size_t p);
+  // Gives this device and its peers read-write access to a range just mapped.
   util::Status grant_access(std::uintptr_t address, std::size_t bytes);
+  // Sets one device's access to a mapped range.
+  util::Status set_access(std::uintptr_t address, std::size_t bytes, int device, bool enabled);
   void note_device_pages(std::size_t pages) noexcept;
 
   const driver::Driver& driver_;
   const driver::Api& api_;
   driver::Capabilities caps_;
   int device_;
+  std::uint64_t peers_;  // bit d: device d has access too
   bool vmm_;
   std::size_t page_size_;
   std::size_t limit_;

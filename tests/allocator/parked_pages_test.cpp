@@ -13,9 +13,17 @@
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
 
 namespace tidepool {
 namespace {
+
+// A second device for the peer test: set in main, before the sim is first
+// opened and reads its environment.
+[[maybe_unused]] const bool kTwoDevices = [] {
+  ::setenv("TIDEPOOL_SIM_DEVICES", "2", 0);
+  return true;
+}();
 
 using util::MiB;
 
@@ -131,6 +139,54 @@ TEST_F(ParkedPagesUnderParams, APageInUseElsewhereIsNeverHandedOutWhereItIsParke
   EXPECT_TRUE(marks_intact(step.z, 6 * MiB, 2)) << "w shares a page with z";
   EXPECT_TRUE(marks_intact(w.value(), 4 * MiB, 3));
   for (std::uintptr_t b : {w.value(), step.z, y}) EXPECT_TRUE(allocator->deallocate(b, 0, true).ok());
+}
+
+// Whether a kernel on device 1 writing `target` faults (the sim enforces
+// each mapping's access list).
+bool device_one_write_faults(std::uintptr_t target) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto faults = testing::sim_control<std::uint64_t (*)()>("tidepool_sim_access_faults");
+  CUcontext here = nullptr;
+  CUcontext one = nullptr;
+  EXPECT_EQ(api.ctxGetCurrent(&here), CUDA_SUCCESS);
+  EXPECT_EQ(api.devicePrimaryCtxRetain(&one, 1), CUDA_SUCCESS);
+  EXPECT_EQ(api.ctxSetCurrent(one), CUDA_SUCCESS);
+  const std::uint64_t before = faults();
+  testing::Gate open;
+  open.release();
+  EXPECT_EQ(testing::launch_gated_write(nullptr, &open, reinterpret_cast<int*>(target), 7), CUDA_SUCCESS);
+  (void)api.ctxSynchronize();
+  const bool faulted = faults() > before;
+  if (faulted) testing::sim_control<void (*)()>("tidepool_sim_clear_faults")();
+  EXPECT_EQ(api.ctxSetCurrent(here), CUDA_SUCCESS);
+  EXPECT_EQ(api.devicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  return faulted;
+}
+
+// A peer granted access while a page is parked reaches it where it comes
+// back for free: the grant covers parked mappings, not only current ones.
+TEST_F(ParkedPagesUnderParams, APeerGrantedWhileAPageIsParkedReachesItWhereItComesBack) {
+  int devices = 0;
+  ASSERT_EQ(testing::sim_driver().api().deviceGetCount(&devices), CUDA_SUCCESS);
+  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  auto& allocator = allocator_;
+  std::uintptr_t y = 0;
+  const Step first = move_x_pages_under_z(*allocator, &y);
+  ASSERT_TRUE(allocator->deallocate(first.z, 0, true).ok());
+  ASSERT_TRUE(allocator->deallocate(y, 0, true).ok());
+  EXPECT_TRUE(device_one_write_faults(params_));
+  ASSERT_TRUE(allocator->set_peer_access(1, true).ok());
+  EXPECT_FALSE(device_one_write_faults(params_));
+  const pool::PoolStats before = allocator->pool().stats(false);
+  auto x = allocator->allocate(4 * MiB, 0, true);
+  ASSERT_TRUE(x.ok());
+  ASSERT_EQ(x.value(), first.x);
+  EXPECT_EQ(allocator->pool().stats(false).parked_reuses - before.parked_reuses, 2u);
+  EXPECT_FALSE(device_one_write_faults(x.value()));
+  EXPECT_FALSE(device_one_write_faults(x.value() + 4 * MiB - 4));
+  ASSERT_TRUE(allocator->set_peer_access(1, false).ok());
+  EXPECT_TRUE(device_one_write_faults(x.value()));
+  EXPECT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
 }
 
 TEST(ParkedPages, RandomWorkUnderATightBudgetKeepsEveryLiveBlocksBytes) {

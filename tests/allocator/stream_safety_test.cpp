@@ -743,7 +743,9 @@ TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
   auto refused = allocator_->allocate(4096, key, true);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().error(), util::Error::other_device);
-  // A free ordered on it waits for that stream's work before reuse.
+  // A free ordered on it waits for that stream's work before reuse. (Its
+  // kernel reaches the block through peer access, as on a GPU.)
+  ASSERT_TRUE(allocator_->set_peer_access(1, true).ok());
   auto block = allocator_->allocate(4096, 0, false);
   ASSERT_TRUE(block.ok());
   testing::Gate gate;
@@ -760,6 +762,7 @@ TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
     driver::ScopedContext there(api(), other);
     EXPECT_EQ(api().streamDestroy(foreign), CUDA_SUCCESS);
   }
+  EXPECT_TRUE(allocator_->set_peer_access(1, false).ok());
   EXPECT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
 }
 

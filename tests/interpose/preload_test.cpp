@@ -364,6 +364,47 @@ TEST_F(Preload, AnotherDevicesKernelsFindItsBlockInPlaceAndIntact) {
   }
 }
 
+// Memory pools (issue 29): a pool the program made the device's current one
+// serves its cuMemAllocAsync calls, as natively, until it is destroyed;
+// cuMemAllocFromPoolAsync is the driver's; only the default pool's
+// allocations are tidepool's. Before, tidepool served them all.
+TEST_F(Preload, AMemoryPoolTheProgramSetServesItsStreamOrderedAllocations) {
+  ProgramRun native;
+  const ProgramRun r = both(PROBE_LINKED, "mempool", &native);
+  const char* expected = "mempool: 2 of 2 from the program's pool, 0 after it was destroyed, 0 wrong words";
+  EXPECT_NE(native.err.find(expected), std::string::npos) << native.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_EQ(r.report.value("allocations", -1), 2);  // the default pool's, before and after
+  EXPECT_EQ(r.report.value("frees", -1), 2);
+  EXPECT_EQ(r.report.value("passthrough_allocations", -1), 1);  // cuMemAllocAsync while the program's pool was current
+}
+
+// Peer access (issue 29): device 1's kernels reach device 0's pool blocks
+// exactly while device 1 has peer access to device 0, as they reach its
+// cuMemAlloc memory natively: blocks made before and after the enable, and
+// blocks evicted to the host, which a pool page's access list must name too.
+// Without the grant, every kernel of device 1 on a pool block faulted.
+TEST_F(Preload, APeersKernelsReachThePoolExactlyWhileItsAccessIsEnabled) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
+  const char* expected = "faults before enable 1, while enabled 0 and 0, after disable 1";
+  ProgramRun native;
+  const ProgramRun plain = both(PROBE_RACES, "peer_access", &native);
+  EXPECT_NE(native.err.find(expected), std::string::npos) << native.err;
+  EXPECT_NE(plain.err.find(expected), std::string::npos) << plain.err;
+  for (const char* mode : {"launch", "learn"}) {
+    SCOPED_TRACE(std::string("under a budget, prefetch:") + mode);
+    const std::string conf = std::string("device_limit:16MiB,evict:on,prefetch:") + mode;
+    const ProgramRun r = run(PROBE_RACES, "peer_access", conf.c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+    ASSERT_TRUE(r.report.is_object()) << r.err;
+    EXPECT_GT(r.report.value("evictions", 0L), 0);
+  }
+}
+
 // The property test: several host threads, each with a stream of its own
 // kind (legacy, blocking, non-blocking, per-thread default), allocating and
 // freeing both ways, writing with kernels, memsets and copies, reading back

@@ -19,6 +19,11 @@
 //            evict:on), written and checked by kernels touching every block
 //            in random order, with cuMemFree and stream-ordered frees
 //            beside them; the sim's device bytes are watched all along
+//   mempool  a memory pool of the program's own made the device's current
+//            pool: cuMemAllocAsync takes from it (the pointer attribute
+//            names it) until the pool is destroyed, and
+//            cuMemAllocFromPoolAsync always does; their frees work, and
+//            kernels read and write every block
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
@@ -593,6 +598,69 @@ int evict_threads_route(const char* kind) {
 
 }  // namespace
 
+CUmemoryPool pool_of(CUdeviceptr p) {
+  CUmemoryPool pool = nullptr;
+  PROBE_CHECK(cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p) == CUDA_SUCCESS);
+  return pool;
+}
+
+int mempool_route() {
+  make_context_current();
+  CUfunction fill_kernel = nullptr;
+  CUfunction check_kernel = nullptr;
+  register_word_kernels(&fill_kernel, &check_kernel);
+  std::atomic<std::uint64_t> wrong{0};
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  const auto write_and_check = [&](CUdeviceptr p, std::size_t bytes, std::uint32_t seed) {
+    auto* words = reinterpret_cast<std::uint32_t*>(p);
+    std::size_t count = bytes / 4;
+    std::atomic<std::uint64_t>* errors = &wrong;
+    void* params[] = {&words, &count, &seed, &errors};
+    PROBE_CHECK(cuLaunchKernel(fill_kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+    PROBE_CHECK(cuLaunchKernel(check_kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  };
+  constexpr std::size_t kBytes = MiB;
+  CUdeviceptr before = 0;
+  PROBE_CHECK(cuMemAllocAsync(&before, kBytes, stream) == CUDA_SUCCESS);
+  write_and_check(before, kBytes, 1);
+
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool own = nullptr;
+  PROBE_CHECK(cuMemPoolCreate(&own, &props) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceSetMemPool(0, own) == CUDA_SUCCESS);
+  CUmemoryPool current = nullptr;
+  PROBE_CHECK(cuDeviceGetMemPool(&current, 0) == CUDA_SUCCESS && current == own);
+  CUdeviceptr implicit = 0;
+  CUdeviceptr named = 0;
+  PROBE_CHECK(cuMemAllocAsync(&implicit, kBytes, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAllocFromPoolAsync(&named, kBytes, own, stream) == CUDA_SUCCESS);
+  const int from_own = (pool_of(implicit) == own ? 1 : 0) + (pool_of(named) == own ? 1 : 0);
+  write_and_check(implicit, kBytes, 2);
+  write_and_check(named, kBytes, 3);
+  PROBE_CHECK(cuMemFreeAsync(implicit, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFreeAsync(named, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+
+  // Destroying the current pool makes the default one current again.
+  PROBE_CHECK(cuMemPoolDestroy(own) == CUDA_SUCCESS);
+  CUdeviceptr after = 0;
+  PROBE_CHECK(cuMemAllocAsync(&after, kBytes, stream) == CUDA_SUCCESS);
+  const bool after_from_own = pool_of(after) == own;
+  write_and_check(after, kBytes, 4);
+  PROBE_CHECK(cuMemFreeAsync(before, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFreeAsync(after, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  std::fprintf(stderr, "mempool: %d of 2 from the program's pool, %d after it was destroyed, %llu wrong words\n",
+               from_own, after_from_own ? 1 : 0, static_cast<unsigned long long>(wrong.load()));
+  PROBE_CHECK(from_own == 2 && !after_from_own && wrong.load() == 0);
+  return probe::finish("mempool");
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "runtime") return runtime_route();
@@ -603,6 +671,7 @@ int main(int argc, char** argv) {
   if (mode == "sidestream") return sidestream_route(false);
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "evict") return evict_route();
+  if (mode == "mempool") return mempool_route();
   if (mode == "evict_threads") {
     const char* kind = std::getenv("PROBE_STREAM_KIND");
     return evict_threads_route(kind != nullptr ? kind : "nonblocking");

@@ -32,6 +32,13 @@
 //   probe_races peer [report-path]
 //     Kernels on device 0 use a block of device 1's pool that device 1's
 //     allocations keep evicting (TIDEPOOL_SIM_DEVICES=2).
+//   probe_races peer_access [report-path]
+//     Kernels on device 1 reach device 0's blocks only while device 1 has
+//     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
+//     they read and write blocks allocated before and after it (and, under a
+//     budget, evicted to the host), and after cuCtxDisablePeerAccess they
+//     fault again (TIDEPOOL_SIM_DEVICES=2). The same natively: the sim
+//     enforces the driver's rule for its own memory.
 //
 // stderr's last line before the verdict: "races: W wrong words, F failed calls".
 #include <cuda.h>
@@ -400,6 +407,9 @@ int peer_route() {
     others.push_back(p);
   }
   expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  // Device 0's kernels reach device 1's memory only with peer access.
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(cuCtxEnablePeerAccess(c1, 0), "cuCtxEnablePeerAccess");
   std::uint32_t seed = 1;
   for (int round = 0; round < 4; ++round) {
     expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
@@ -428,7 +438,70 @@ int peer_route() {
   std::fprintf(stderr, "peer: %llu remaps under a running kernel\n",
                static_cast<unsigned long long>(tidepool_sim_remap_faults()));
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  PROBE_CHECK(tidepool_sim_access_faults() == 0);
   return verdict("peer");
+}
+
+// Launches `f` on `block` from the current context and synchronises it:
+// whether the kernel faulted for want of access (the sim's fault count
+// grew; its sticky error is then cleared for the next step).
+bool faults(const Kernels& k, CUfunction f, CUdeviceptr block, std::size_t bytes, std::uint32_t seed) {
+  const std::uint64_t before = tidepool_sim_access_faults();
+  expect(k.launch(f, nullptr, block, bytes, seed), "launch");
+  const CUresult synced = cuCtxSynchronize();
+  const bool faulted = tidepool_sim_access_faults() > before;
+  PROBE_CHECK(faulted == (synced == CUDA_ERROR_ILLEGAL_ADDRESS));
+  if (faulted) tidepool_sim_clear_faults();
+  return faulted;
+}
+
+int peer_access_route() {
+  probe::make_context_current();
+  const Kernels k;
+  CUcontext c0 = nullptr;
+  CUcontext c1 = nullptr;
+  CUdevice d1 = 0;
+  PROBE_CHECK(cuCtxGetCurrent(&c0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&d1, 1) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&c1, d1) == CUDA_SUCCESS);
+  int can = 0;
+  PROBE_CHECK(cuDeviceCanAccessPeer(&can, d1, 0) == CUDA_SUCCESS && can == 1);
+  constexpr std::size_t kBlock = 8 * MiB;  // a budget of 16 MiB (conf) holds two
+  CUdeviceptr a = 0;
+  expect(cuMemAlloc(&a, kBlock), "cuMemAlloc A on device 0");
+  expect(k.launch(k.fill, nullptr, a, kBlock, 1), "fill A");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  const bool before_enable = faults(k, k.check, a, kBlock, 1);
+  expect(cuCtxEnablePeerAccess(c0, 0), "cuCtxEnablePeerAccess");
+  PROBE_CHECK(cuCtxEnablePeerAccess(c0, 0) == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  const bool enabled_old = faults(k, k.check, a, kBlock, 1) || faults(k, k.fill, a, kBlock, 2);
+
+  // Blocks made after the enable, and A pushed to the host by them.
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  CUdeviceptr b = 0;
+  CUdeviceptr c = 0;
+  expect(cuMemAlloc(&b, kBlock), "cuMemAlloc B on device 0");
+  expect(k.launch(k.fill, nullptr, b, kBlock, 3), "fill B");
+  expect(cuMemAlloc(&c, kBlock), "cuMemAlloc C on device 0");
+  expect(k.launch(k.fill, nullptr, c, kBlock, 4), "fill C");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  const bool enabled_new = faults(k, k.check, b, kBlock, 3) || faults(k, k.fill, b, kBlock, 5) ||
+                           faults(k, k.check, a, kBlock, 2) || faults(k, k.check, c, kBlock, 4);
+
+  expect(cuCtxDisablePeerAccess(c0), "cuCtxDisablePeerAccess");
+  PROBE_CHECK(cuCtxDisablePeerAccess(c0) == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+  const bool after_disable = faults(k, k.check, b, kBlock, 5) && faults(k, k.fill, a, kBlock, 7);
+
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  wrong.fetch_add(wrong_by_copy(a, kBlock, 2) + wrong_by_copy(b, kBlock, 5) + wrong_by_copy(c, kBlock, 4));
+  for (CUdeviceptr p : {a, b, c}) expect(cuMemFree(p), "cuMemFree");
+  std::fprintf(stderr, "peer_access: faults before enable %d, while enabled %d and %d, after disable %d\n",
+               before_enable ? 1 : 0, enabled_old ? 1 : 0, enabled_new ? 1 : 0, after_disable ? 1 : 0);
+  PROBE_CHECK(before_enable && !enabled_old && !enabled_new && after_disable);
+  return verdict("peer_access");
 }
 
 // A graph G2 = {kernel: add 1 to X; child graph G1 = {copy S -> D; set M}},
@@ -515,6 +588,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "graph") == 0) return graph_route();
   if (std::strcmp(mode, "graph_nodes") == 0) return graph_nodes_route();
   if (std::strcmp(mode, "peer") == 0) return peer_route();
-  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|graph_nodes|peer [report-path]\n");
+  if (std::strcmp(mode, "peer_access") == 0) return peer_access_route();
+  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access [report-path]\n");
   return 2;
 }

@@ -760,6 +760,85 @@ TEST_F(SimTwoContexts, PointerAttributesNameTheAllocatingContextAndDevice) {
   EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
 }
 
+// Launches a write of `value` to `target` from the current context and
+// synchronises: whether the kernel faulted for want of access (then the
+// sticky error is cleared for the next step).
+bool write_faults(int* target, int value) {
+  static auto faults = sim_control<std::uint64_t (*)()>("tidepool_sim_access_faults");
+  const std::uint64_t before = faults();
+  Gate open;
+  open.release();
+  EXPECT_EQ(launch_gated_write(nullptr, &open, target, value), CUDA_SUCCESS);
+  const CUresult synced = sim_driver().api().ctxSynchronize();
+  const bool faulted = faults() > before;
+  EXPECT_EQ(synced, faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS);
+  if (faulted) sim_control<void (*)()>("tidepool_sim_clear_faults")();
+  return faulted;
+}
+
+// A VMM mapping answers only to the devices its access list names, one
+// device's flags changing nothing of another's: a kernel on a device it does
+// not name faults, as on a GPU (and the sim used to let any device in).
+TEST_F(SimTwoContexts, AVmmMappingAnswersOnlyToTheDevicesItsAccessListNames) {
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h = create_page();
+  map_rw(va, h);  // device 0 only
+  auto* word = reinterpret_cast<int*>(va);
+  const auto set_access = [&](int device, CUmemAccess_flags flags) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = flags;
+    return api().memSetAccess(va, page_, &access, 1);
+  };
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  EXPECT_TRUE(write_faults(word, 1));
+  ASSERT_EQ(set_access(1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), CUDA_SUCCESS);
+  EXPECT_FALSE(write_faults(word, 2));
+  EXPECT_EQ(*word, 2);
+  ASSERT_EQ(set_access(1, CU_MEM_ACCESS_FLAGS_PROT_NONE), CUDA_SUCCESS);
+  EXPECT_TRUE(write_faults(word, 3));
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  EXPECT_FALSE(write_faults(word, 4));  // device 0 kept its access
+  EXPECT_EQ(*word, 4);
+  EXPECT_EQ(set_access(2, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
+// Another device's cuMemAlloc memory is reachable only while peer access to
+// it is enabled from the kernel's context; the driver's errors for enabling
+// twice, disabling what is not enabled, and a context's own device.
+TEST_F(SimTwoContexts, CuMemAllocMemoryOfAnotherDeviceNeedsPeerAccess) {
+  auto enable = entry<decltype(&::cuCtxEnablePeerAccess)>("cuCtxEnablePeerAccess");
+  auto disable = entry<decltype(&::cuCtxDisablePeerAccess)>("cuCtxDisablePeerAccess");
+  auto can_access = entry<decltype(&::cuDeviceCanAccessPeer)>("cuDeviceCanAccessPeer");
+  int can = -1;
+  ASSERT_EQ(can_access(&can, 1, 0), CUDA_SUCCESS);
+  EXPECT_EQ(can, 1);
+  ASSERT_EQ(can_access(&can, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(can, 0);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, sizeof(int)), CUDA_SUCCESS);  // device 0's
+  auto* word = reinterpret_cast<int*>(p);
+  ASSERT_EQ(api().ctxSetCurrent(other_), CUDA_SUCCESS);
+  EXPECT_TRUE(write_faults(word, 1));
+  EXPECT_EQ(enable(context_, 1), CUDA_ERROR_INVALID_VALUE);  // no flags are defined
+  EXPECT_EQ(enable(other_, 0), CUDA_ERROR_INVALID_DEVICE);   // its own device
+  EXPECT_EQ(disable(context_), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+  ASSERT_EQ(enable(context_, 0), CUDA_SUCCESS);
+  EXPECT_EQ(enable(context_, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  EXPECT_FALSE(write_faults(word, 2));
+  EXPECT_EQ(*word, 2);
+  ASSERT_EQ(disable(context_), CUDA_SUCCESS);
+  EXPECT_TRUE(write_faults(word, 3));
+  EXPECT_EQ(*word, 2);  // the faulting kernel wrote nothing
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+}
+
 // --- stream capture --------------------------------------------------------------------------------------
 
 TEST_F(Sim, CapturedWorkIsRecordedNotRun) {
@@ -1398,6 +1477,7 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   CUgreenCtx green = nullptr;
+  CUmemoryPool mempool = nullptr;
   CUdeviceptr dptr = 0;
   std::size_t size = 0;
   std::size_t size2 = 0;
@@ -1437,6 +1517,16 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuCtxSetCurrent, context),
       TIDEPOOL_FAULT_CASE(cuCtxPushCurrent_v2, context),
       TIDEPOOL_FAULT_CASE(cuCtxPopCurrent_v2, &ctx),
+      TIDEPOOL_FAULT_CASE(cuCtxEnablePeerAccess, context, 0),
+      TIDEPOOL_FAULT_CASE(cuCtxDisablePeerAccess, context),
+      TIDEPOOL_FAULT_CASE(cuDeviceCanAccessPeer, &i, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceGetDefaultMemPool, &mempool, 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceGetMemPool, &mempool, 0),
+      TIDEPOOL_FAULT_CASE(cuDeviceSetMemPool, 0, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemPoolCreate, &mempool, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemPoolDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemAllocFromPoolAsync, &dptr, 0, reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x10}),
+                          bogus),
       TIDEPOOL_FAULT_CASE(cuCtxGetDevice, &dev),
       TIDEPOOL_FAULT_CASE(cuCtxGetDevice_v2, &dev, context),
       TIDEPOOL_FAULT_CASE(cuCtxSynchronize),
