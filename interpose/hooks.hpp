@@ -118,7 +118,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD32Async) \
   X(cuMemsetD32Async_ptsz) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) \
   X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) X(cuCtxEnablePeerAccess) \
-  X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy)
+  X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy) \
+  X(cuMemCreate) X(cuMemRelease)
 // clang-format on
 
 namespace tidepool::interpose {

@@ -86,6 +86,12 @@ TIDEPOOL_API tidepool_status tidepool_malloc_async(void** ptr, size_t size, int 
 TIDEPOOL_API tidepool_status tidepool_free_async(void* ptr, void* stream);
 
 TIDEPOOL_API tidepool_status tidepool_get_stats(int device, tidepool_stats* stats);
+/* Device memory the process holds on `device` outside the pool, made with
+ * the driver's VMM calls (cuMemCreate: NCCL's buffers, for one; seen under
+ * the preload): bytes held now, and the most held at once. It counts against
+ * device_limit. Either pointer may be NULL. Kept out of tidepool_stats so
+ * that its size never changes under a caller built against an older header. */
+TIDEPOOL_API tidepool_status tidepool_get_foreign_bytes(int device, uint64_t* bytes, uint64_t* peak_bytes);
 
 /* Writes the JSON report to `path`, or to the configured `report` path when
  * `path` is NULL. */

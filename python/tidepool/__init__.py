@@ -127,6 +127,12 @@ def _declare(library: ctypes.CDLL) -> None:
     library.tidepool_status_string.argtypes = [ctypes.c_int]
     library.tidepool_get_stats.restype = ctypes.c_int
     library.tidepool_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+    library.tidepool_get_foreign_bytes.restype = ctypes.c_int
+    library.tidepool_get_foreign_bytes.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_uint64),
+    ]
     library.tidepool_report.restype = ctypes.c_int
     library.tidepool_report.argtypes = [ctypes.c_char_p]
     library.tidepool_trim.restype = ctypes.c_int
@@ -204,7 +210,10 @@ def _device_index(device) -> int:
 
 
 def stats(device: int = 0) -> dict:
-    """tidepool_stats of `device` as a dict, one key per field of tidepool.h.
+    """tidepool_stats of `device` as a dict, one key per field of tidepool.h,
+    then foreign_bytes and peak_foreign_bytes (tidepool_get_foreign_bytes:
+    device memory made outside the pool with cuMemCreate, which counts
+    against the budget).
 
     Byte counts are of requested sizes unless named otherwise; reserved bytes
     are device memory the pool holds. utilization is peak_live_bytes /
@@ -218,7 +227,14 @@ def stats(device: int = 0) -> dict:
     status = load().tidepool_get_stats(index, ctypes.byref(out))
     hint = f"no CUDA device {index}" if status == _INVALID_VALUE else ""
     _check(status, f"stats(device={index})", hint)
-    return {name: getattr(out, name) for name, _ in _Stats._fields_}
+    figures = {name: getattr(out, name) for name, _ in _Stats._fields_}
+    held = ctypes.c_uint64()
+    peak = ctypes.c_uint64()
+    status = load().tidepool_get_foreign_bytes(index, ctypes.byref(held), ctypes.byref(peak))
+    _check(status, f"stats(device={index})", hint)
+    figures["foreign_bytes"] = held.value
+    figures["peak_foreign_bytes"] = peak.value
+    return figures
 
 
 def _format_bytes(count: int) -> str:

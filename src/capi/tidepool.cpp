@@ -136,6 +136,17 @@ tidepool_status tidepool_get_stats(int device, tidepool_stats* out) {
   });
 }
 
+tidepool_status tidepool_get_foreign_bytes(int device, uint64_t* bytes, uint64_t* peak_bytes) {
+  return guarded([&] {
+    tidepool_status status = TIDEPOOL_OK;
+    if (allocator_or_status(device, &status) == nullptr) return status;
+    const tidepool::runtime::ForeignMemory::DeviceFigures f = Runtime::get().foreign().figures(device);
+    if (bytes != nullptr) *bytes = f.bytes;
+    if (peak_bytes != nullptr) *peak_bytes = f.peak_bytes;
+    return TIDEPOOL_OK;
+  });
+}
+
 tidepool_status tidepool_report(const char* path) {
   return guarded([&] { return to_c(Runtime::get().write_report(path != nullptr ? path : "")); });
 }

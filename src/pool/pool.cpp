@@ -303,7 +303,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       // driver refused still count), the first pages stitching frees go back
       // to the driver (space's unback) rather than become spare, so
       // stitching must free that many more.
-      const std::size_t limit_pages = space_.device_limit() / space_.page_size();
+      const std::size_t limit_pages = space_.pool_limit() / space_.page_size();
       const std::size_t over_budget = space_.device_pages() > limit_pages ? space_.device_pages() - limit_pages : 0;
       *miss = Miss{.no_fit = false,
                    .fence_failed = false,
@@ -720,6 +720,12 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
     }
   }
   return result;
+}
+
+void Pool::outside_bytes_grew() {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  const std::size_t limit = space_.pool_limit();
+  if (space_.device_bytes() > limit) (void)space_.release_spares(space_.device_bytes() - limit);
 }
 
 util::Status Pool::set_peer_access(int device, bool enabled) {

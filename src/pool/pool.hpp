@@ -284,6 +284,10 @@ class Pool {
   // on the host, intact). The caller checks `bytes` against the device
   // (runtime::budget_problem).
   util::Status set_device_limit(std::size_t bytes);
+  // The bytes the process holds outside the pool grew: spare pages beyond
+  // what the budget leaves the pool (AddressSpace::pool_limit) go back to
+  // the driver. Live blocks stay; the budget holds again as they are freed.
+  void outside_bytes_grew();
   // Peer access to every page of the pool (space::AddressSpace::set_peer_access).
   util::Status set_peer_access(int device, bool enabled);
   // `with_fragmentation`: also compute free_bytes and largest_free_block,

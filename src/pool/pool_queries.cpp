@@ -50,7 +50,7 @@ std::size_t Pool::servable_bytes(std::size_t driver_free) const {
   }
   const std::size_t page = space_.page_size();
   const std::size_t held = space_.device_bytes();
-  const std::size_t limit = space_.device_limit();
+  const std::size_t limit = space_.pool_limit();
   const std::size_t budget_left = limit > held ? limit - held : 0;
   const std::size_t cached = space_.spare_bytes() + idle_pages * page;
   if (!space_.uses_vmm()) {

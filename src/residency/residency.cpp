@@ -91,7 +91,7 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
 
   // A batch of at least min_evict_pages, but never more than a sixteenth of
   // the budget beyond what was asked: a small budget evicts only what it needs.
-  const std::size_t budget_pages = space_.device_limit() / page_size;
+  const std::size_t budget_pages = space_.pool_limit() / page_size;
   const std::size_t target = std::max(pages, std::min(options_.min_evict_pages, budget_pages / 16));
   moves_.clear();
   bool cache_full = false;

@@ -46,6 +46,7 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
   space_options.device_limit = options.device_limit;
   space_options.use_vmm = options.use_vmm;
   space_options.peers = options.peers;
+  space_options.outside_bytes = options.outside_bytes;
   auto space = space::AddressSpace::create(driver, space_options);
   if (!space) return space.status();
   allocator->space_ = std::move(space.value());

@@ -42,6 +42,9 @@ struct AllocatorOptions {
   // Devices with peer access to this one's memory, one bit each
   // (space::AddressSpace::set_peer_access).
   std::uint64_t peers = 0;
+  // Device bytes the process holds outside every pool (ForeignMemory), counted
+  // against device_limit (not owned; outlives the allocator). Null: none.
+  const std::atomic<std::size_t>* outside_bytes = nullptr;
   pool::PoolOptions pool;
   TraceRecorder* trace = nullptr;  // not owned; outlives the allocator
   // Who asks for memory: each allocation's caller is tagged here for the

@@ -53,6 +53,10 @@ std::string device_summary(const DeviceReport& d, const std::vector<CallerName>&
          count(s.parked_reuses, "parked reuse", "parked reuses") + " (no driver call), " +
          count(s.page_creates, "page created", "pages created") + ", " + count(s.trims, "trim", "trims");
   out += ". Budget " + format_size(d.device_limit_bytes) + " of the device's " + format_size(d.device_total_bytes);
+  if (d.foreign.peak_bytes > 0) {
+    out += ", of which device memory made outside the pool (cuMemCreate) held " + format_size(d.foreign.bytes) +
+           " at exit, at most " + format_size(d.foreign.peak_bytes);
+  }
   // Who held the memory at the live peak: the largest few owners.
   const std::vector<LibraryOwner> owners = owners_by_library(d.owners, callers);
   constexpr std::size_t kNamed = 4;

@@ -91,6 +91,32 @@ Json size_classes_json(const pool::SizeHistogram& histogram) {
 }
 
 // Memory by who asked for it (owners_by_library), with each call site.
+// Device memory held outside the pool, by the library that made it.
+Json foreign_owners_json(const ForeignMemory::DeviceFigures& foreign, const std::vector<CallerName>& callers) {
+  struct Sum {
+    std::string library;
+    std::size_t bytes = 0;
+    std::size_t peak_bytes = 0;  // the largest of its call sites' peaks
+  };
+  std::vector<Sum> sums;
+  for (const ForeignMemory::ByTag& t : foreign.by_tag) {  // heaviest peak first, so libraries come in that order
+    const std::string library = t.tag < callers.size() ? callers[t.tag].library : std::string();
+    auto it = std::find_if(sums.begin(), sums.end(), [&](const Sum& s) { return s.library == library; });
+    if (it == sums.end()) it = sums.insert(sums.end(), Sum{library});
+    it->bytes += t.bytes;
+    it->peak_bytes = std::max(it->peak_bytes, t.peak_bytes);
+  }
+  Json out = Json::array();
+  for (const Sum& s : sums) {
+    Json entry = Json::object();
+    entry["library"] = s.library.empty() ? Json(nullptr) : Json(s.library);
+    entry["bytes"] = s.bytes;
+    entry["peak_bytes"] = s.peak_bytes;
+    out.push_back(entry);
+  }
+  return out;
+}
+
 Json owners_json(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers) {
   Json out = Json::array();
   for (const LibraryOwner& l : owners_by_library(owners, callers)) {
@@ -204,6 +230,10 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["to_device_gbps"] = r.to_device_gbps;
   // Whether the figures above could be read (see DeviceReport::complete).
   out["complete"] = d.complete;
+  // Outside the pool.
+  out["foreign_bytes"] = d.foreign.bytes;
+  out["peak_foreign_bytes"] = d.foreign.peak_bytes;
+  out["foreign_owners"] = foreign_owners_json(d.foreign, callers);
   out["size_classes"] = size_classes_json(d.size_classes);
   out["owners"] = owners_json(d.owners, callers);
   return out;

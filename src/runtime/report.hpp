@@ -21,6 +21,7 @@
 #include "pool/pool.hpp"
 #include "residency/residency.hpp"
 #include "runtime/call_sites.hpp"
+#include "runtime/foreign_memory.hpp"
 #include "runtime/run_info.hpp"
 #include "util/util.hpp"
 
@@ -41,6 +42,8 @@ struct DeviceReport {
   bool vmm = false;
   bool eviction = false;  // residency is on for this device
   residency::ResidencyStats residency;
+  // Device memory the process holds outside the pool (ForeignMemory).
+  ForeignMemory::DeviceFigures foreign;
 };
 
 // Kernel launches as launch prefetch saw them (prefetch:launch or learn,

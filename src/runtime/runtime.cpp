@@ -230,6 +230,17 @@ util::Status Runtime::peer_access_changed(int accessor, int owner, bool enabled)
   return util::Status::success();
 }
 
+void Runtime::foreign_created(CUmemGenericAllocationHandle handle, const CUmemAllocationProp& prop, std::size_t bytes,
+                              std::uintptr_t caller) {
+  if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) return;  // host memory is not the device's budget
+  const int device = prop.location.id;
+  foreign_.created(handle, device, bytes, call_sites_ != nullptr ? call_sites_->tag(caller) : 0);
+  if (device < 0 || device >= kMaxDevices) return;
+  if (Allocator* a = allocators_[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) {
+    a->pool().outside_bytes_grew();
+  }
+}
+
 void Runtime::memory_pools_changed() {
   if (driver_ == nullptr) return;
   const driver::Api& api = driver_->api();
@@ -299,6 +310,7 @@ Allocator* Runtime::allocator(int device) {
   options.streams = streams_.get();
   options.passthrough_allocations = &passthrough_allocations_[device];
   options.peers = peers_[static_cast<std::size_t>(device)];
+  options.outside_bytes = foreign_.bytes_now(device);
   // A budget that cannot work on this device is refused before anything is reserved.
   if (config_.device_limit) {
     const driver::Api& api = driver_->api();
@@ -709,10 +721,12 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
   for (int device = 0; device < kMaxDevices; ++device) {
     const Allocator* a = allocators_[device].load(std::memory_order_acquire);
     const std::uint64_t passed = passthrough_allocations_[device].load(std::memory_order_relaxed);
-    if (a == nullptr && passed == 0) continue;
+    ForeignMemory::DeviceFigures foreign = foreign_.figures(device);
+    if (a == nullptr && passed == 0 && foreign.peak_bytes == 0) continue;
     DeviceReport d;
     d.device = device;
     d.passthrough_allocations = passed;
+    d.foreign = std::move(foreign);
     if (a != nullptr) {
       if (give_up_at) {
         d.complete = a->pool().try_stats(*give_up_at, &d.pool, &d.size_classes, &d.owners);
@@ -738,7 +752,10 @@ Report Runtime::report(std::optional<std::chrono::steady_clock::time_point> give
   }
   // Callers named now, off the hot path; only tags some pool counted.
   std::size_t tags = 0;
-  for (const DeviceReport& d : report.devices) tags = std::max(tags, d.owners.used());
+  for (const DeviceReport& d : report.devices) {
+    tags = std::max(tags, d.owners.used());
+    for (const ForeignMemory::ByTag& t : d.foreign.by_tag) tags = std::max<std::size_t>(tags, t.tag + 1u);
+  }
   report.callers.resize(tags);
   for (std::size_t t = 1; t < tags && call_sites_; ++t) {
     report.callers[t] = CallSites::describe(call_sites_->caller(static_cast<std::uint16_t>(t)));

@@ -53,6 +53,7 @@
 #include "runtime/allocator.hpp"
 #include "runtime/call_sites.hpp"
 #include "runtime/config.hpp"
+#include "runtime/foreign_memory.hpp"
 #include "runtime/graph_holds.hpp"
 #include "runtime/gzip_members.hpp"
 #include "runtime/logging.hpp"
@@ -124,6 +125,14 @@ class Runtime {
   bool allocation_for_program_pool(int device, CUstream stream) {
     return program_pools_.load(std::memory_order_relaxed) != 0 && program_pool_for(device, stream);
   }
+
+  // The program (or a library in it) made or released device memory with the
+  // driver's VMM calls (cuMemCreate, cuMemRelease): counted in the report
+  // by who made it, and against the device's budget.
+  void foreign_created(CUmemGenericAllocationHandle handle, const CUmemAllocationProp& prop, std::size_t bytes,
+                       std::uintptr_t caller);
+  void foreign_released(CUmemGenericAllocationHandle handle) { foreign_.released(handle); }
+  [[nodiscard]] const ForeignMemory& foreign() const noexcept { return foreign_; }
 
   // Peer access changed at the driver (cuCtxEnablePeerAccess from a context
   // of `accessor` to one of `owner`, or its disable): the owner's pool grants
@@ -246,6 +255,7 @@ class Runtime {
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // By owner device: the devices with peer access to it, one bit each. Under create_lock_.
   std::array<std::uint64_t, kMaxDevices> peers_{};
+  ForeignMemory foreign_;
   // Devices whose current memory pool is one the program set, and how many.
   std::mutex pools_lock_;
   std::array<std::atomic<bool>, kMaxDevices> program_pool_{};

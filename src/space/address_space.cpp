@@ -41,7 +41,8 @@ AddressSpace::AddressSpace(const driver::Driver& driver, const Options& options,
       peers_(options.peers & ~(std::uint64_t{1} << options.device)),
       vmm_(options.use_vmm && caps.vmm),
       page_size_(vmm_ ? caps.granularity : kFallbackPageSize),
-      limit_(options.device_limit != 0 ? options.device_limit : caps.total_bytes) {}
+      limit_(options.device_limit != 0 ? options.device_limit : caps.total_bytes),
+      outside_(options.outside_bytes) {}
 
 AddressSpace::~AddressSpace() {
   while (!reservations_.empty()) {
@@ -66,7 +67,7 @@ util::Result<Reservation*> AddressSpace::reserve(std::size_t bytes) {
     return reservations_.back().get();
   }
   const std::size_t pages = size / page_size_;
-  if ((device_pages_ + pages) * page_size_ > limit_) {
+  if ((device_pages_ + pages) * page_size_ > pool_limit()) {
     return util::Status(util::Error::out_of_memory, "device budget exhausted");
   }
   if (auto s = driver::check(api_.memAlloc(&base, size), "cuMemAlloc"); !s) return s;
@@ -326,7 +327,7 @@ std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t ad
 }
 
 std::size_t AddressSpace::available_pages() const noexcept {
-  const std::size_t limit_pages = limit_ / page_size_;
+  const std::size_t limit_pages = pool_limit() / page_size_;
   const std::size_t room = limit_pages > device_pages_ ? limit_pages - device_pages_ : 0;
   return spares_.size() + room;
 }
@@ -406,7 +407,7 @@ util::Status AddressSpace::unback(Reservation& r, std::size_t first, std::size_t
     if (auto s = park(r, p, pending); !s && result.ok()) result = s;
   }
   // Spares beyond a lowered budget go back to the driver at once.
-  if (device_bytes() > limit_) (void)release_spare_pages(device_bytes() - limit_);
+  if (const std::size_t limit = pool_limit(); device_bytes() > limit) (void)release_spare_pages(device_bytes() - limit);
   return result;
 }
 

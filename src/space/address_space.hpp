@@ -18,6 +18,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,10 @@ class AddressSpace {
     std::size_t device_limit = 0;  // bytes of physical device memory tidepool may hold
     bool use_vmm = true;           // false forces cuMemAlloc chunks even where VMM exists
     std::uint64_t peers = 0;       // other devices given access to every page, one bit each (set_peer_access)
+    // Device bytes the process holds outside the pool, counted against
+    // device_limit too (pool_limit); read at each check, never written here.
+    // Null: none.
+    const std::atomic<std::size_t>* outside_bytes = nullptr;
   };
 
   // Probes the device (the caller has made its context current).
@@ -144,7 +149,14 @@ class AddressSpace {
   // to map a page at a second place).
   [[nodiscard]] bool parks_pages() const noexcept { return parking_; }
   [[nodiscard]] std::size_t spare_pages() const noexcept { return spares_.size(); }
+  // The budget as set: what the whole process may hold on the device.
   [[nodiscard]] std::size_t device_limit() const noexcept { return limit_; }
+  // What the pool may hold of it: the budget less the bytes held outside the
+  // pool (Options::outside_bytes), as they are now.
+  [[nodiscard]] std::size_t pool_limit() const noexcept {
+    const std::size_t outside = outside_ != nullptr ? outside_->load(std::memory_order_acquire) : 0;
+    return limit_ > outside ? limit_ - outside : 0;
+  }
   // The pool lowers it only once it holds no more (Pool::set_device_limit).
   void set_device_limit(std::size_t bytes) noexcept { limit_ = bytes; }
   [[nodiscard]] const SpaceCounters& counters() const noexcept { return counters_; }
@@ -193,6 +205,7 @@ class AddressSpace {
   bool vmm_;
   std::size_t page_size_;
   std::size_t limit_;
+  const std::atomic<std::size_t>* outside_;
   std::size_t device_pages_ = 0;  // physical device pages held: mapped + spare (chunks count in pages)
   std::size_t peak_device_pages_ = 0;
   bool parking_ = true;

@@ -380,6 +380,28 @@ TEST_F(Preload, AMemoryPoolTheProgramSetServesItsStreamOrderedAllocations) {
   EXPECT_EQ(r.report.value("passthrough_allocations", -1), 1);  // cuMemAllocAsync while the program's pool was current
 }
 
+// Device memory a library makes itself (issue 29): NCCL's buffers come from
+// cuMemCreate, which tidepool does not serve. They count against the budget
+// (the pool holds what is left) and appear in the report by library.
+// Before, the pool filled the whole budget beside them.
+TEST_F(Preload, DeviceMemoryMadeOutsideThePoolCountsAgainstTheBudgetAndIsReported) {
+  ProgramRun native;
+  const ProgramRun r = both(PROBE_LINKED, "foreign", &native, "device_limit:64MiB");
+  EXPECT_NE(native.err.find("foreign: 10 blocks beside 40 MiB made outside, 10 after it was released"),
+            std::string::npos)
+      << native.err;
+  EXPECT_NE(r.err.find("foreign: 3 blocks beside 40 MiB made outside, 8 after it was released"), std::string::npos)
+      << r.err;
+  ASSERT_TRUE(r.report.is_object()) << r.err;
+  EXPECT_EQ(r.report.value("foreign_bytes", -1L), 0);
+  EXPECT_EQ(r.report.value("peak_foreign_bytes", -1L), 40L << 20);
+  EXPECT_LE(r.report.value("peak_reserved_bytes", -1L), 64L << 20);
+  ASSERT_EQ(r.report["foreign_owners"].size(), 1u) << r.report.dump();
+  EXPECT_NE(r.report["foreign_owners"][0].value("library", std::string()).find("probe_linked"), std::string::npos)
+      << r.report.dump();
+  EXPECT_EQ(r.report["foreign_owners"][0].value("peak_bytes", -1L), 40L << 20);
+}
+
 // Peer access (issue 29): device 1's kernels reach device 0's pool blocks
 // exactly while device 1 has peer access to device 0, as they reach its
 // cuMemAlloc memory natively: blocks made before and after the enable, and

@@ -24,6 +24,10 @@
 //            names it) until the pool is destroyed, and
 //            cuMemAllocFromPoolAsync always does; their frees work, and
 //            kernels read and write every block
+//   foreign  40 MiB made with cuMemCreate and mapped, as NCCL makes its
+//            buffers; then 8 MiB cuMemAlloc blocks until one fails (at
+//            most 10), and again once the 40 MiB is released: under
+//            device_limit:64MiB the pool holds what the budget leaves
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
@@ -661,6 +665,45 @@ int mempool_route() {
   return probe::finish("mempool");
 }
 
+// cuMemAlloc blocks of `bytes` until one fails or `most` are held; all freed.
+int blocks_that_fit(std::size_t bytes, int most) {
+  std::vector<CUdeviceptr> held;
+  for (int i = 0; i < most; ++i) {
+    CUdeviceptr p = 0;
+    if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) break;
+    held.push_back(p);
+  }
+  for (CUdeviceptr p : held) PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
+  return static_cast<int>(held.size());
+}
+
+int foreign_route() {
+  make_context_current();
+  constexpr std::size_t kOutside = 40 * MiB;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  PROBE_CHECK(cuMemCreate(&handle, kOutside, &prop, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAddressReserve(&va, kOutside, 0, 0, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemMap(va, kOutside, 0, handle, 0) == CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  PROBE_CHECK(cuMemSetAccess(va, kOutside, &access, 1) == CUDA_SUCCESS);
+  fill(static_cast<std::uintptr_t>(va), kOutside, 5);
+  const int beside = blocks_that_fit(8 * MiB, 10);
+  PROBE_CHECK(holds(static_cast<std::uintptr_t>(va), kOutside, 5));
+  PROBE_CHECK(cuMemUnmap(va, kOutside) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemRelease(handle) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAddressFree(va, kOutside) == CUDA_SUCCESS);
+  const int after = blocks_that_fit(8 * MiB, 10);
+  std::fprintf(stderr, "foreign: %d blocks beside 40 MiB made outside, %d after it was released\n", beside, after);
+  return probe::finish("foreign");
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "runtime") return runtime_route();
@@ -672,6 +715,7 @@ int main(int argc, char** argv) {
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
+  if (mode == "foreign") return foreign_route();
   if (mode == "evict_threads") {
     const char* kind = std::getenv("PROBE_STREAM_KIND");
     return evict_threads_route(kind != nullptr ? kind : "nonblocking");

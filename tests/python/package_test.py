@@ -169,9 +169,11 @@ class Statistics(unittest.TestCase):
         fields = header_stats_fields()
         self.assertEqual(len(fields), 14)
         s = tidepool.stats()
-        self.assertEqual(list(s), [name for _, name in fields])
+        # Then the two of tidepool_get_foreign_bytes.
+        self.assertEqual(list(s), [name for _, name in fields] + ["foreign_bytes", "peak_foreign_bytes"])
         for c_type, name in fields:
             self.assertIsInstance(s[name], int if c_type == "uint64_t" else float, name)
+        self.assertEqual(s["foreign_bytes"], 0)  # nothing made outside the pool here
         self.assertEqual(ctypes.sizeof(tidepool._Stats), 8 * len(fields))
 
     def test_stats_count_the_allocations_and_their_bytes(self):

@@ -47,7 +47,8 @@ std::vector<std::string> documented_keys() {
   return keys;
 }
 
-// The report of a short run on the sim: every device key, and a size class.
+// The report of a short run on the sim: every device key, a size class, and
+// memory made outside the pool (as the preload's cuMemCreate hook counts it).
 Json report_of_a_real_run() {
   Config config = parse_config("");
   config.cuda_lib = TIDEPOOL_SIM_LIBRARY;
@@ -62,6 +63,9 @@ Json report_of_a_real_run() {
     if (small) {
       EXPECT_TRUE(allocator->deallocate(small.value(), 0, false).ok());
     }
+    CUmemAllocationProp prop{};
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    rt->foreign_created(CUmemGenericAllocationHandle{0x1000}, prop, 2 * util::MiB, 0);
   }
   return Json::parse(report_json(rt->report()));
 }

@@ -110,7 +110,10 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "residency_remap_ms",
                           "sync_pin_ms",
                           "to_host_gbps",
-                          "to_device_gbps"}) {
+                          "to_device_gbps",
+                          "foreign_bytes",
+                          "peak_foreign_bytes",
+                          "foreign_owners"}) {
     EXPECT_TRUE(j["devices"][0].contains(key)) << key;
   }
 }

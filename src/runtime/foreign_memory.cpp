@@ -1,0 +1,45 @@
+// See foreign_memory.hpp.
+#include "runtime/foreign_memory.hpp"
+
+#include <algorithm>
+
+namespace tidepool::runtime {
+
+void ForeignMemory::created(CUmemGenericAllocationHandle handle, int device, std::size_t bytes, std::uint16_t tag) {
+  if (device < 0 || device >= kMaxDevices || bytes == 0) return;
+  const auto d = static_cast<std::size_t>(device);
+  std::lock_guard<std::mutex> guard(lock_);
+  if (!held_.emplace(handle, Held{device, bytes, tag}).second) return;  // a handle the driver handed out twice: never
+  const std::size_t now = bytes_[d].load(std::memory_order_relaxed) + bytes;
+  bytes_[d].store(now, std::memory_order_release);
+  peak_[d] = std::max(peak_[d], now);
+  auto& [tag_now, tag_peak] = by_tag_[d][tag];
+  tag_now += bytes;
+  tag_peak = std::max(tag_peak, tag_now);
+}
+
+void ForeignMemory::released(CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::mutex> guard(lock_);
+  auto it = held_.find(handle);
+  if (it == held_.end()) return;
+  const auto d = static_cast<std::size_t>(it->second.device);
+  bytes_[d].store(bytes_[d].load(std::memory_order_relaxed) - it->second.bytes, std::memory_order_release);
+  by_tag_[d][it->second.tag].first -= it->second.bytes;
+  held_.erase(it);
+}
+
+ForeignMemory::DeviceFigures ForeignMemory::figures(int device) const {
+  DeviceFigures f;
+  if (device < 0 || device >= kMaxDevices) return f;
+  const auto d = static_cast<std::size_t>(device);
+  std::lock_guard<std::mutex> guard(lock_);
+  f.bytes = bytes_[d].load(std::memory_order_relaxed);
+  f.peak_bytes = peak_[d];
+  for (const auto& [tag, counts] : by_tag_[d]) f.by_tag.push_back({tag, counts.first, counts.second});
+  std::sort(f.by_tag.begin(), f.by_tag.end(), [](const ByTag& a, const ByTag& b) {
+    return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes : a.tag < b.tag;
+  });
+  return f;
+}
+
+}  // namespace tidepool::runtime

@@ -1,0 +1,62 @@
+// ForeignMemory: device memory the process holds outside every pool, made
+// by the program or its libraries through the driver's VMM calls (NCCL's
+// buffers, cuBLAS workspaces: cuMemCreate on a device). The preload's hooks
+// report each creation and release; each device's total counts against its
+// budget (the AddressSpace reads it as bytes held outside the pool), so the
+// budget is what the process holds. By caller tag (CallSites), for the
+// report's libraries. Thread-safe; never on an allocation's hot path.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace tidepool::runtime {
+
+class ForeignMemory {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  // Counts bytes that `handle` holds on `device` (a caller tag: who made it).
+  void created(CUmemGenericAllocationHandle handle, int device, std::size_t bytes, std::uint16_t tag);
+  // Stops counting `handle`, if it was counted.
+  void released(CUmemGenericAllocationHandle handle);
+
+  // The bytes held now on `device`; what AddressSpace reads as held outside.
+  [[nodiscard]] const std::atomic<std::size_t>* bytes_now(int device) const noexcept {
+    return device >= 0 && device < kMaxDevices ? &bytes_[static_cast<std::size_t>(device)] : nullptr;
+  }
+
+  struct ByTag {
+    std::uint16_t tag = 0;
+    std::size_t bytes = 0;
+    std::size_t peak_bytes = 0;
+  };
+  struct DeviceFigures {
+    std::size_t bytes = 0;
+    std::size_t peak_bytes = 0;
+    std::vector<ByTag> by_tag;  // every tag that ever held some, heaviest peak first
+  };
+  [[nodiscard]] DeviceFigures figures(int device) const;
+
+ private:
+  struct Held {
+    int device;
+    std::size_t bytes;
+    std::uint16_t tag;
+  };
+  mutable std::mutex lock_;
+  std::unordered_map<CUmemGenericAllocationHandle, Held> held_;
+  std::array<std::atomic<std::size_t>, kMaxDevices> bytes_{};
+  std::array<std::size_t, kMaxDevices> peak_{};
+  // By device, then tag: (now, peak).
+  std::array<std::unordered_map<std::uint16_t, std::pair<std::size_t, std::size_t>>, kMaxDevices> by_tag_;
+};
+
+}  // namespace tidepool::runtime
