@@ -119,7 +119,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemsetD32Async_ptsz) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) \
   X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) X(cuCtxEnablePeerAccess) \
   X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy) \
-  X(cuMemCreate) X(cuMemRelease)
+  X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) \
+  X(cuMemPoolSetAccess)
 // clang-format on
 
 namespace tidepool::interpose {

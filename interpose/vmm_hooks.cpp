@@ -1,5 +1,6 @@
 // Device memory the program makes itself with the driver's VMM calls:
-// cuMemCreate and cuMemRelease (NCCL's buffers, among others). tidepool
+// cuMemCreate, cuMemMap, cuMemUnmap and cuMemRelease (NCCL's buffers, among
+// others): the driver holds it until it is released and unmapped. tidepool
 // serves none of it; the runtime counts what each device holds this way,
 // by caller, in the report and against the budget. tidepool's own VMM calls
 // go through its driver table, never through these hooks.
@@ -21,8 +22,23 @@ TIDEPOOL_HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::si
 
 TIDEPOOL_HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuMemRelease, handle);
-  // The driver keeps mapped memory until its last unmap; the program let it
-  // go, and that is what the budget follows.
   if (r == CUDA_SUCCESS && tidepool::interpose::serving()) tidepool::runtime::Runtime::get().foreign_released(handle);
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuMemMap, ptr, size, offset, handle, flags);
+  if (r == CUDA_SUCCESS && tidepool::interpose::serving()) {
+    tidepool::runtime::Runtime::get().foreign_mapped(static_cast<std::uintptr_t>(ptr), size, handle);
+  }
+  return r;
+}
+
+TIDEPOOL_HOOK CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
+  const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuMemUnmap, ptr, size);
+  if (r == CUDA_SUCCESS && tidepool::interpose::serving()) {
+    tidepool::runtime::Runtime::get().foreign_unmapped(static_cast<std::uintptr_t>(ptr), size);
+  }
   return r;
 }

@@ -723,9 +723,9 @@ util::Status Pool::advise(std::uintptr_t address, std::size_t bytes, Advice advi
 }
 
 void Pool::outside_bytes_grew() {
-  std::lock_guard<util::SpinLock> guard(lock_);
-  const std::size_t limit = space_.pool_limit();
-  if (space_.device_bytes() > limit) (void)space_.release_spares(space_.device_bytes() - limit);
+  // The budget again, with the pool's share of it smaller now: what the
+  // pool holds beyond goes as a lowered budget's would.
+  if (space_.device_bytes() > space_.pool_limit()) (void)set_device_limit(space_.device_limit());
 }
 
 util::Status Pool::set_peer_access(int device, bool enabled) {
@@ -736,9 +736,12 @@ util::Status Pool::set_peer_access(int device, bool enabled) {
 util::Status Pool::set_device_limit(std::size_t bytes) {
   std::lock_guard<util::SpinLock> guard(lock_);
   const std::size_t page = space_.page_size();
+  // Memory held outside the pool counts against the new budget too.
+  const std::size_t outside = space_.device_limit() - space_.pool_limit();
+  const std::size_t share = bytes > outside ? bytes - outside : 0;
   const auto pages_over = [&] {
     const std::size_t held = space_.device_bytes();
-    return held > bytes ? util::round_up(held - bytes, page) / page : 0;
+    return held > share ? util::round_up(held - share, page) / page : 0;
   };
   if (pages_over() > 0) {
     // What is held and in use nowhere goes first, then free blocks' pages

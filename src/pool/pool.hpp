@@ -277,16 +277,19 @@ class Pool {
   // pool holds, the pool first gives back what it can at once: spare pages,
   // free blocks' pages (cudaFree frees waited for), and with eviction live
   // blocks' pages moved to the host, only when enough of them can move. If
-  // it still holds more than `bytes`, the budget is refused (out_of_memory,
+  // it still holds more than `bytes` less what the process holds outside the
+  // pool (AddressSpace::pool_limit), the budget is refused (out_of_memory,
   // the old budget stays), so the pool never holds more than the budget in
   // force. A refused budget may still have given back cached pages, but it
   // moves no live page unless the host cache fills midway (those pages stay
   // on the host, intact). The caller checks `bytes` against the device
   // (runtime::budget_problem).
   util::Status set_device_limit(std::size_t bytes);
-  // The bytes the process holds outside the pool grew: spare pages beyond
-  // what the budget leaves the pool (AddressSpace::pool_limit) go back to
-  // the driver. Live blocks stay; the budget holds again as they are freed.
+  // The bytes the process holds outside the pool grew: what the pool holds
+  // beyond what the budget leaves it (AddressSpace::pool_limit) goes as
+  // under a lowered budget (set_device_limit): spares, free blocks' pages,
+  // with eviction live pages. What cannot go (live blocks without eviction)
+  // stays, and the budget holds again as they are freed.
   void outside_bytes_grew();
   // Peer access to every page of the pool (space::AddressSpace::set_peer_access).
   util::Status set_peer_access(int device, bool enabled);

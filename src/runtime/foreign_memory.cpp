@@ -22,6 +22,30 @@ void ForeignMemory::released(CUmemGenericAllocationHandle handle) {
   std::lock_guard<std::mutex> guard(lock_);
   auto it = held_.find(handle);
   if (it == held_.end()) return;
+  it->second.released = true;
+  forget_if_unheld(it);
+}
+
+void ForeignMemory::mapped(std::uintptr_t address, std::size_t bytes, CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::mutex> guard(lock_);
+  auto it = held_.find(handle);
+  if (it == held_.end()) return;
+  if (mappings_.emplace(address, std::make_pair(bytes, handle)).second) it->second.mappings++;
+}
+
+void ForeignMemory::unmapped(std::uintptr_t address, std::size_t bytes) {
+  std::lock_guard<std::mutex> guard(lock_);
+  for (auto m = mappings_.lower_bound(address); m != mappings_.end() && m->first < address + bytes;) {
+    auto it = held_.find(m->second.second);
+    m = mappings_.erase(m);
+    if (it == held_.end()) continue;
+    if (it->second.mappings > 0) it->second.mappings--;
+    forget_if_unheld(it);
+  }
+}
+
+void ForeignMemory::forget_if_unheld(std::unordered_map<CUmemGenericAllocationHandle, Held>::iterator it) {
+  if (!it->second.released || it->second.mappings > 0) return;
   const auto d = static_cast<std::size_t>(it->second.device);
   bytes_[d].store(bytes_[d].load(std::memory_order_relaxed) - it->second.bytes, std::memory_order_release);
   by_tag_[d][it->second.tag].first -= it->second.bytes;

@@ -1,10 +1,17 @@
 // ForeignMemory: device memory the process holds outside every pool, made
 // by the program or its libraries through the driver's VMM calls (NCCL's
 // buffers, cuBLAS workspaces: cuMemCreate on a device). The preload's hooks
-// report each creation and release; each device's total counts against its
-// budget (the AddressSpace reads it as bytes held outside the pool), so the
-// budget is what the process holds. By caller tag (CallSites), for the
-// report's libraries. Thread-safe; never on an allocation's hot path.
+// report each creation, map, unmap and release; each device's total
+// counts against its budget (the AddressSpace reads it as bytes held outside
+// the pool), so the budget is what the process holds. By caller tag
+// (CallSites), for the report's libraries. Thread-safe; never on an
+// allocation's hot path.
+//
+// The driver frees such memory only when its handle is released and no
+// mapping of it is left: releasing a handle right after mapping it is the
+// usual pattern, and the memory is held until the unmap. So is the count.
+// (A handle retained again with cuMemRetainAllocationHandle is not
+// followed: its extra release is taken as the creator's.)
 #pragma once
 
 #include <cuda.h>
@@ -13,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -25,8 +33,12 @@ class ForeignMemory {
 
   // Counts bytes that `handle` holds on `device` (a caller tag: who made it).
   void created(CUmemGenericAllocationHandle handle, int device, std::size_t bytes, std::uint16_t tag);
-  // Stops counting `handle`, if it was counted.
+  // cuMemRelease of `handle`: stops counting it once nothing holds it.
   void released(CUmemGenericAllocationHandle handle);
+  // The program mapped (part of) a counted handle at [address, address + bytes).
+  void mapped(std::uintptr_t address, std::size_t bytes, CUmemGenericAllocationHandle handle);
+  // The program unmapped [address, address + bytes): the mappings inside go.
+  void unmapped(std::uintptr_t address, std::size_t bytes);
 
   // The bytes held now on `device`; what AddressSpace reads as held outside.
   [[nodiscard]] const std::atomic<std::size_t>* bytes_now(int device) const noexcept {
@@ -50,9 +62,14 @@ class ForeignMemory {
     int device;
     std::size_t bytes;
     std::uint16_t tag;
+    bool released = false;
+    std::size_t mappings = 0;
   };
+  // Stops counting `it` if nothing holds it any more. Locked.
+  void forget_if_unheld(std::unordered_map<CUmemGenericAllocationHandle, Held>::iterator it);
   mutable std::mutex lock_;
   std::unordered_map<CUmemGenericAllocationHandle, Held> held_;
+  std::map<std::uintptr_t, std::pair<std::size_t, CUmemGenericAllocationHandle>> mappings_;  // by address
   std::array<std::atomic<std::size_t>, kMaxDevices> bytes_{};
   std::array<std::size_t, kMaxDevices> peak_{};
   // By device, then tag: (now, peak).

@@ -90,7 +90,6 @@ Json size_classes_json(const pool::SizeHistogram& histogram) {
   return classes;
 }
 
-// Memory by who asked for it (owners_by_library), with each call site.
 // Device memory held outside the pool, by the library that made it.
 Json foreign_owners_json(const ForeignMemory::DeviceFigures& foreign, const std::vector<CallerName>& callers) {
   struct Sum {
@@ -117,6 +116,7 @@ Json foreign_owners_json(const ForeignMemory::DeviceFigures& foreign, const std:
   return out;
 }
 
+// Memory by who asked for it (owners_by_library), with each call site.
 Json owners_json(const pool::OwnerBytes& owners, const std::vector<CallerName>& callers) {
   Json out = Json::array();
   for (const LibraryOwner& l : owners_by_library(owners, callers)) {

@@ -210,23 +210,48 @@ void Runtime::set_streams_complete(bool complete) noexcept {
   if (streams_ != nullptr) streams_->set_complete(complete);
 }
 
-util::Status Runtime::peer_access_changed(int accessor, int owner, bool enabled) {
+util::Status Runtime::peer_access_changed(int accessor, int owner, bool enabled, PeerGrant why) {
   if (passthrough_ || accessor < 0 || accessor >= kMaxDevices || owner < 0 || owner >= kMaxDevices ||
       accessor == owner) {
     return util::Status::success();
   }
   std::lock_guard<std::mutex> guard(create_lock_);
-  std::uint64_t& peers = peers_[static_cast<std::size_t>(owner)];
+  const auto o = static_cast<std::size_t>(owner);
+  std::uint64_t& reason = why == PeerGrant::context ? context_peers_[o] : memory_pool_peers_[o];
   const std::uint64_t bit = std::uint64_t{1} << accessor;
-  Allocator* pool = allocators_[static_cast<std::size_t>(owner)].load(std::memory_order_acquire);
-  if (pool != nullptr) {
-    if (auto s = pool->set_peer_access(accessor, enabled); !s) {
-      (void)pool->set_peer_access(accessor, !enabled);  // back to what the driver will say again
+  const bool before = ((context_peers_[o] | memory_pool_peers_[o]) & bit) != 0;
+  const std::uint64_t kept = reason;
+  reason = enabled ? reason | bit : reason & ~bit;
+  const bool after = ((context_peers_[o] | memory_pool_peers_[o]) & bit) != 0;
+  if (before == after) return util::Status::success();
+  if (Allocator* pool = allocators_[o].load(std::memory_order_acquire)) {
+    if (auto s = pool->set_peer_access(accessor, after); !s) {
+      (void)pool->set_peer_access(accessor, before);  // back to what the driver will say again
+      reason = kept;
       return s;
     }
   }
-  if (((peers & bit) != 0) != enabled) peer_pairs_.fetch_add(enabled ? 1 : -1, std::memory_order_acq_rel);
-  peers = enabled ? peers | bit : peers & ~bit;
+  peer_pairs_.fetch_add(after ? 1 : -1, std::memory_order_acq_rel);
+  return util::Status::success();
+}
+
+util::Status Runtime::memory_pool_access_changed(CUmemoryPool pool, const CUmemAccessDesc* map, std::size_t count) {
+  if (driver_ == nullptr || map == nullptr) return util::Status::success();
+  const driver::Api& api = driver_->api();
+  if (api.deviceGetDefaultMemPool == nullptr) return util::Status::success();
+  int devices = 0;
+  if (api.deviceGetCount(&devices) != CUDA_SUCCESS) return util::Status::success();
+  int owner = -1;
+  for (int d = 0; d < std::min(devices, kMaxDevices) && owner < 0; ++d) {
+    CUmemoryPool own = nullptr;
+    if (api.deviceGetDefaultMemPool(&own, d) == CUDA_SUCCESS && own == pool) owner = d;
+  }
+  if (owner < 0) return util::Status::success();  // a pool of the program's: its memory is the driver's
+  for (std::size_t i = 0; i < count; ++i) {
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) continue;
+    const bool enabled = map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    if (auto s = peer_access_changed(map[i].location.id, owner, enabled, PeerGrant::memory_pool); !s) return s;
+  }
   return util::Status::success();
 }
 
@@ -290,7 +315,7 @@ util::Status Runtime::peer_access_changed(CUcontext peer, bool enabled) {
     driver::ScopedContext scope(api, peer);
     if (auto s = driver::check(api.ctxGetDevice(&owner), "cuCtxGetDevice"); !s) return s;
   }
-  return peer_access_changed(accessor, owner, enabled);
+  return peer_access_changed(accessor, owner, enabled, PeerGrant::context);
 }
 
 Allocator* Runtime::allocator(int device) {
@@ -309,7 +334,8 @@ Allocator* Runtime::allocator(int device) {
   options.call_sites = call_sites_.get();
   options.streams = streams_.get();
   options.passthrough_allocations = &passthrough_allocations_[device];
-  options.peers = peers_[static_cast<std::size_t>(device)];
+  options.peers =
+      context_peers_[static_cast<std::size_t>(device)] | memory_pool_peers_[static_cast<std::size_t>(device)];
   options.outside_bytes = foreign_.bytes_now(device);
   // A budget that cannot work on this device is refused before anything is reserved.
   if (config_.device_limit) {
@@ -373,7 +399,7 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
   auto counts = launch_counts_.mine();
   counts.add(kLaunchesScanned);
   // No other device's pool and no peer access: every launch that names a
-  // block is this pool's device's (see launching_context).
+  // block is this pool's device's (see launching_device).
   using OnHost = pool::Pool::OnHost;
   const OnHost on_host = bring_back_at_launch_ ? OnHost::bring_back_later : OnHost::read_there;
   std::array<pool::SubmittedWord, 32> words;  // trivial: only the gathered are set
@@ -454,7 +480,7 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
   LaunchUse use;
   LaunchUse elsewhere;
   using OnHost = pool::Pool::OnHost;
-  LaunchingDevice launching(*this, stream);
+  LaunchingDevice launching(*this, stream, /*kernels=*/true);
   const auto offer = [&](Allocator* a, std::span<pool::SubmittedWord> words) {
     // Another pool's blocks come back at once: only the owner's end_launch
     // runs. Those of a pool of another device than the launch's are held
@@ -524,7 +550,7 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
 
 void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  LaunchingDevice launching(*this, stream);
+  LaunchingDevice launching(*this, stream, /*kernels=*/false);
   for (const std::uintptr_t address : {first, second}) {
     if (address == 0) continue;
     (void)find_allocator([&](Allocator* a) {
@@ -660,7 +686,7 @@ void Runtime::graph_copy_set(CUgraphExec exec, std::uintptr_t first, std::uintpt
 
 void Runtime::before_graph_launch(CUgraphExec exec, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  LaunchingDevice launching(*this, stream);
+  LaunchingDevice launching(*this, stream, /*kernels=*/false);
   graph_holds_.for_each(exec, [&](const GraphHolds::Held& h) {
     using OnHost = pool::Pool::OnHost;
     const OnHost on_host = launching.other_than(h.owner) ? OnHost::bring_back_for_peer
@@ -675,20 +701,28 @@ void Runtime::graph_destroying(CUgraphExec exec) {
   for (const GraphHolds::Held& h : graph_holds_.take(exec)) h.owner->pool().release_graph_holds(&h.block, 1);
 }
 
-CUcontext Runtime::launching_context(CUstream stream) {
+int Runtime::launching_device(CUstream stream) {
   // Without a second pool or a peer, a kernel of another device cannot
   // reach a pool block: it would fault.
-  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0) return nullptr;
+  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0) return -1;
   const driver::Api& api = driver_->api();
   CUcontext context = nullptr;
   CUgreenCtx green = nullptr;
   // The per-thread stream's context is the current one, as the legacy
   // stream's is.
   if (api.streamGetCtx == nullptr ||
-      api.streamGetCtx(stream == CU_STREAM_PER_THREAD ? nullptr : stream, &context, &green) != CUDA_SUCCESS) {
-    return nullptr;
+      api.streamGetCtx(stream == CU_STREAM_PER_THREAD ? nullptr : stream, &context, &green) != CUDA_SUCCESS ||
+      context == nullptr) {
+    return -1;
   }
-  return context;
+  // A pool's own (primary) context names its device at no cost; another
+  // context (one the program made, or a device without a pool) is asked.
+  if (const Allocator* own = find_allocator([&](Allocator* a) { return a->context() == context; })) {
+    return own->device();
+  }
+  driver::ScopedContext scope(api, context);
+  CUdevice device = -1;
+  return api.ctxGetDevice(&device) == CUDA_SUCCESS ? device : -1;
 }
 
 void Runtime::after_submission(const Submission& s) {

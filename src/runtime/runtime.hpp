@@ -132,16 +132,31 @@ class Runtime {
   void foreign_created(CUmemGenericAllocationHandle handle, const CUmemAllocationProp& prop, std::size_t bytes,
                        std::uintptr_t caller);
   void foreign_released(CUmemGenericAllocationHandle handle) { foreign_.released(handle); }
+  void foreign_mapped(std::uintptr_t address, std::size_t bytes, CUmemGenericAllocationHandle handle) {
+    foreign_.mapped(address, bytes, handle);
+  }
+  void foreign_unmapped(std::uintptr_t address, std::size_t bytes) { foreign_.unmapped(address, bytes); }
   [[nodiscard]] const ForeignMemory& foreign() const noexcept { return foreign_; }
 
-  // Peer access changed at the driver (cuCtxEnablePeerAccess from a context
-  // of `accessor` to one of `owner`, or its disable): the owner's pool grants
-  // the accessor access to its pages, or takes it back; a pool made later
-  // starts with it. Fails, changing nothing it could undo, when the pool
-  // could not set the access.
-  util::Status peer_access_changed(int accessor, int owner, bool enabled);
-  // The same, from the current context to `peer`'s, as the driver call names them.
+  // Why a device may reach another's memory natively: peer access between
+  // contexts (cuCtxEnablePeerAccess, for cuMemAlloc memory) or the access
+  // of the owner's default memory pool (cuMemPoolSetAccess, for
+  // cuMemAllocAsync memory). tidepool serves both kinds from one pool, so
+  // either grants the accessor every pool page; it loses them when neither
+  // is left.
+  enum class PeerGrant : std::uint8_t { context, memory_pool };
+  // Peer access changed at the driver (from a context of `accessor` to one
+  // of `owner`, or the owner's default pool opened to `accessor`; or their
+  // undoing): the owner's pool grants the accessor access to its pages, or
+  // takes it back; a pool made later starts with it. Fails, changing
+  // nothing it could undo, when the pool could not set the access.
+  util::Status peer_access_changed(int accessor, int owner, bool enabled, PeerGrant why);
+  // From the current context to `peer`'s, as cuCtxEnablePeerAccess names them.
   util::Status peer_access_changed(CUcontext peer, bool enabled);
+  // cuMemPoolSetAccess succeeded on `pool`: if it is a device's default pool
+  // (whose stream-ordered allocations tidepool serves), each device the
+  // list names is granted or refused that device's pool pages.
+  util::Status memory_pool_access_changed(CUmemoryPool pool, const CUmemAccessDesc* map, std::size_t count);
 
   // Stream lifetimes, as the fronts see them: the registry learns of them, and
   // on destruction every allocator's pool too. No-ops in pass-through mode.
@@ -166,11 +181,11 @@ class Runtime {
   // `first` and `second`: the device addresses a copy or set touches (0: none).
   void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
   void after_submission(const Submission& s);
-  // The context of the device `stream` (a handle as the hooks pass it) runs
-  // on; null when it cannot be told, or when no other device can reach a
-  // pool (one pool, and no peer access to it): then every submission that
-  // names a block is its device's. One driver call otherwise.
-  CUcontext launching_context(CUstream stream);
+  // The device `stream` (a handle as the hooks pass it) runs on; -1 when it
+  // cannot be told, or when no other device can reach a pool (one pool, and
+  // no peer access to it): then every submission that names a block is its
+  // device's. One driver call for a pool's own context, a few for another.
+  int launching_device(CUstream stream);
   // before_launch with one pool in the process (a process per GPU, the
   // common case): its span in registers, no per-pool bookkeeping.
   [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
@@ -178,25 +193,31 @@ class Runtime {
   // before_launch with several pools: each pool's words gathered apart.
   [[gnu::noinline]] void before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream,
                                              Submission* s);
-  // launching_context(), asked once, when a submission first names a pool
+  // launching_device(), asked once, when a submission first names a pool
   // block.
   class LaunchingDevice {
    public:
-    LaunchingDevice(Runtime& runtime, CUstream stream) : runtime_(runtime), stream_(stream) {}
+    // `kernels`: the submission is kernel launches only, which reach another
+    // device's pool only through peer access (a page's access list names
+    // the devices that may touch it); copies reach any device's memory.
+    LaunchingDevice(Runtime& runtime, CUstream stream, bool kernels)
+        : runtime_(runtime), stream_(stream), kernels_(kernels) {}
     // Whether `a` is another device's pool than the submission's.
     bool other_than(const Allocator* a) {
+      if (kernels_ && a->space().peers() == 0) return false;  // no other device's kernel can reach it
       if (!asked_) {
-        launching_ = runtime_.launching_context(stream_);
+        launching_ = runtime_.launching_device(stream_);
         asked_ = true;
       }
-      return launching_ != nullptr && a->context() != launching_;
+      return launching_ >= 0 && a->device() != launching_;
     }
 
    private:
     Runtime& runtime_;
     CUstream stream_;
+    bool kernels_;
     bool asked_ = false;
-    CUcontext launching_ = nullptr;
+    int launching_ = -1;
   };
   // CUDA graphs under eviction (see graph_holds.hpp): an instantiation's
   // kernel nodes are scanned and their blocks held on the device until the
@@ -254,7 +275,8 @@ class Runtime {
   std::mutex create_lock_;
   std::array<std::atomic<Allocator*>, kMaxDevices> allocators_{};
   // By owner device: the devices with peer access to it, one bit each. Under create_lock_.
-  std::array<std::uint64_t, kMaxDevices> peers_{};
+  std::array<std::uint64_t, kMaxDevices> context_peers_{};
+  std::array<std::uint64_t, kMaxDevices> memory_pool_peers_{};
   ForeignMemory foreign_;
   // Devices whose current memory pool is one the program set, and how many.
   std::mutex pools_lock_;

@@ -306,6 +306,29 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool handle) {
   return CUDA_SUCCESS;
 }
 
+TIDEPOOL_SIM_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool handle, const CUmemAccessDesc* map, std::size_t count) {
+  if (CUresult r = enter_initialized("cuMemPoolSetAccess"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  MemPool* pool = live_pool(s, handle);
+  if (pool == nullptr || (map == nullptr && count > 0)) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t access = pool->access;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    const int device = map[i].location.id;
+    if (device < 0 || device >= s.device_count) return CUDA_ERROR_INVALID_DEVICE;
+    // The pool's own device keeps read-write access: it cannot be changed.
+    if (device == pool->device) {
+      if (map[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_DEVICE;
+      continue;
+    }
+    const std::uint64_t bit = std::uint64_t{1} << device;
+    access = map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? access & ~bit : access | bit;
+  }
+  pool->access = access;
+  return CUDA_SUCCESS;
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice device) {
   if (CUresult r = enter_initialized("cuDeviceGetDefaultMemPool"); r != CUDA_SUCCESS) return r;
   State& s = state();
@@ -667,8 +690,13 @@ bool device_may_touch(int device, const std::vector<State::Touch>& touches) {
     for (const State::Touch& t : touches) {
       std::uintptr_t base = 0;
       if (const Allocation* a = allocation_at(s, t.begin, &base)) {
-        if (a->kind == AllocationKind::device && a->device != device &&
-            (s.peers[static_cast<std::size_t>(device)] & (std::uint64_t{1} << a->device)) == 0) {
+        if (a->kind != AllocationKind::device || a->device == device) continue;
+        if (a->pool != nullptr && (a->pool->access & bit) == 0) {
+          refused = t.begin;
+          why = "another device's memory-pool allocation, the pool's access not granted";
+          break;
+        }
+        if (a->pool == nullptr && (s.peers[static_cast<std::size_t>(device)] & (std::uint64_t{1} << a->device)) == 0) {
           refused = t.begin;
           why = "another device's cuMemAlloc memory, peer access not enabled";
           break;

@@ -65,6 +65,7 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
     TIDEPOOL_SIM_PROC("cuMemPoolCreate", 11020, cuMemPoolCreate),
     TIDEPOOL_SIM_PROC("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    TIDEPOOL_SIM_PROC("cuMemPoolSetAccess", 11020, cuMemPoolSetAccess),
     TIDEPOOL_SIM_PROC("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
     TIDEPOOL_SIM_PROC("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
     TIDEPOOL_SIM_PROC("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),

@@ -203,6 +203,9 @@ struct Allocation {
 struct MemPool {
   int device = 0;
   bool is_default = false;
+  // Other devices given access (cuMemPoolSetAccess), one bit each. Peer
+  // access between contexts does not open a pool's memory; this does.
+  std::uint64_t access = 0;
 };
 
 struct Kernel {
@@ -399,8 +402,9 @@ class Running {
 };
 // Whether a kernel on `device` may touch everything in `touches` (their
 // first bytes): memory of its own device, host memory, another device's
-// cuMemAlloc memory with peer access enabled, or a VMM mapping whose access
-// list names the device. Otherwise the kernel faults, as on a GPU: counted in
+// cuMemAlloc memory with peer access enabled, its memory-pool allocations
+// with the pool's access granted (cuMemPoolSetAccess), or a VMM mapping
+// whose access list names the device. Otherwise the kernel faults, as on a GPU: counted in
 // State::access_faults (the first reported on stderr), and false.
 bool device_may_touch(int device, const std::vector<State::Touch>& touches);
 // CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults,

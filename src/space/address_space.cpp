@@ -421,7 +421,7 @@ util::Status AddressSpace::grant_access(std::uintptr_t address, std::size_t byte
     ++count;
   };
   add(device_);
-  for (std::uint64_t rest = peers_; rest != 0; rest &= rest - 1) add(std::countr_zero(rest));
+  for (std::uint64_t rest = peers(); rest != 0; rest &= rest - 1) add(std::countr_zero(rest));
   return driver::check(api_.memSetAccess(address, bytes, access.data(), count), "cuMemSetAccess");
 }
 
@@ -436,9 +436,9 @@ util::Status AddressSpace::set_access(std::uintptr_t address, std::size_t bytes,
 util::Status AddressSpace::set_peer_access(int device, bool enabled) {
   if (device < 0 || device >= 64 || device == device_) return {util::Error::invalid_value, "not a peer device"};
   const std::uint64_t bit = std::uint64_t{1} << device;
-  if (((peers_ & bit) != 0) == enabled) return util::Status::success();
+  if (((peers() & bit) != 0) == enabled) return util::Status::success();
   // From now on every new mapping names it (or not); then the ones there are.
-  peers_ ^= bit;
+  peers_.fetch_xor(bit, std::memory_order_relaxed);
   if (!vmm_) return util::Status::success();
   util::Status result;
   const auto apply = [&](std::uintptr_t address, std::size_t bytes) {

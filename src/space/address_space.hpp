@@ -134,7 +134,8 @@ class AddressSpace {
   // to every page mapped from now on; with `enabled` false, takes it back.
   // Chunks (no VMM) are the driver's own memory: its peer access covers them.
   util::Status set_peer_access(int device, bool enabled);
-  [[nodiscard]] std::uint64_t peers() const noexcept { return peers_; }
+  // Read without the pool's lock (a launch asks whether another device may reach the pool).
+  [[nodiscard]] std::uint64_t peers() const noexcept { return peers_.load(std::memory_order_relaxed); }
 
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
   // SIZE_MAX), passing over any that cannot go yet (a parked mapping still
@@ -201,7 +202,7 @@ class AddressSpace {
   const driver::Api& api_;
   driver::Capabilities caps_;
   int device_;
-  std::uint64_t peers_;  // bit d: device d has access too
+  std::atomic<std::uint64_t> peers_;  // bit d: device d has access too; written under the pool's lock
   bool vmm_;
   std::size_t page_size_;
   std::size_t limit_;

@@ -18,8 +18,9 @@
 namespace tidepool {
 namespace {
 
-// A second device for the peer test: set in main, before the sim is first
-// opened and reads its environment.
+// A second device for the peer test: set by a static initialiser, before
+// the sim is first opened and reads its environment (the other tests use
+// device 0 only; an environment that already sets the count wins).
 [[maybe_unused]] const bool kTwoDevices = [] {
   ::setenv("TIDEPOOL_SIM_DEVICES", "2", 0);
   return true;

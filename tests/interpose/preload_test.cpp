@@ -382,15 +382,18 @@ TEST_F(Preload, AMemoryPoolTheProgramSetServesItsStreamOrderedAllocations) {
 
 // Device memory a library makes itself (issue 29): NCCL's buffers come from
 // cuMemCreate, which tidepool does not serve. They count against the budget
-// (the pool holds what is left) and appear in the report by library.
-// Before, the pool filled the whole budget beside them.
+// until the driver lets them go (released and unmapped): the pool gives back
+// the free pages it kept beyond what is left, holds only that, and the
+// report names the library. Before, the pool filled the whole budget beside
+// them.
 TEST_F(Preload, DeviceMemoryMadeOutsideThePoolCountsAgainstTheBudgetAndIsReported) {
   ProgramRun native;
   const ProgramRun r = both(PROBE_LINKED, "foreign", &native, "device_limit:64MiB");
-  EXPECT_NE(native.err.find("foreign: 10 blocks beside 40 MiB made outside, 10 after it was released"),
+  EXPECT_NE(native.err.find("foreign: 10 blocks before, 10 beside 40 MiB made outside, 10 after it was unmapped"),
             std::string::npos)
       << native.err;
-  EXPECT_NE(r.err.find("foreign: 3 blocks beside 40 MiB made outside, 8 after it was released"), std::string::npos)
+  EXPECT_NE(r.err.find("foreign: 8 blocks before, 3 beside 40 MiB made outside, 8 after it was unmapped"),
+            std::string::npos)
       << r.err;
   ASSERT_TRUE(r.report.is_object()) << r.err;
   EXPECT_EQ(r.report.value("foreign_bytes", -1L), 0);
@@ -403,14 +406,16 @@ TEST_F(Preload, DeviceMemoryMadeOutsideThePoolCountsAgainstTheBudgetAndIsReporte
 }
 
 // Peer access (issue 29): device 1's kernels reach device 0's pool blocks
-// exactly while device 1 has peer access to device 0, as they reach its
-// cuMemAlloc memory natively: blocks made before and after the enable, and
+// exactly while device 1 has peer access to device 0 (or, for stream-ordered
+// blocks, while device 0's default memory pool grants it access), as they
+// reach the driver's memory natively: blocks made before and after the enable, and
 // blocks evicted to the host, which a pool page's access list must name too.
 // Without the grant, every kernel of device 1 on a pool block faulted.
 TEST_F(Preload, APeersKernelsReachThePoolExactlyWhileItsAccessIsEnabled) {
   time_limit_s_ = 60;
   extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
-  const char* expected = "faults before enable 1, while enabled 0 and 0, after disable 1";
+  const char* expected =
+      "faults before enable 1, while enabled 0 and 0, after disable 1; memory pool closed 1, open 0, closed again 1";
   ProgramRun native;
   const ProgramRun plain = both(PROBE_RACES, "peer_access", &native);
   EXPECT_NE(native.err.find(expected), std::string::npos) << native.err;

@@ -24,10 +24,12 @@
 //            names it) until the pool is destroyed, and
 //            cuMemAllocFromPoolAsync always does; their frees work, and
 //            kernels read and write every block
-//   foreign  40 MiB made with cuMemCreate and mapped, as NCCL makes its
-//            buffers; then 8 MiB cuMemAlloc blocks until one fails (at
-//            most 10), and again once the 40 MiB is released: under
-//            device_limit:64MiB the pool holds what the budget leaves
+//   foreign  8 MiB cuMemAlloc blocks until one fails (at most 10), all
+//            freed; then 40 MiB made with cuMemCreate, mapped, and its
+//            handle released at once, as NCCL and CUDA's samples do (the
+//            driver holds it until the unmap); the blocks again, and once
+//            more after the unmap: under device_limit:64MiB the pool holds
+//            what the budget leaves
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <sys/wait.h>
@@ -679,6 +681,7 @@ int blocks_that_fit(std::size_t bytes, int most) {
 
 int foreign_route() {
   make_context_current();
+  const int before = blocks_that_fit(8 * MiB, 10);  // the pool keeps their pages
   constexpr std::size_t kOutside = 40 * MiB;
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -693,14 +696,15 @@ int foreign_route() {
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   PROBE_CHECK(cuMemSetAccess(va, kOutside, &access, 1) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemRelease(handle) == CUDA_SUCCESS);  // still mapped: still held
   fill(static_cast<std::uintptr_t>(va), kOutside, 5);
   const int beside = blocks_that_fit(8 * MiB, 10);
   PROBE_CHECK(holds(static_cast<std::uintptr_t>(va), kOutside, 5));
   PROBE_CHECK(cuMemUnmap(va, kOutside) == CUDA_SUCCESS);
-  PROBE_CHECK(cuMemRelease(handle) == CUDA_SUCCESS);
   PROBE_CHECK(cuMemAddressFree(va, kOutside) == CUDA_SUCCESS);
   const int after = blocks_that_fit(8 * MiB, 10);
-  std::fprintf(stderr, "foreign: %d blocks beside 40 MiB made outside, %d after it was released\n", beside, after);
+  std::fprintf(stderr, "foreign: %d blocks before, %d beside 40 MiB made outside, %d after it was unmapped\n", before,
+               beside, after);
   return probe::finish("foreign");
 }
 

@@ -37,8 +37,10 @@
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
 //     they read and write blocks allocated before and after it (and, under a
 //     budget, evicted to the host), and after cuCtxDisablePeerAccess they
-//     fault again (TIDEPOOL_SIM_DEVICES=2). The same natively: the sim
-//     enforces the driver's rule for its own memory.
+//     fault again (TIDEPOOL_SIM_DEVICES=2); then a stream-ordered block of
+//     device 0's default memory pool, reached only while the pool's access
+//     list (cuMemPoolSetAccess) names device 1. The same natively: the sim
+//     enforces the driver's rules for its own memory.
 //
 // stderr's last line before the verdict: "races: W wrong words, F failed calls".
 #include <cuda.h>
@@ -380,18 +382,27 @@ int graph_route() {
   return verdict("graph");
 }
 
+// Device 0's primary context made current, and device 1's retained.
+struct TwoContexts {
+  CUcontext c0 = nullptr;
+  CUcontext c1 = nullptr;
+  CUdevice d1 = 0;
+};
+TwoContexts two_contexts() {
+  probe::make_context_current();
+  TwoContexts t;
+  PROBE_CHECK(cuCtxGetCurrent(&t.c0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&t.d1, 1) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&t.c1, t.d1) == CUDA_SUCCESS);
+  return t;
+}
+
 // Two devices, one host thread (issue 26, item 5): kernels on device 0 read
 // and write a block of device 1's pool that device 1's allocations evict.
 // Run with TIDEPOOL_SIM_DEVICES=2.
 int peer_route() {
-  probe::make_context_current();
+  const auto [c0, c1, d1] = two_contexts();
   const Kernels k;
-  CUcontext c0 = nullptr;
-  CUcontext c1 = nullptr;
-  CUdevice d1 = 0;
-  PROBE_CHECK(cuCtxGetCurrent(&c0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDeviceGet(&d1, 1) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&c1, d1) == CUDA_SUCCESS);
   constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two per device
   CUdeviceptr own = 0;
   expect(cuMemAlloc(&own, kBlock), "cuMemAlloc on device 0");  // so that device 0 has a pool too
@@ -456,14 +467,8 @@ bool faults(const Kernels& k, CUfunction f, CUdeviceptr block, std::size_t bytes
 }
 
 int peer_access_route() {
-  probe::make_context_current();
+  const auto [c0, c1, d1] = two_contexts();
   const Kernels k;
-  CUcontext c0 = nullptr;
-  CUcontext c1 = nullptr;
-  CUdevice d1 = 0;
-  PROBE_CHECK(cuCtxGetCurrent(&c0) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDeviceGet(&d1, 1) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&c1, d1) == CUDA_SUCCESS);
   int can = 0;
   PROBE_CHECK(cuDeviceCanAccessPeer(&can, d1, 0) == CUDA_SUCCESS && can == 1);
   constexpr std::size_t kBlock = 8 * MiB;  // a budget of 16 MiB (conf) holds two
@@ -498,9 +503,38 @@ int peer_access_route() {
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
   wrong.fetch_add(wrong_by_copy(a, kBlock, 2) + wrong_by_copy(b, kBlock, 5) + wrong_by_copy(c, kBlock, 4));
   for (CUdeviceptr p : {a, b, c}) expect(cuMemFree(p), "cuMemFree");
-  std::fprintf(stderr, "peer_access: faults before enable %d, while enabled %d and %d, after disable %d\n",
-               before_enable ? 1 : 0, enabled_old ? 1 : 0, enabled_new ? 1 : 0, after_disable ? 1 : 0);
+
+  // A stream-ordered block of device 0's default memory pool, which device 1
+  // reaches once the pool's access names it (cudaMemPoolSetAccess).
+  CUdeviceptr m = 0;
+  expect(cuMemAllocAsync(&m, kBlock, nullptr), "cuMemAllocAsync M on device 0");
+  expect(k.launch(k.fill, nullptr, m, kBlock, 8), "fill M");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  CUmemoryPool pool = nullptr;
+  expect(cuDeviceGetDefaultMemPool(&pool, 0), "cuDeviceGetDefaultMemPool");
+  CUmemAccessDesc one{};
+  one.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  one.location.id = 1;
+  one.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  const bool pool_closed = faults(k, k.check, m, kBlock, 8);
+  expect(cuMemPoolSetAccess(pool, &one, 1), "cuMemPoolSetAccess open");
+  const bool pool_open = faults(k, k.check, m, kBlock, 8) || faults(k, k.fill, m, kBlock, 9);
+  one.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  expect(cuMemPoolSetAccess(pool, &one, 1), "cuMemPoolSetAccess close");
+  const bool pool_closed_again = faults(k, k.check, m, kBlock, 9);
+
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  wrong.fetch_add(wrong_by_copy(m, kBlock, 9));
+  expect(cuMemFreeAsync(m, nullptr), "cuMemFreeAsync M");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  std::fprintf(stderr,
+               "peer_access: faults before enable %d, while enabled %d and %d, after disable %d; "
+               "memory pool closed %d, open %d, closed again %d\n",
+               before_enable ? 1 : 0, enabled_old ? 1 : 0, enabled_new ? 1 : 0, after_disable ? 1 : 0,
+               pool_closed ? 1 : 0, pool_open ? 1 : 0, pool_closed_again ? 1 : 0);
   PROBE_CHECK(before_enable && !enabled_old && !enabled_new && after_disable);
+  PROBE_CHECK(pool_closed && !pool_open && pool_closed_again);
   return verdict("peer_access");
 }
 

@@ -1525,6 +1525,7 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuDeviceSetMemPool, 0, nullptr),
       TIDEPOOL_FAULT_CASE(cuMemPoolCreate, &mempool, nullptr),
       TIDEPOOL_FAULT_CASE(cuMemPoolDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemPoolSetAccess, nullptr, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuMemAllocFromPoolAsync, &dptr, 0, reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x10}),
                           bogus),
       TIDEPOOL_FAULT_CASE(cuCtxGetDevice, &dev),
