@@ -77,6 +77,9 @@ CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dst, std::size_t pitch, unsigned in
 // The destroy of CUDA before 4.0, which cuda.h renames away; drivers still
 // export it and cuGetProcAddress hands it out for old versions.
 CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy");
+// The IPC open of CUDA before 11.0, which cuda.h renames to its _v2.
+CUresult tidepool_cuIpcOpenMemHandle_v1(CUdeviceptr* dptr, CUipcMemHandle handle,
+                                        unsigned int flags) __asm__("cuIpcOpenMemHandle");
 // The 4-argument resolver of CUDA 11.3 to 11.8, which cuda.h renames away.
 CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version,
                                       cuuint64_t flags) __asm__("cuGetProcAddress");
@@ -120,7 +123,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) X(cuCtxEnablePeerAccess) \
   X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy) \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) \
-  X(cuMemPoolSetAccess)
+  X(cuMemPoolSetAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) \
+  X(cuIpcCloseMemHandle)
 // clang-format on
 
 namespace tidepool::interpose {

@@ -194,6 +194,9 @@ util::Result<Capabilities> probe(const Driver& driver, int device) {
   caps.vmm = vmm_entries && attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
   caps.host_vmm = caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
   caps.host_numa_vmm = caps.vmm && attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) != 0;
+  caps.posix_fd_handles = caps.vmm && api.memExportToShareableHandle != nullptr &&
+                          api.memImportFromShareableHandle != nullptr &&
+                          attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) != 0;
   {
     int numa = -1;
     if (api.deviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) == CUDA_SUCCESS) {

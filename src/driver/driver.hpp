@@ -79,6 +79,9 @@ struct Capabilities {
   bool host_vmm = false;       // CU_MEM_LOCATION_TYPE_HOST physical memory
   bool host_numa_vmm = false;  // CU_MEM_LOCATION_TYPE_HOST_NUMA physical memory
   int host_numa_id = -1;
+  // Physical pages can be created exportable as POSIX file descriptors
+  // (cuMemExportToShareableHandle), which is how IPC shares pool pages.
+  bool posix_fd_handles = false;
   std::size_t granularity = 0;  // minimum VMM granularity for device memory, 0 without VMM
   std::size_t total_bytes = 0;
   std::size_t free_bytes = 0;

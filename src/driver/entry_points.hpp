@@ -52,6 +52,11 @@
   X(memUnmap,                    "cuMemUnmap",                   cuMemUnmap,                    10020)        \
   X(memSetAccess,                "cuMemSetAccess",               cuMemSetAccess,                10020)        \
   X(memGetAllocationGranularity, "cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020)       \
+  X(memExportToShareableHandle,  "cuMemExportToShareableHandle", cuMemExportToShareableHandle,  10020)        \
+  X(memImportFromShareableHandle, "cuMemImportFromShareableHandle", cuMemImportFromShareableHandle, 10020)    \
+  X(ipcGetMemHandle,             "cuIpcGetMemHandle",            cuIpcGetMemHandle,              4010)        \
+  X(ipcOpenMemHandle,            "cuIpcOpenMemHandle",           cuIpcOpenMemHandle_v2,         11000)        \
+  X(ipcCloseMemHandle,           "cuIpcCloseMemHandle",          cuIpcCloseMemHandle,            4010)        \
   X(streamCreate,                "cuStreamCreate",               cuStreamCreate,                 2000)        \
   X(streamDestroy,               "cuStreamDestroy",              cuStreamDestroy_v2,             4000)        \
   X(streamSynchronize,           "cuStreamSynchronize",          cuStreamSynchronize,            2000)        \

@@ -47,6 +47,11 @@ struct Block {
   // Instantiated graphs whose kernels name the block: graph launches pass no
   // hook, so its pages stay on the device while any such graph exists.
   std::uint32_t graph_holds = 0;
+  // Other processes that map it (IPC, Pool::hold_for_import): its pages stay
+  // on the device, and a free of it waits (freed_while_shared) until the
+  // last of them lets go, so they never see its bytes reused.
+  std::uint32_t import_holds = 0;
+  bool freed_while_shared = false;
   // While live: who asked for it (OwnerBytes, the caller's tag).
   std::uint16_t owner = 0;
   bool is_free = false;

@@ -39,7 +39,8 @@ void LiveSet::eviction_candidates(std::uint64_t spared_from, std::vector<Evictio
   segments_.for_each([&](const Segment& segment) {
     if (segment.reservation->is_chunk()) return;
     for (const Block* b = segment.first; b != nullptr; b = b->next) {
-      if (b->is_free || b->requested == 0 || b->keep_resident || b->pins > 0 || b->peer_held || b->graph_holds > 0) {
+      if (b->is_free || b->requested == 0 || b->keep_resident || b->pins > 0 || b->peer_held || b->graph_holds > 0 ||
+          b->import_holds > 0) {
         continue;
       }
       if (spared_from != 0 && b->last_use >= spared_from) continue;

@@ -34,6 +34,8 @@ class LiveSet {
     block->read_on_host = false;
     block->peer_held = false;
     block->graph_holds = 0;
+    block->import_holds = 0;
+    block->freed_while_shared = false;
   }
   // The live block starting at `address`, out of the set; null when none.
   Block* remove(std::uintptr_t address) { return map_.erase(address); }

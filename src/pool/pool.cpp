@@ -371,8 +371,16 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
   std::lock_guard<util::SpinLock> guard(lock_);
   Block* block = live_.remove(address);
-  if (block == nullptr) {
+  if (block == nullptr || block->freed_while_shared) {
+    if (block != nullptr) live_.restore(block);
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
+  }
+  if (block->import_holds > 0) {
+    // Other processes map it: the free takes effect when the last lets go
+    // (release_import_hold), so they never see its bytes reused.
+    block->freed_while_shared = true;
+    live_.restore(block);
+    return util::Status::success();
   }
   bool settled = false;  // a free on another device's stream, waited for here
   if (ordered && !fences_.cached(key)) {
@@ -388,6 +396,11 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
       settled = true;
     }
   }
+  take_back_locked(block, key, ordered, settled);
+  return util::Status::success();
+}
+
+void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool settled) {
   stats_.frees++;
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
@@ -400,13 +413,13 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   if (settled) {
     block->stream = kNoPendingWork;
     arena_of(block).release(block);
-    return util::Status::success();
+    return;
   }
   if (ordered) {
     block->stream = key;
     block->free_epoch = fences_.freed();
     arena_of(block).release(block);
-    return util::Status::success();
+    return;
   }
   block->is_free = true;
   block->stream = kNoPendingWork;
@@ -424,7 +437,40 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
     deferred_.fence_when_idle();
   }
   stats_.deferred_bytes = deferred_.bytes();
+}
+
+// --- blocks other processes map (IPC) --------------------------------------------
+
+util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
+                                   space::AddressSpace::SharedPages* pages) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_.starting_at(address);
+  if (block == nullptr || block->buffer_id != buffer_id || block->freed_while_shared) {
+    return {util::Error::invalid_value, "the shared block was freed"};
+  }
+  driver::ScopedContext scope(api_, context_);
+  const space::Reservation& r = *block->segment->reservation;
+  if (mover_ != nullptr && host_pages_in(r, block->address, block->size) > 0) {
+    (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, 0);
+    // The pages come back through copies queued on the pool's streams: the
+    // other process must not read them before those land.
+    if (host_pages_in(r, block->address, block->size) == 0 && !synchronize_context()) {
+      return {util::Error::driver_error, "could not wait for the shared block's pages to come back"};
+    }
+  }
+  if (util::Status shared = space_.share(r, block->address, block->size, pages); !shared) return shared;
+  block->import_holds++;
   return util::Status::success();
+}
+
+bool Pool::release_import_hold(std::uintptr_t address, std::uint64_t buffer_id) {
+  std::lock_guard<util::SpinLock> guard(lock_);
+  Block* block = live_.starting_at(address);
+  if (block == nullptr || block->buffer_id != buffer_id || block->import_holds == 0) return false;
+  if (--block->import_holds > 0 || !block->freed_while_shared) return false;
+  live_.remove(address);
+  take_back_locked(block, kNoPendingWork, /*ordered=*/false, /*settled=*/false);
+  return true;
 }
 
 bool Pool::deferred_worth_promoting() const {
@@ -664,7 +710,7 @@ bool Pool::LiveView::find(std::uintptr_t address, EvictionCandidate* out) const 
   const Block* b = pool_.live_.at(address);
   if (b == nullptr || b->address != address || b->segment->reservation->is_chunk()) return false;
   *out = EvictionCandidate{b->address, b->size, b->segment->reservation, b->last_use, b->buffer_id, b->read_on_host};
-  return !b->keep_resident && b->pins == 0 && !b->peer_held && b->graph_holds == 0;
+  return !b->keep_resident && b->pins == 0 && !b->peer_held && b->graph_holds == 0 && b->import_holds == 0;
 }
 
 std::size_t Pool::LiveView::reclaim_free_pages(std::size_t pages, std::uintptr_t keep_begin, std::uintptr_t keep_end,

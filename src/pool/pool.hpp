@@ -246,6 +246,19 @@ class Pool {
   bool hold_for_graph(std::uintptr_t address, std::uintptr_t stream, LaunchedBlock* held);
   // The graph is destroyed: its holds end (blocks freed since are skipped).
   void release_graph_holds(const LaunchedBlock* held, std::size_t count);
+  // IPC: another process maps the live block starting at `address` (with
+  // `buffer_id`, so a block freed and made again is never taken for it).
+  // Its pages come back to the device and stay there while any such hold
+  // lasts; a free of it meanwhile succeeds but takes effect only when the
+  // last hold ends, so the other process never sees its bytes reused.
+  // `pages` receives what the other process maps (the caller closes the
+  // fds). invalid_value when the block is gone or freed; out_of_memory when
+  // its pages cannot all come back.
+  util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
+                               space::AddressSpace::SharedPages* pages);
+  // One such hold ends; true when that was the last and the block, freed
+  // meanwhile, went back to the pool (with cudaFree semantics).
+  bool release_import_hold(std::uintptr_t address, std::uint64_t buffer_id);
   // The host pages of a launch's blocks (those use_for_launch found and left
   // on the host) come back before work queued later, as far as the budget
   // lets them. Room is never made by evicting a block used at or after
@@ -339,6 +352,9 @@ class Pool {
                    Miss* miss, bool promoted = false);
   util::Status add_segment(Arena& arena, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
+  // A live block (out of live_) goes back: stream-ordered on `key`, after a
+  // host wait (`settled`), or with cudaFree semantics.
+  void take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool settled);
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
   [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;

@@ -137,6 +137,7 @@ Runtime::Runtime(const Config& config)
   }
   driver_ = std::move(opened.value());
   streams_ = std::make_unique<order::StreamRegistry>(driver_->api());
+  ipc_ = std::make_unique<IpcSharing>(*driver_, [this](std::uintptr_t address) { return segment_owner_of(address); });
   call_sites_ = std::make_unique<CallSites>();
   if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
     streams_->set_complete(true);
@@ -167,6 +168,7 @@ Runtime::Runtime(const Config& config)
 }
 
 Runtime::~Runtime() {
+  ipc_.reset();
   created_.store(0, std::memory_order_release);
   for (auto& slot : in_order_) slot.store(nullptr, std::memory_order_release);
   for (auto& slot : allocators_) delete slot.exchange(nullptr);

@@ -56,6 +56,7 @@
 #include "runtime/foreign_memory.hpp"
 #include "runtime/graph_holds.hpp"
 #include "runtime/gzip_members.hpp"
+#include "runtime/ipc_sharing.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/memory_info.hpp"
 #include "runtime/report.hpp"
@@ -136,6 +137,8 @@ class Runtime {
     foreign_.mapped(address, bytes, handle);
   }
   void foreign_unmapped(std::uintptr_t address, std::size_t bytes) { foreign_.unmapped(address, bytes); }
+  // CUDA IPC on pool memory (ipc_sharing.hpp); null in pass-through mode.
+  [[nodiscard]] IpcSharing* ipc() noexcept { return ipc_.get(); }
   [[nodiscard]] const ForeignMemory& foreign() const noexcept { return foreign_; }
 
   // Why a device may reach another's memory natively: peer access between
@@ -278,6 +281,7 @@ class Runtime {
   std::array<std::uint64_t, kMaxDevices> context_peers_{};
   std::array<std::uint64_t, kMaxDevices> memory_pool_peers_{};
   ForeignMemory foreign_;
+  std::unique_ptr<IpcSharing> ipc_;  // its thread uses the allocators: ~Runtime ends it first
   // Devices whose current memory pool is one the program set, and how many.
   std::mutex pools_lock_;
   std::array<std::atomic<bool>, kMaxDevices> program_pool_{};

@@ -4,6 +4,8 @@
 // chosen block lies over unmapped pages.
 #include "space/address_space.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -119,6 +121,8 @@ util::Result<PhysicalPage*> AddressSpace::create_page() {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device_;
+  // Exportable where the driver can: IPC hands these pages to other processes.
+  if (caps_.posix_fd_handles) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle handle = 0;
   if (auto s = driver::check(api_.memCreate(&handle, page_size_, &prop, 0), "cuMemCreate"); !s) return s;
   counters_.creates++;
@@ -558,6 +562,45 @@ std::size_t AddressSpace::release_spare_pages(std::size_t bytes) {
     if (release_page(spares_[i])) released += page_size_;
   }
   return released;
+}
+
+util::Status AddressSpace::share(const Reservation& r, std::uintptr_t address, std::size_t length, SharedPages* out) {
+  *out = SharedPages{};
+  out->page_size = page_size_;
+  if (length == 0 || !r.contains(address) || address + length > r.end()) {
+    return {util::Error::invalid_value, "the range to share is not inside the reservation"};
+  }
+  if (r.is_chunk()) {
+    if (api_.ipcGetMemHandle == nullptr) return {util::Error::not_supported, "the driver has no cuIpcGetMemHandle"};
+    out->is_chunk = true;
+    out->first_page = r.base();
+    return driver::check(api_.ipcGetMemHandle(&out->chunk, r.base()), "cuIpcGetMemHandle");
+  }
+  if (!caps_.posix_fd_handles) {
+    return {util::Error::not_supported, "the driver cannot export pool pages as file descriptors"};
+  }
+  const std::size_t first = r.page_of(address);
+  const std::size_t last = r.page_of(address + length - 1);
+  out->first_page = r.page_address(first);
+  for (std::size_t p = first; p <= last; ++p) {
+    const PageEntry& entry = r.page(p);
+    util::Status status;
+    if (entry.residency != Residency::device || entry.physical == nullptr) {
+      status = {util::Error::out_of_memory, "a page to share is not on the device"};
+    } else {
+      int fd = -1;
+      status = driver::check(
+          api_.memExportToShareableHandle(&fd, entry.physical->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+          "cuMemExportToShareableHandle");
+      if (status) out->fds.push_back(fd);
+    }
+    if (!status) {
+      for (int fd : out->fds) ::close(fd);
+      out->fds.clear();
+      return status;
+    }
+  }
+  return util::Status::success();
 }
 
 }  // namespace tidepool::space

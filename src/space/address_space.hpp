@@ -137,6 +137,21 @@ class AddressSpace {
   // Read without the pool's lock (a launch asks whether another device may reach the pool).
   [[nodiscard]] std::uint64_t peers() const noexcept { return peers_.load(std::memory_order_relaxed); }
 
+  // IPC: what another process needs to map [address, address + length) of
+  // `r`, which the caller keeps where it is until that process is done with
+  // it. VMM: one POSIX file descriptor per page overlapping the range (the
+  // caller closes them), from the page holding `address`; every such page
+  // must be on the device. Chunks: the driver's own IPC handle, which names
+  // the whole chunk. not_supported when pages were not created exportable.
+  struct SharedPages {
+    std::uintptr_t first_page = 0;  // the address the first fd's page (or the chunk) starts at
+    std::size_t page_size = 0;
+    std::vector<int> fds;
+    CUipcMemHandle chunk{};
+    bool is_chunk = false;
+  };
+  util::Status share(const Reservation& r, std::uintptr_t address, std::size_t length, SharedPages* out);
+
   // Releases up to `bytes` of spare pages to the driver (all when `bytes` is
   // SIZE_MAX), passing over any that cannot go yet (a parked mapping still
   // in use). Returns the bytes released.

@@ -405,6 +405,41 @@ TEST_F(Preload, DeviceMemoryMadeOutsideThePoolCountsAgainstTheBudgetAndIsReporte
   EXPECT_EQ(r.report["foreign_owners"][0].value("peak_bytes", -1L), 40L << 20);
 }
 
+// IPC (issue 29): two processes share blocks through cuIpcGetMemHandle /
+// cuIpcOpenMemHandle both ways, with kernels reading and writing them, as
+// torch.multiprocessing shares CUDA tensors. Legacy IPC refuses VMM memory,
+// so before tidepool's own handles every open of a pool block failed. The
+// exporter frees its blocks while the importer holds them and keeps
+// allocating: nothing is reused under the importer, nothing leaks once it
+// closes or dies, and another user's process is refused.
+TEST_F(Preload, TwoProcessesShareBlocksThroughIpcHandlesAsTheyDoNatively) {
+  time_limit_s_ = 60;
+  const char* expected =
+      "ipc: same handle 1, small block shared, own open refused; child saw 0 wrong, we see 0 and 0 wrong in theirs; "
+      "after our free the child saw 0 wrong;";
+  ProgramRun native;
+  const ProgramRun plain = both(PROBE_IPC, "run", &native);
+  EXPECT_NE(native.err.find(expected), std::string::npos) << native.err;
+  for (const char* conf : {"", "device_limit:16MiB,evict:on,prefetch:launch"}) {
+    SCOPED_TRACE(conf);
+    const ProgramRun r = *conf == '\0' ? plain : run(PROBE_IPC, "run", conf);
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("ipc: a forged handle was refused"), std::string::npos) << r.err;
+    if (::geteuid() == 0) {
+      EXPECT_NE(r.err.find("stranger refused"), std::string::npos) << r.err;
+    }
+    EXPECT_NE(r.err.find("dier opened"), std::string::npos) << r.err;
+    ASSERT_TRUE(r.report.is_object()) << r.err;
+    // The parent's own: every block freed went back, the one a dead process held too.
+    EXPECT_EQ(r.report.value("live_bytes", -1L), 0) << r.report.dump();
+    EXPECT_EQ(r.report.value("allocations", -1L), r.report.value("frees", -2L)) << r.report.dump();
+  }
+  if (::geteuid() == 0) {
+    EXPECT_NE(native.err.find("stranger refused"), std::string::npos) << native.err;
+  }
+}
+
 // Peer access (issue 29): device 1's kernels reach device 0's pool blocks
 // exactly while device 1 has peer access to device 0 (or, for stream-ordered
 // blocks, while device 0's default memory pool grants it access), as they

@@ -1,0 +1,102 @@
+// IpcExporter: the pool blocks this process shares with others
+// (cuIpcGetMemHandle), and the socket other processes open them through.
+//
+// A handle names an export (ipc_wire.hpp); asking again for the same block
+// gives the same handle, as the driver does. The first export starts the
+// channel: an abstract Unix socket named by a random number and one thread
+// that answers on it. A connection is refused unless its peer runs as the
+// same user as this process (SO_PEERCRED), and a request unless it carries
+// the export's secret. An open holds the block (Pool::hold_for_import: on the
+// device, and a free of it waits), and the hold lasts until that process
+// closes the handle or its connection ends (it exited), so another process
+// never sees the block's bytes reused under it.
+//
+// Thread-safe. After fork() the child shares nothing of the parent's
+// channel: it starts its own on its first export.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/ipc_wire.hpp"
+#include "util/util.hpp"
+
+namespace tidepool::runtime {
+
+class Allocator;
+
+class IpcExporter {
+ public:
+  IpcExporter() = default;
+  ~IpcExporter();
+  IpcExporter(const IpcExporter&) = delete;
+  IpcExporter& operator=(const IpcExporter&) = delete;
+
+  // A handle for the live block [base, base + bytes) of `owner`'s pool.
+  util::Result<CUipcMemHandle> export_block(Allocator* owner, std::uintptr_t base, std::size_t bytes,
+                                            std::uint64_t buffer_id);
+  // This process's channel (0 before the first export): a handle naming it
+  // is this process's own.
+  [[nodiscard]] std::uint64_t channel() const;
+
+  struct Counters {
+    std::uint64_t exports = 0;  // handles made
+    std::uint64_t opens = 0;    // opens answered with the block's pages
+    std::uint64_t refused = 0;  // connections or requests refused (wrong user, wrong secret, block gone)
+    std::uint64_t holds = 0;    // holds other processes keep now
+  };
+  [[nodiscard]] Counters counters() const;
+
+ private:
+  struct Export {
+    std::uint64_t id = 0;
+    std::uint64_t secret[2] = {0, 0};
+    Allocator* owner = nullptr;
+    std::uintptr_t base = 0;
+    std::size_t bytes = 0;
+    std::uint64_t buffer_id = 0;
+  };
+  struct Connection {
+    int fd = -1;
+    std::vector<std::uint64_t> held;  // export ids, one per open not yet closed
+  };
+
+  // Starts the socket and its thread; locked.
+  util::Status start_locked();
+  // The thread's loop: accepts, answers, and lets go of the holds of
+  // connections that end.
+  void serve();
+  void accept_one();
+  // One request of `c`; false when the connection should end.
+  bool answer(Connection& c);
+  void answer_open(Connection& c, const ipc::Request& request);
+  void answer_close(Connection& c, const ipc::Request& request);
+  void release_hold(std::uint64_t export_id);
+  void end_connection(Connection& c);
+  // Drops exports whose blocks are gone (each checked with its pool); locked.
+  void prune_locked();
+  // The parent's channel after fork(): forgotten, its thread is not here.
+  void forget_after_fork_locked();
+
+  mutable std::mutex lock_;
+  std::uint64_t channel_ = 0;
+  int listener_ = -1;
+  int wake_[2] = {-1, -1};  // a pipe the destructor writes to end the thread
+  int pid_ = 0;             // the process that started the channel
+  // A pointer so that a forked child can drop the parent's without joining it.
+  std::unique_ptr<std::thread> thread_;
+  std::uint64_t next_id_ = 0;
+  std::unordered_map<std::uint64_t, Export> exports_;           // by id
+  std::unordered_map<std::uint64_t, std::uint64_t> by_buffer_;  // buffer id -> export id
+  std::size_t prune_at_ = 64;
+  Counters counters_;
+  // Touched only by the thread.
+  std::vector<Connection> connections_;
+};
+
+}  // namespace tidepool::runtime
