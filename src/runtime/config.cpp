@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -196,12 +197,29 @@ bool parse_prefetch_mode(std::string_view value, PrefetchMode& out, std::string&
   return false;
 }
 
+// `%p` becomes the process id, so that the processes of one job (one per
+// GPU under torch.distributed, workers of torch.multiprocessing) each write
+// their own file from one TIDEPOOL_CONF; `%%` is a `%`.
 bool parse_path(std::string_view value, std::string& out, std::string& expected) {
-  if (value.empty()) {
-    expected = "a path";
-    return false;
+  expected = "a path (%p for the process id, %% for a %)";
+  if (value.empty()) return false;
+  std::string path;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '%') {
+      path += value[i];
+      continue;
+    }
+    if (i + 1 == value.size()) return false;
+    const char next = value[++i];
+    if (next == 'p') {
+      path += std::to_string(::getpid());
+    } else if (next == '%') {
+      path += '%';
+    } else {
+      return false;
+    }
   }
-  out = std::string(value);
+  out = std::move(path);
   return true;
 }
 

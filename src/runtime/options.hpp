@@ -27,9 +27,9 @@
   X(free_barrier,     switch,          "on",       "cudaFree-style frees (cudaFree, cuMemFree, tidepool_free) go back behind a device barrier: the block may be handed out at once, every stream's later work runs after the work queued before the free, and the host never waits. off: the block is not handed out until the work queued before its free has finished; set it for memory written outside streams (host code through mapped memory, cuFile, RDMA from a NIC, peer devices), which the barrier does not order.") \
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
   X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \
-  X(report,           path,            "",         "Write the JSON report to this path at exit.") \
-  X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV, with an Owner column naming the library that asked; a path ending in .gz is written gzipped (zlib is loaded only then).") \
+  X(report,           path,            "",         "Write the JSON report to this path at exit; %p in it is the process id (one file per process of a job).") \
+  X(trace,            path,            "",         "Record every allocation event to this path as RMM logging CSV, with an Owner column naming the library that asked; a path ending in .gz is written gzipped (zlib is loaded only then); %p in it is the process id.") \
   X(log,              log_level,       "warn",     "Log level: off, error, warn, info, debug, trace.") \
-  X(log_file,         path,            "",         "Write the log to this file instead of stderr.") \
+  X(log_file,         path,            "",         "Write the log to this file instead of stderr; %p in it is the process id.") \
   X(cuda_lib,         path,            "",         "The CUDA driver library to open. Default: $TIDEPOOL_CUDA_LIB, else libcuda.so.1.")
 // clang-format on

@@ -1,4 +1,5 @@
-// Device memory: cuMemAlloc and friends, host allocations, and the VMM calls.
+// Device memory: cuMemAlloc and friends, host allocations, the VMM calls,
+// and sharing memory with other processes.
 //
 // VA reservations are PROT_NONE mappings, so touching an unmapped page
 // faults. Physical allocations are memfd files: cuMemMap maps the file at the
@@ -6,17 +7,44 @@
 // elsewhere shows the same bytes. A mapping stays inaccessible until
 // cuMemSetAccess. Device-located memory counts against the capacity.
 //
+// Sharing between processes, as the driver's two ways do:
+//  - shareable handles: physical memory made with
+//    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR requested is exported as a
+//    dup of its memfd (cuMemExportToShareableHandle); another process (or
+//    this one) imports that descriptor (cuMemImportFromShareableHandle) as
+//    physical memory of its own, over a dup of the same file. The memfd's
+//    name says where the memory lives (see Physical), which is all the
+//    importer learns. Imported memory takes no capacity: it is the
+//    exporter's.
+//  - legacy IPC: cuMemAlloc / cuMemAllocPitch memory is a memfd mapped
+//    MAP_SHARED, named for the allocation (its process's nonce, buffer id
+//    and device). cuIpcGetMemHandle writes into the 64-byte handle the
+//    exporter's pid and descriptor number, and the allocation's size, buffer
+//    id, device and nonce; cuIpcOpenMemHandle in another process opens
+//    /proc/PID/fd/FD (the kernel lets a process of the same user do so),
+//    checks the file's name and size against the handle, and maps it at an
+//    address of its own, kept as device memory of the opening context (so
+//    that kernels and copies see device memory) until cuIpcCloseMemHandle.
+//    Stream-ordered (pool) memory, VMM mappings and host memory have no
+//    legacy handle, as on the driver.
+//
 // During stream capture (see streams.cpp): the synchronous allocation calls
 // (cuMemAlloc, cuMemAllocPitch, cuMemFree, cuMemAllocHost, cuMemHostAlloc,
 // cuMemFreeHost) are "potentially unsafe" and checked against the capture
 // mode; cuMemAllocAsync / cuMemFreeAsync on a capturing stream become graph
 // memory nodes: the allocation is made at once, the free is recorded, not
 // performed, and is done when the graph is destroyed.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "sim/sim.hpp"
 
@@ -36,6 +64,63 @@ void* map_anonymous(std::size_t size, int prot) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+// The name of the memfd under a cuMemAlloc allocation, which cuIpcOpenMemHandle
+// checks against the handle it opens.
+std::string ipc_file_name(std::uint64_t nonce, std::uint64_t buffer_id, int device) {
+  char name[96];
+  std::snprintf(name, sizeof name, "tidepool-sim-ipc-%016llx-%llu-device-%d", static_cast<unsigned long long>(nonce),
+                static_cast<unsigned long long>(buffer_id), device);
+  return name;
+}
+
+// The name of the memfd under physical memory (see Physical).
+std::string physical_file_name(bool on_device, int device) {
+  return on_device ? "tidepool-sim-device-" + std::to_string(device) : std::string("tidepool-sim-host");
+}
+
+// The name of the memfd `fd` refers to ("/memfd:NAME (deleted)"), or empty
+// when it is no memfd (or no open descriptor).
+std::string memfd_name(int fd) {
+  char link[64];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  char target[512];
+  const ssize_t n = ::readlink(link, target, sizeof target);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof target) return {};
+  const std::string_view text(target, static_cast<std::size_t>(n));
+  constexpr std::string_view kPrefix = "/memfd:";
+  constexpr std::string_view kSuffix = " (deleted)";
+  if (text.size() < kPrefix.size() + kSuffix.size() || text.substr(0, kPrefix.size()) != kPrefix ||
+      text.substr(text.size() - kSuffix.size()) != kSuffix) {
+    return {};
+  }
+  return std::string(text.substr(kPrefix.size(), text.size() - kPrefix.size() - kSuffix.size()));
+}
+
+// Where the physical memory under the memfd `fd` lives, from its name; false
+// when it is not the sim's physical memory.
+bool physical_location(int fd, bool* on_device, int* device) {
+  const std::string name = memfd_name(fd);
+  if (name == physical_file_name(false, 0)) {
+    *on_device = false;
+    *device = 0;
+    return true;
+  }
+  constexpr std::string_view kDevice = "tidepool-sim-device-";
+  if (name.size() <= kDevice.size() || name.size() > kDevice.size() + 2 ||
+      name.compare(0, kDevice.size(), kDevice) != 0) {
+    return false;
+  }
+  int ordinal = 0;
+  for (std::size_t i = kDevice.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    ordinal = ordinal * 10 + (name[i] - '0');
+  }
+  if (physical_file_name(true, ordinal) != name) return false;  // no leading zeros
+  *on_device = true;
+  *device = ordinal;
+  return true;
+}
+
 std::size_t round_host(std::size_t n) { return (n + kHostPage - 1) / kHostPage * kHostPage; }
 
 // Takes `bytes` of device capacity; false when the device is full. Locked.
@@ -51,32 +136,59 @@ int current_device() {
   return context != nullptr ? context->device : 0;
 }
 
+// Device memory is a memfd mapped MAP_SHARED (see the top of this file),
+// host memory anonymous. Without a descriptor to spare (the process at its
+// limit of open files), device memory falls back to anonymous memory, which
+// is all it lacks: cuIpcGetMemHandle on it answers CUDA_ERROR_OUT_OF_MEMORY.
 CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind, int device = current_device()) {
   if (out == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   const std::size_t rounded = round_host(size);
-  if (kind == AllocationKind::device) {
+  std::uint64_t buffer_id = 0;
+  std::uint64_t nonce = 0;
+  {
     std::lock_guard<std::mutex> guard(s.lock);
-    if (!take_device_bytes(s, rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (kind == AllocationKind::device && !take_device_bytes(s, rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
+    buffer_id = ++s.next_buffer_id;
+    nonce = s.ipc_nonce;
   }
-  void* p = map_anonymous(rounded, PROT_READ | PROT_WRITE);
+  int fd = -1;
+  void* p = nullptr;
+  if (kind == AllocationKind::device) {
+    fd = ::memfd_create(ipc_file_name(nonce, buffer_id, device).c_str(), MFD_CLOEXEC);
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(rounded)) == 0) {
+      p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+      if (p == MAP_FAILED) p = nullptr;
+    }
+    if (p == nullptr && fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (p == nullptr) p = map_anonymous(rounded, PROT_READ | PROT_WRITE);
   std::lock_guard<std::mutex> guard(s.lock);
   if (p == nullptr) {
     if (kind == AllocationKind::device) s.device_used -= rounded;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, kind, 0, device, ++s.next_buffer_id};
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] =
+      Allocation{.size = size, .kind = kind, .device = device, .buffer_id = buffer_id, .fd = fd};
   *out = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
 
+// cuMemFree and friends: memory opened by cuIpcOpenMemHandle is not theirs
+// to release (cuIpcCloseMemHandle is).
 CUresult release(std::uintptr_t base, AllocationKind expected) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   auto it = s.allocations.find(base);
-  if (it == s.allocations.end() || it->second.kind != expected) return CUDA_ERROR_INVALID_VALUE;
+  if (it == s.allocations.end() || it->second.kind != expected || it->second.ipc_import) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   const std::size_t rounded = round_host(it->second.size);
   ::munmap(reinterpret_cast<void*>(base), rounded);
+  if (it->second.fd >= 0) ::close(it->second.fd);
   if (expected == AllocationKind::device) s.device_used -= rounded;
   s.allocations.erase(it);
   return CUDA_SUCCESS;
@@ -84,18 +196,18 @@ CUresult release(std::uintptr_t base, AllocationKind expected) {
 
 constexpr std::size_t kSpareFileBytes = std::size_t{1} << 30;
 
+// Memory another process may map (exported) or that is another
+// allocation's (imported) is never kept for reuse: its file is closed, and
+// the memory lives on in whoever still holds it. Only memory this process
+// made is counted, so only that is given back.
 void destroy_physical(State& s, Physical* p) {
-  if (s.spare_file_bytes + p->size <= kSpareFileBytes) {
-    s.spare_files.emplace_back(p->size, p->fd);
+  if (!p->exported && !p->imported && s.spare_file_bytes + p->size <= kSpareFileBytes) {
+    s.spare_files.push_back(State::SpareFile{p->size, p->fd, p->on_device, p->device});
     s.spare_file_bytes += p->size;
   } else {
     ::close(p->fd);
   }
-  if (p->on_device) {
-    s.device_used -= p->size;
-  } else {
-    s.host_used -= p->size;
-  }
+  if (!p->imported) (p->on_device ? s.device_used : s.host_used) -= p->size;
   s.physicals.erase(p);
 }
 
@@ -215,7 +327,9 @@ CUresult free_async(const char* name, CUdeviceptr dptr, CUstream handle) {
   {
     std::lock_guard<std::mutex> guard(s.lock);
     auto it = s.allocations.find(static_cast<std::uintptr_t>(dptr));
-    if (it == s.allocations.end() || it->second.kind != AllocationKind::device) return CUDA_ERROR_INVALID_VALUE;
+    if (it == s.allocations.end() || it->second.kind != AllocationKind::device || it->second.ipc_import) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
   }
   // The free takes effect when the stream reaches it; captured, when the
   // graph is destroyed (a launch of the graph frees nothing: its memory
@@ -476,6 +590,13 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (on_device && (prop->location.id < 0 || prop->location.id >= s.device_count)) return CUDA_ERROR_INVALID_DEVICE;
+  // Shareable as a POSIX file descriptor, or not at all: no Win32 or fabric
+  // handles on the sim.
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+      prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const int device = on_device ? prop->location.id : 0;
   {
     std::lock_guard<std::mutex> guard(s.lock);
     if (on_device && !take_device_bytes(s, size)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -483,16 +604,18 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
   }
   int fd = -1;
   {
+    // A spare file's name says where its memory lives: only one of the
+    // same place will do.
     std::lock_guard<std::mutex> guard(s.lock);
     for (auto it = s.spare_files.begin(); it != s.spare_files.end(); ++it) {
-      if (it->first != size) continue;
-      fd = it->second;
+      if (it->size != size || it->on_device != on_device || it->device != device) continue;
+      fd = it->fd;
       s.spare_file_bytes -= size;
       s.spare_files.erase(it);
       break;
     }
   }
-  if (fd < 0) fd = ::memfd_create("tidepool-sim", MFD_CLOEXEC);
+  if (fd < 0) fd = ::memfd_create(physical_file_name(on_device, device).c_str(), MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) ::close(fd);
     std::lock_guard<std::mutex> guard(s.lock);
@@ -503,7 +626,9 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
   physical->fd = fd;
   physical->size = size;
   physical->on_device = on_device;
-  physical->device = on_device ? prop->location.id : 0;
+  physical->device = device;
+  physical->location = prop->location;
+  physical->handle_types = prop->requestedHandleTypes;
   std::lock_guard<std::mutex> guard(s.lock);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(physical.get());
   s.physicals[physical.get()] = std::move(physical);
@@ -651,6 +776,247 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
     m.writers = w;
   }
   return CUDA_SUCCESS;
+}
+
+// --- sharing memory with other processes ------------------------------------------------------------
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemExportToShareableHandle(void* shareable_handle, CUmemGenericAllocationHandle handle,
+                                                          CUmemAllocationHandleType handle_type,
+                                                          unsigned long long flags) {
+  if (CUresult r = enter_initialized("cuMemExportToShareableHandle"); r != CUDA_SUCCESS) return r;
+  if (shareable_handle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
+  if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_VALUE;
+  Physical* physical = it->first;
+  // Only the type cuMemCreate was asked for can be exported.
+  if (handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+      (physical->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // The caller's own descriptor of the same file, closed by the caller.
+  const int fd = ::fcntl(physical->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  physical->exported = true;
+  *static_cast<int*>(shareable_handle) = fd;
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                            CUmemAllocationHandleType handle_type) {
+  if (CUresult r = enter_initialized("cuMemImportFromShareableHandle"); r != CUDA_SUCCESS) return r;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (handle_type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    const bool other_kind = handle_type == CU_MEM_HANDLE_TYPE_WIN32 || handle_type == CU_MEM_HANDLE_TYPE_WIN32_KMT ||
+                            handle_type == CU_MEM_HANDLE_TYPE_FABRIC;
+    return other_kind ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+  }
+  // A POSIX descriptor travels as the pointer's value; the caller keeps it.
+  const auto value = reinterpret_cast<std::uintptr_t>(os_handle);
+  if (value > static_cast<std::uintptr_t>(INT_MAX)) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = static_cast<int>(value);
+  bool on_device = true;
+  int device = 0;
+  if (!physical_location(fd, &on_device, &device)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  // Memory of a device this process does not have (the exporter was given
+  // more by TIDEPOOL_SIM_DEVICES).
+  if (on_device && device >= s.device_count) return CUDA_ERROR_NOT_SUPPORTED;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0 || static_cast<std::size_t>(st.st_size) % kHostPage != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto physical = std::make_unique<Physical>();
+  physical->fd = own;
+  physical->size = static_cast<std::size_t>(st.st_size);
+  physical->on_device = on_device;
+  physical->device = device;
+  physical->location.type = on_device ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+  physical->location.id = device;
+  physical->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;  // how it came
+  physical->imported = true;                                          // takes no capacity: the exporter's memory
+  std::lock_guard<std::mutex> guard(s.lock);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(physical.get());
+  s.physicals[physical.get()] = std::move(physical);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                                    CUmemGenericAllocationHandle handle) {
+  if (CUresult r = enter_initialized("cuMemGetAllocationPropertiesFromHandle"); r != CUDA_SUCCESS) return r;
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.physicals.find(reinterpret_cast<Physical*>(handle));
+  if (it == s.physicals.end() || it->second->released) return CUDA_ERROR_INVALID_VALUE;
+  *prop = CUmemAllocationProp{};
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->requestedHandleTypes = it->second->handle_types;
+  prop->location = it->second->location;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// What a legacy IPC handle (CUipcMemHandle, 64 opaque bytes) carries.
+struct IpcMemHandle {
+  std::uint32_t magic = 0;
+  std::int32_t pid = 0;     // the exporter's
+  std::int32_t fd = -1;     // the exporter's descriptor of the allocation's memfd
+  std::int32_t device = 0;  // in the memfd's name
+  std::uint64_t size = 0;   // the allocation's size, as cuMemAlloc was asked
+  std::uint64_t buffer_id = 0;
+  std::uint64_t nonce = 0;  // the exporter's State::ipc_nonce
+};
+static_assert(sizeof(IpcMemHandle) <= CU_IPC_HANDLE_SIZE);
+constexpr std::uint32_t kIpcMagic = 0x54504d48;  // "HMPT"
+
+// cuIpcOpenMemHandle and cuIpcOpenMemHandle_v2, which differ only in name.
+CUresult open_ipc_handle(const char* name, CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pdptr == nullptr || (flags & ~static_cast<unsigned>(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  IpcMemHandle h;
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (h.magic != kIpcMagic || h.pid <= 0 || h.fd < 0 || h.size == 0 || h.device < 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  // A handle is for other processes: its own process opening it is refused,
+  // as the driver refuses it ("invalid device context").
+  if (h.pid == ::getpid()) return CUDA_ERROR_INVALID_CONTEXT;
+  const std::pair<std::uint64_t, std::uint64_t> key{h.nonce, h.buffer_id};
+  // Opened already: one more reference to the same mapping.
+  const auto reopen = [&]() -> bool {
+    auto it = s.ipc_opened.find(key);
+    if (it == s.ipc_opened.end()) return false;
+    s.allocations[it->second].opens++;
+    *pdptr = static_cast<CUdeviceptr>(it->second);
+    return true;
+  };
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    if (reopen()) return CUDA_SUCCESS;
+  }
+  // The exporter's descriptor, through its /proc entry; gone with the
+  // exporter or its allocation (a stale handle).
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+  const int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t rounded = round_host(h.size);
+  struct stat st {};
+  // The descriptor number may have been reused since: the name must be the
+  // allocation's, the size its size.
+  if (memfd_name(fd) != ipc_file_name(h.nonce, h.buffer_id, h.device) || ::fstat(fd, &st) != 0 ||
+      static_cast<std::size_t>(st.st_size) != rounded) {
+    ::close(fd);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return CUDA_ERROR_MAP_FAILED;
+  }
+  std::lock_guard<std::mutex> guard(s.lock);
+  if (reopen()) {  // another thread opened it meanwhile
+    ::munmap(p, rounded);
+    ::close(fd);
+    return CUDA_SUCCESS;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  // Device memory of the opening context, not counted against its capacity.
+  s.allocations[base] = Allocation{.size = static_cast<std::size_t>(h.size),
+                                   .kind = AllocationKind::device,
+                                   .device = context->device,
+                                   .buffer_id = ++s.next_buffer_id,
+                                   .fd = fd,
+                                   .ipc_import = true,
+                                   .opens = 1};
+  s.ipc_opened[key] = base;
+  *pdptr = static_cast<CUdeviceptr>(base);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+TIDEPOOL_SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  if (CUresult r = enter_initialized("cuIpcGetMemHandle"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  // Any address inside a cuMemAlloc / cuMemAllocPitch allocation names the
+  // whole of it. Pool memory (cuMemAllocAsync), VMM mappings, host memory
+  // and memory opened from another process have no legacy handle.
+  std::uintptr_t base = 0;
+  const Allocation* a = allocation_at(s, static_cast<std::uintptr_t>(dptr), &base);
+  if (a == nullptr || a->kind != AllocationKind::device || a->pool != nullptr || a->ipc_import) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (a->fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;  // made without a descriptor to spare (see allocate)
+  IpcMemHandle h;
+  h.magic = kIpcMagic;
+  h.pid = ::getpid();
+  h.fd = a->fd;
+  h.device = a->device;
+  h.size = a->size;
+  h.buffer_id = a->buffer_id;
+  h.nonce = s.ipc_nonce;
+  *handle = CUipcMemHandle{};
+  std::memcpy(handle->reserved, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags) {
+  return open_ipc_handle("cuIpcOpenMemHandle_v2", pdptr, handle, flags);
+}
+
+// The CUDA 4.1 name, which cuda.h now maps to the _v2 one; the same call.
+TIDEPOOL_SIM_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags) {
+  return open_ipc_handle("cuIpcOpenMemHandle", pdptr, handle, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  if (CUresult r = enter_initialized("cuIpcCloseMemHandle"); r != CUDA_SUCCESS) return r;
+  if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  const auto base = static_cast<std::uintptr_t>(dptr);
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto it = s.allocations.find(base);
+    if (it == s.allocations.end() || !it->second.ipc_import || it->second.opens <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (--it->second.opens > 0) return CUDA_SUCCESS;
+    // Closed: a later open maps the memory afresh.
+    std::erase_if(s.ipc_opened, [base](const auto& entry) { return entry.second == base; });
+  }
+  // Like cuMemFree, the unmap waits for work that may still use the memory.
+  synchronize_all();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.allocations.find(base);  // still there: only this call removes an import now
+  if (it == s.allocations.end()) return CUDA_SUCCESS;
+  ::munmap(reinterpret_cast<void*>(base), round_host(it->second.size));
+  ::close(it->second.fd);
+  s.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// Interprocess events are not simulated: the sim's events are the progress
+// of its own stream threads, which no other process can see or wait on.
+// CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED answers 0 accordingly, and both
+// calls CUDA_ERROR_NOT_SUPPORTED.
+TIDEPOOL_SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle* /*handle*/, CUevent /*event*/) {
+  if (CUresult r = enter_initialized("cuIpcGetEventHandle"); r != CUDA_SUCCESS) return r;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuIpcOpenEventHandle(CUevent* /*event*/, CUipcEventHandle /*handle*/) {
+  if (CUresult r = enter_initialized("cuIpcOpenEventHandle"); r != CUDA_SUCCESS) return r;
+  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 // --- where memory lives, for copies, launches and stream memory operations ---------------------------

@@ -38,9 +38,11 @@
 #undef cuEventElapsedTime
 #undef cuStreamBeginCapture
 #undef cuStreamGetCaptureInfo
+#undef cuIpcOpenMemHandle
 extern "C" {
 CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end);
 CUresult cuStreamBeginCapture(CUstream stream);
+CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags);
 CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id);
 CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                                    const CUgraphNode** dependencies, std::size_t* count);
@@ -164,6 +166,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::thread worker_;
 };
 
+// Physical memory (CUmemGenericAllocationHandle handles are Physical
+// pointers): a memfd named for where the memory lives, "tidepool-sim-device-N"
+// or "tidepool-sim-host", so that a process importing it from a file
+// descriptor (cuMemImportFromShareableHandle) learns its location by
+// readlink("/proc/self/fd/FD"), which reads "/memfd:NAME (deleted)".
 struct Physical {
   int fd = -1;
   std::size_t size = 0;
@@ -171,6 +178,19 @@ struct Physical {
   int device = 0;  // where device-located memory lives
   int maps = 0;
   bool released = false;
+  CUmemLocation location{};  // as cuMemCreate was given it (cuMemGetAllocationPropertiesFromHandle)
+  // The shareable handle types cuMemCreate was asked for (requestedHandleTypes):
+  // CU_MEM_HANDLE_TYPE_NONE or CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
+  CUmemAllocationHandleType handle_types = CU_MEM_HANDLE_TYPE_NONE;
+  // Its memfd has left the sim (cuMemExportToShareableHandle): another
+  // process may map it still, so it is closed at the end, never kept as a
+  // spare file that a later cuMemCreate would reuse (two allocations would
+  // then share their bytes).
+  bool exported = false;
+  // Made by cuMemImportFromShareableHandle over another allocation's memfd:
+  // the same physical memory, so it takes no capacity, and its file is
+  // never a spare either.
+  bool imported = false;
 };
 
 struct Mapping {
@@ -193,6 +213,15 @@ struct Allocation {
   int device = 0;                  // the device of the context it was made in
   std::uint64_t buffer_id = 0;     // unique for the life of the process, as the driver promises
   struct MemPool* pool = nullptr;  // the memory pool of a stream-ordered allocation
+  // Device memory is a memfd mapped MAP_SHARED, so that legacy IPC
+  // (cuIpcGetMemHandle) can hand it to another process: open for as long as
+  // the allocation lives (-1: anonymous memory, as host allocations are).
+  int fd = -1;
+  // Opened from another process's cuIpcGetMemHandle (cuIpcOpenMemHandle):
+  // the exporter's memory, not counted against this process's capacity;
+  // `opens` counts the opens cuIpcCloseMemHandle has yet to undo.
+  bool ipc_import = false;
+  int opens = 0;
 };
 
 // A memory pool (CUmemoryPool handles are MemPool pointers): each device has a
@@ -263,8 +292,24 @@ struct State {
   // copies into new pages run at a fraction of any real link's bandwidth.
   // The driver does not promise zeroed memory either. Bounded by
   // kSpareFileBytes.
-  std::vector<std::pair<std::size_t, int>> spare_files;  // (size, fd)
+  // A spare file is reused only for memory of the location its name gives
+  // (see Physical).
+  struct SpareFile {
+    std::size_t size = 0;
+    int fd = -1;
+    bool on_device = true;
+    int device = 0;
+  };
+  std::vector<SpareFile> spare_files;
   std::size_t spare_file_bytes = 0;
+  // Legacy IPC (cuIpcGetMemHandle): a random number naming this process's
+  // allocations' memfds beside their buffer ids, so that a handle whose
+  // process is gone cannot open another process's memory that happens to
+  // hold the same pid and file descriptor number.
+  std::uint64_t ipc_nonce = 0;
+  // The handles this process has opened (cuIpcOpenMemHandle), by the
+  // exporter's (nonce, buffer id): the base each one is mapped at.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uintptr_t> ipc_opened;
   std::unordered_map<Stream*, std::shared_ptr<Stream>> streams;  // created streams (and per-thread ones)
   // Destroyed streams whose queued work has yet to finish: the driver
   // returns from cuStreamDestroy at once, yet a context synchronisation and

@@ -33,9 +33,11 @@ void tidepool_sim_raise_in(const char* name, unsigned nth, int signal);
 /* Device capacity in bytes (what cuMemGetInfo reports as total). */
 void tidepool_sim_set_capacity(size_t bytes);
 size_t tidepool_sim_capacity(void);
-/* Device bytes held by cuMemAlloc allocations and device-located cuMemCreate handles. */
+/* Device bytes held by cuMemAlloc allocations and device-located cuMemCreate handles.
+ * Memory imported from another process (cuMemImportFromShareableHandle,
+ * cuIpcOpenMemHandle) is the exporter's and not counted here. */
 size_t tidepool_sim_device_bytes_in_use(void);
-/* Host-located cuMemCreate bytes held. */
+/* Host-located cuMemCreate bytes held (imports not counted either). */
 size_t tidepool_sim_host_bytes_in_use(void);
 
 /* Registers a kernel; `param_sizes[i]` is the byte size of parameter i. */

@@ -13,6 +13,8 @@
 //                             e.g. create:14.5,map:1.3,access:33,unmap:22,release:16.4
 //                             (an H100's); unset or unknown names: free
 #include <pthread.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -162,6 +164,10 @@ State& state() {
   static State* s = [] {
     auto* created = new State();
     configure_from_environment(*created);
+    // Names this process's legacy IPC memory (State::ipc_nonce).
+    if (::getrandom(&created->ipc_nonce, sizeof created->ipc_nonce, 0) != sizeof created->ipc_nonce) {
+      created->ipc_nonce = static_cast<std::uint64_t>(now_ns()) ^ (static_cast<std::uint64_t>(::getpid()) << 40);
+    }
     for (int d = 0; d < created->device_count; ++d) {
       created->contexts.push_back(std::make_unique<Context>());
       Context* context = created->contexts.back().get();
@@ -312,6 +318,10 @@ TIDEPOOL_SIM_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    // cuMemCreate's requestedHandleTypes and cuMemExportToShareableHandle
+    // (see memory.cpp); CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED stays 0:
+    // interprocess events are not simulated.
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     // cuStreamWaitValue32/64 (every condition) and cuStreamWriteValue32/64.
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:

@@ -438,6 +438,13 @@ TEST_F(Preload, TwoProcessesShareBlocksThroughIpcHandlesAsTheyDoNatively) {
   if (::geteuid() == 0) {
     EXPECT_NE(native.err.find("stranger refused"), std::string::npos) << native.err;
   }
+  // A device without VMM: the pool's chunks travel as the driver's own handles.
+  extra_env_ = "TIDEPOOL_SIM_FAULTS=cuMemGetAllocationGranularity:1:801 ";
+  const ProgramRun chunks = run(PROBE_IPC, "run", "log:info");
+  EXPECT_EQ(chunks.status, 42) << chunks.err;
+  EXPECT_NE(chunks.err.find("no virtual memory management"), std::string::npos) << chunks.err;
+  EXPECT_NE(chunks.err.find(expected), std::string::npos) << chunks.err;
+  EXPECT_EQ(chunks.report.value("live_bytes", -1L), 0) << chunks.report.dump();
 }
 
 // Peer access (issue 29): device 1's kernels reach device 0's pool blocks

@@ -2,6 +2,7 @@
 #include "runtime/config.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "runtime/allocator.hpp"
 
@@ -42,6 +43,17 @@ TEST(Config, ParsesEveryKey) {
   EXPECT_EQ(c.cuda_lib, "/opt/libcuda.so.1");
 }
 
+// One TIDEPOOL_CONF for every process of a job (one per GPU under
+// torch.distributed): each writes its own files.
+TEST(Config, APercentPInAPathIsTheProcessId) {
+  const Config c = parse_config("report:run-%p.json,trace:/tmp/%p/t.csv,log_file:100%%-%p.log");
+  ASSERT_FALSE(c.passthrough) << c.error;
+  const std::string pid = std::to_string(::getpid());
+  EXPECT_EQ(c.report, "run-" + pid + ".json");
+  EXPECT_EQ(c.trace, "/tmp/" + pid + "/t.csv");
+  EXPECT_EQ(c.log_file, "100%-" + pid + ".log");
+}
+
 TEST(Config, DeviceLimitTakesAPercentOfTheDevice) {
   const Config c = parse_config("device_limit:25%");
   ASSERT_TRUE(c.device_limit.has_value());
@@ -80,7 +92,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"small_size:10%", "\"small_size\""}, BadCase{"hold_slack:5", "\"hold_slack\""},
                       BadCase{"hold_slack:101%", "\"hold_slack\""}, BadCase{"hold_slack:-1%", "\"hold_slack\""},
                       BadCase{"hold_slack:%", "\"hold_slack\""}, BadCase{"log:verbose", "\"log\""},
-                      BadCase{"report:", "\"report\""}, BadCase{"policy:best_fit,policy:first_fit", "given twice"},
+                      BadCase{"report:", "\"report\""}, BadCase{"report:run-%d.json", "%p for the process id"},
+                      BadCase{"trace:run%", "\"trace\""}, BadCase{"policy:best_fit,policy:first_fit", "given twice"},
                       BadCase{"evict", "no ':'"}, BadCase{"evict:on,", "empty item"},
                       BadCase{",evict:on", "empty item"}, BadCase{"evict:on,,policy:best_fit", "empty item"},
                       // Values that parse but cannot work.

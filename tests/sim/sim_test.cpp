@@ -1,8 +1,11 @@
 // Specification of the simulated driver's semantics, exercised through the
 // driver table exactly as tidepool calls it.
 #include <elf.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -462,6 +465,7 @@ using ElapsedTimeV1 = CUresult (*)(float*, CUevent, CUevent);
 using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 using AllocAsync = CUresult (*)(CUdeviceptr*, std::size_t, CUstream);
 using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
+using IpcOpenMemHandleV1 = CUresult (*)(CUdeviceptr*, CUipcMemHandle, unsigned int);
 // Per-thread-default-stream forms, typed like the plain ones.
 using LaunchKernelPtsz = decltype(&::cuLaunchKernel);
 using GraphLaunchPtsz = decltype(&::cuGraphLaunch);
@@ -1434,6 +1438,518 @@ TEST_F(Sim, MemAllocPitchRejectsOverflowingSizesAndBadElementSizes) {
             CUDA_ERROR_INVALID_VALUE);
 }
 
+// --- sharing memory between processes ---------------------------------------------------------------
+
+struct IpcApi {
+  decltype(&::cuMemExportToShareableHandle) export_handle =
+      entry<decltype(&::cuMemExportToShareableHandle)>("cuMemExportToShareableHandle");
+  decltype(&::cuMemImportFromShareableHandle) import_handle =
+      entry<decltype(&::cuMemImportFromShareableHandle)>("cuMemImportFromShareableHandle");
+  decltype(&::cuMemGetAllocationPropertiesFromHandle) properties =
+      entry<decltype(&::cuMemGetAllocationPropertiesFromHandle)>("cuMemGetAllocationPropertiesFromHandle");
+  decltype(&::cuIpcGetMemHandle) get = entry<decltype(&::cuIpcGetMemHandle)>("cuIpcGetMemHandle");
+  decltype(&::cuIpcOpenMemHandle_v2) open = entry<decltype(&::cuIpcOpenMemHandle_v2)>("cuIpcOpenMemHandle_v2");
+  // The CUDA 4.1 name, exported beside the _v2 one with the same arguments.
+  decltype(&::cuIpcOpenMemHandle_v2) open_v1 = entry<decltype(&::cuIpcOpenMemHandle_v2)>("cuIpcOpenMemHandle");
+  decltype(&::cuIpcCloseMemHandle) close = entry<decltype(&::cuIpcCloseMemHandle)>("cuIpcCloseMemHandle");
+  decltype(&::cuIpcGetEventHandle) get_event = entry<decltype(&::cuIpcGetEventHandle)>("cuIpcGetEventHandle");
+  decltype(&::cuIpcOpenEventHandle) open_event = entry<decltype(&::cuIpcOpenEventHandle)>("cuIpcOpenEventHandle");
+};
+
+const IpcApi& ipc_api() {
+  static const IpcApi api;
+  return api;
+}
+
+void* as_os_handle(int fd) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)); }
+
+std::string to_hex(const CUipcMemHandle& handle) {
+  std::string out;
+  for (const char byte : handle.reserved) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", static_cast<unsigned char>(byte));
+    out += two;
+  }
+  return out;
+}
+
+CUipcMemHandle from_hex(const std::string& text) {
+  CUipcMemHandle handle{};
+  for (std::size_t i = 0; i < sizeof handle.reserved && 2 * i + 1 < text.size(); ++i) {
+    handle.reserved[i] = static_cast<char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
+  }
+  return handle;
+}
+
+// The descriptor number a child of run_ipc_child finds the parent's
+// descriptor under.
+constexpr int kChildFd = 200;
+
+// The child side of the IPC tests: this binary run again with
+// TIDEPOOL_SIM_IPC_CHILD set does what it says before main, as a process of
+// its own with the sim fresh, and exits 0, or 10 + the step that failed.
+//   fd:SIZE                 imports descriptor kChildFd (a page of SIZE
+//                           bytes on device 0), maps it, reads "from the
+//                           parent" at 0, writes "from the child" at 64
+//   legacy:HANDLE:STALE     opens HANDLE (a 10000-byte cuMemAlloc holding
+//                           "from the parent"), uses it as device memory,
+//                           writes back at 256, 512 and 1024; STALE must
+//                           not open
+int ipc_child(const std::string& spec) {
+  alarm(10);  // a hang dies of SIGALRM
+  int step = 0;
+  auto check = [&step](bool passed) {
+    ++step;
+    if (!passed) {
+      std::fprintf(stderr, "ipc child: step %d failed\n", step);
+      std::_Exit(10 + step);
+    }
+  };
+  const driver::Api& api = sim_driver().api();
+  const IpcApi& ipc = ipc_api();
+  const auto in_use = sim_control<std::size_t (*)()>("tidepool_sim_device_bytes_in_use");
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  check(api.init(0) == CUDA_SUCCESS && api.deviceGet(&device, 0) == CUDA_SUCCESS &&
+        api.devicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS && api.ctxSetCurrent(context) == CUDA_SUCCESS);
+  const std::size_t before = in_use();
+  if (spec.rfind("fd:", 0) == 0) {
+    const std::size_t size = std::stoul(spec.substr(3));
+    CUmemGenericAllocationHandle h = 0;
+    check(ipc.import_handle(&h, as_os_handle(kChildFd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS);
+    check(::close(kChildFd) == 0);  // the caller's own to close; the import holds its own
+    check(in_use() == before);      // the same memory as the parent's: no capacity taken
+    CUmemAllocationProp prop{};
+    check(ipc.properties(&prop, h) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+          prop.location.id == 0 && prop.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CUdeviceptr va = 0;
+    check(api.memAddressReserve(&va, size, 0, 0, 0) == CUDA_SUCCESS);
+    check(api.memMap(va, size, 0, h, 0) == CUDA_SUCCESS);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(api.memSetAccess(va, size, &access, 1) == CUDA_SUCCESS);
+    check(std::strcmp(reinterpret_cast<const char*>(va), "from the parent") == 0);
+    std::strcpy(reinterpret_cast<char*>(va + 64), "from the child");
+    check(api.memUnmap(va, size) == CUDA_SUCCESS && api.memRelease(h) == CUDA_SUCCESS);
+    check(in_use() == before);
+    check(api.memAddressFree(va, size) == CUDA_SUCCESS);
+    return 0;
+  }
+  const std::size_t colon = spec.find(':', 7);
+  check(spec.rfind("legacy:", 0) == 0 && colon != std::string::npos);
+  const CUipcMemHandle handle = from_hex(spec.substr(7, colon - 7));
+  const CUipcMemHandle stale = from_hex(spec.substr(colon + 1));
+  CUdeviceptr p = 0;
+  check(ipc.open(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS && p != 0);
+  check(in_use() == before);
+  // Device memory to copies, kernels and queries.
+  char text[16] = {};
+  check(api.memcpyDtoH(text, p, sizeof text) == CUDA_SUCCESS && std::strcmp(text, "from the parent") == 0);
+  testing::Gate open;
+  open.release();
+  check(testing::launch_gated_write(nullptr, &open, reinterpret_cast<int*>(p + 256), 42) == CUDA_SUCCESS);
+  check(api.memsetD8(p + 512, 7, 16) == CUDA_SUCCESS);
+  std::strcpy(reinterpret_cast<char*>(p + 1024), "from the child");
+  check(api.ctxSynchronize() == CUDA_SUCCESS);
+  CUdeviceptr start = 0;
+  std::size_t range = 0;
+  unsigned type = 0;
+  check(api.pointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 10) == CUDA_SUCCESS && start == p);
+  check(api.pointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS && range == 10000);
+  check(api.pointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS &&
+        type == CU_MEMORYTYPE_DEVICE);
+  // Not this process's to free, nor to export again.
+  check(api.memFree(p) == CUDA_ERROR_INVALID_VALUE);
+  CUipcMemHandle again{};
+  check(ipc.get(&again, p) == CUDA_ERROR_INVALID_VALUE);
+  // Opened twice: the same address, closed once per open.
+  CUdeviceptr second = 0;
+  check(ipc.open_v1(&second, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS && second == p);
+  check(ipc.close(p) == CUDA_SUCCESS);
+  check(std::strcmp(reinterpret_cast<const char*>(p), "from the parent") == 0);  // still mapped
+  check(ipc.close(p) == CUDA_SUCCESS);
+  check(ipc.close(p) == CUDA_ERROR_INVALID_VALUE);
+  // A handle of memory freed since (its descriptor number now another
+  // allocation's) opens nothing.
+  CUdeviceptr gone = 0;
+  check(ipc.open(&gone, stale, 0) == CUDA_ERROR_INVALID_VALUE);
+  check(in_use() == before);
+  return 0;
+}
+
+[[maybe_unused]] const bool kIpcChild = [] {
+  const char* spec = std::getenv("TIDEPOOL_SIM_IPC_CHILD");
+  if (spec == nullptr) return false;
+  std::_Exit(ipc_child(spec));
+}();
+
+// Runs ipc_child(spec) in a new process (this binary again), `fd` (if any)
+// given to it as kChildFd. Its exit status, or 128 + the signal that killed it.
+int run_ipc_child(const std::string& spec, int fd = -1) {
+  std::vector<std::string> env_strings{"TIDEPOOL_SIM_IPC_CHILD=" + spec};
+  for (char** e = ::environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (fd >= 0) {
+    EXPECT_NE(fd, kChildFd);  // dup2 onto itself would keep FD_CLOEXEC
+    posix_spawn_file_actions_adddup2(&actions, fd, kChildFd);
+  }
+  pid_t child = 0;
+  const int spawned = posix_spawn(&child, "/proc/self/exe", &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return -1;
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class SimIpc : public Sim {
+ protected:
+  CUmemGenericAllocationHandle create_shareable(std::size_t size, CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE,
+                                                int id = 0) {
+    CUmemAllocationProp prop = device_prop();
+    prop.location.type = where;
+    prop.location.id = id;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_EQ(api().memCreate(&h, size, &prop, 0), CUDA_SUCCESS);
+    return h;
+  }
+  int export_fd(CUmemGenericAllocationHandle h) {
+    int fd = -1;
+    EXPECT_EQ(ipc_api().export_handle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+    return fd;
+  }
+  static std::size_t device_bytes() { return sim_control<std::size_t (*)()>("tidepool_sim_device_bytes_in_use")(); }
+};
+
+TEST_F(SimIpc, AShareableHandleImportedInTheSameProcessShowsTheSameBytesAtASecondAddress) {
+  const IpcApi& ipc = ipc_api();
+  CUmemGenericAllocationHandle h = create_shareable(page_);
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(api().memAddressReserve(&a, page_, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAddressReserve(&b, page_, 0, 0, 0), CUDA_SUCCESS);
+  map_rw(a, h);
+  const int fd = export_fd(h);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+  const std::size_t before = device_bytes();
+  CUmemGenericAllocationHandle imported = 0;
+  ASSERT_EQ(ipc.import_handle(&imported, as_os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), CUDA_SUCCESS);
+  EXPECT_NE(imported, h);
+  EXPECT_EQ(device_bytes(), before);  // the same physical memory, counted once
+  EXPECT_EQ(::close(fd), 0);          // the caller's; the import keeps its own
+  map_rw(b, imported);
+  std::strcpy(reinterpret_cast<char*>(a), "written at a");
+  EXPECT_STREQ(reinterpret_cast<const char*>(b), "written at a");
+  std::strcpy(reinterpret_cast<char*>(b + 100), "written at b");
+  EXPECT_STREQ(reinterpret_cast<const char*>(a + 100), "written at b");
+  EXPECT_EQ(api().memUnmap(b, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(imported), CUDA_SUCCESS);
+  EXPECT_EQ(device_bytes(), before);
+  EXPECT_STREQ(reinterpret_cast<const char*>(a + 100), "written at b");
+  EXPECT_EQ(api().memUnmap(a, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(device_bytes(), before - page_);
+  EXPECT_EQ(api().memAddressFree(a, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(b, page_), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, AShareableHandleMapsTheSameBytesInAnotherProcess) {
+  CUmemGenericAllocationHandle h = create_shareable(page_);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  map_rw(va, h);
+  std::strcpy(reinterpret_cast<char*>(va), "from the parent");
+  const int fd = export_fd(h);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(run_ipc_child("fd:" + std::to_string(page_), fd), 0);
+  EXPECT_STREQ(reinterpret_cast<const char*>(va + 64), "from the child");
+  EXPECT_EQ(::close(fd), 0);
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, ExportNeedsThePosixDescriptorTypeRequestedAtCreation) {
+  const IpcApi& ipc = ipc_api();
+  int supported = 0;
+  ASSERT_EQ(api().deviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(supported, 1);
+  int fd = -1;
+  CUmemGenericAllocationHandle plain = create_page();  // requestedHandleTypes: none
+  EXPECT_EQ(ipc.export_handle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_INVALID_VALUE);
+  CUmemAllocationProp prop{};
+  ASSERT_EQ(ipc.properties(&prop, plain), CUDA_SUCCESS);
+  EXPECT_EQ(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_NONE);
+  EXPECT_EQ(prop.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(prop.type, CU_MEM_ALLOCATION_TYPE_PINNED);
+  EXPECT_EQ(api().memRelease(plain), CUDA_SUCCESS);
+
+  CUmemGenericAllocationHandle shareable = create_shareable(page_);
+  EXPECT_EQ(ipc.export_handle(&fd, shareable, CU_MEM_HANDLE_TYPE_WIN32, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ipc.export_handle(&fd, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ipc.export_handle(nullptr, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fd, -1);
+  EXPECT_EQ(api().memRelease(shareable), CUDA_SUCCESS);
+  // Released, or never made.
+  EXPECT_EQ(ipc.export_handle(&fd, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ipc.properties(&prop, shareable), CUDA_ERROR_INVALID_VALUE);
+  // Only descriptors are shareable on the sim.
+  for (const CUmemAllocationHandleType type :
+       {CU_MEM_HANDLE_TYPE_WIN32, CU_MEM_HANDLE_TYPE_WIN32_KMT, CU_MEM_HANDLE_TYPE_FABRIC}) {
+    prop = device_prop();
+    prop.requestedHandleTypes = type;
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_EQ(api().memCreate(&h, page_, &prop, 0), CUDA_ERROR_NOT_SUPPORTED) << type;
+  }
+}
+
+TEST_F(SimIpc, ImportingAnythingButTheSimsPhysicalMemoryIsRefused) {
+  const IpcApi& ipc = ipc_api();
+  CUmemGenericAllocationHandle h = 0;
+  const auto posix = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  EXPECT_EQ(ipc.import_handle(&h, as_os_handle(-1), posix), CUDA_ERROR_INVALID_VALUE);
+  const int closed = ::memfd_create("tidepool-sim-device-0", MFD_CLOEXEC);
+  ASSERT_GE(closed, 0);
+  ASSERT_EQ(::close(closed), 0);
+  EXPECT_EQ(ipc.import_handle(&h, as_os_handle(closed), posix), CUDA_ERROR_INVALID_VALUE);
+  const int file = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(ipc.import_handle(&h, as_os_handle(file), posix), CUDA_ERROR_INVALID_VALUE);
+  ::close(file);
+  // Some other memfd; a sim name but nothing in it; a device this process lacks.
+  for (const char* name :
+       {"someone-else", "tidepool-sim-device-01", "tidepool-sim-device-0", "tidepool-sim-device-64"}) {
+    const int fd = ::memfd_create(name, MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    if (std::strcmp(name, "tidepool-sim-device-64") == 0) {
+      ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page_)), 0);
+      EXPECT_EQ(ipc.import_handle(&h, as_os_handle(fd), posix), CUDA_ERROR_NOT_SUPPORTED) << name;
+    } else {
+      EXPECT_EQ(ipc.import_handle(&h, as_os_handle(fd), posix), CUDA_ERROR_INVALID_VALUE) << name;
+    }
+    ::close(fd);
+  }
+  // Handle types the sim has no way to carry.
+  CUmemGenericAllocationHandle page = create_shareable(page_);
+  const int fd = export_fd(page);
+  EXPECT_EQ(ipc.import_handle(&h, as_os_handle(fd), CU_MEM_HANDLE_TYPE_FABRIC), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(ipc.import_handle(&h, as_os_handle(fd), CU_MEM_HANDLE_TYPE_NONE), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ipc.import_handle(nullptr, as_os_handle(fd), posix), CUDA_ERROR_INVALID_VALUE);
+  ::close(fd);
+  EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, AnExportedPageOutlivesItsCreatorsReleaseAndItsFileIsNeverReused) {
+  const IpcApi& ipc = ipc_api();
+  // An odd size, so that any spare file this size would be this page's.
+  const std::size_t size = 5 * page_;
+  CUmemGenericAllocationHandle h = create_shareable(size);
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(api().memAddressReserve(&a, size, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAddressReserve(&b, size, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().memMap(a, size, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(api().memSetAccess(a, size, &access, 1), CUDA_SUCCESS);
+  std::strcpy(reinterpret_cast<char*>(a), "the exporter's bytes");
+  const int fd = export_fd(h);
+  struct stat exported {};
+  ASSERT_EQ(::fstat(fd, &exported), 0);
+  CUmemGenericAllocationHandle imported = 0;
+  ASSERT_EQ(ipc.import_handle(&imported, as_os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), CUDA_SUCCESS);
+  ASSERT_EQ(::close(fd), 0);
+  ASSERT_EQ(api().memMap(b, size, 0, imported, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().memSetAccess(b, size, &access, 1), CUDA_SUCCESS);
+  // The creator lets go of its page entirely.
+  ASSERT_EQ(api().memUnmap(a, size), CUDA_SUCCESS);
+  ASSERT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b), "the exporter's bytes");
+  // New pages of the same size and place get files of their own.
+  for (int i = 0; i < 3; ++i) {
+    CUmemGenericAllocationHandle fresh = create_shareable(size);
+    const int fresh_fd = export_fd(fresh);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fresh_fd, &st), 0);
+    EXPECT_NE(st.st_ino, exported.st_ino) << "a later cuMemCreate reused the exported page's file";
+    ASSERT_EQ(api().memMap(a, size, 0, fresh, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api().memSetAccess(a, size, &access, 1), CUDA_SUCCESS);
+    std::memset(reinterpret_cast<void*>(a), 'x', 64);
+    EXPECT_STREQ(reinterpret_cast<const char*>(b), "the exporter's bytes");
+    ASSERT_EQ(api().memUnmap(a, size), CUDA_SUCCESS);
+    ASSERT_EQ(api().memRelease(fresh), CUDA_SUCCESS);
+    ::close(fresh_fd);
+  }
+  EXPECT_EQ(api().memUnmap(b, size), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(imported), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(a, size), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(b, size), CUDA_SUCCESS);
+}
+
+// The importer learns where the memory lives from the memfd's name alone,
+// and a spare file is reused only for memory of the place its name gives.
+TEST_F(SimIpc, AnImportKnowsWhereTheMemoryLivesFromTheFilesName) {
+  const IpcApi& ipc = ipc_api();
+  int count = 0;
+  ASSERT_EQ(api().deviceGetCount(&count), CUDA_SUCCESS);
+  const std::size_t size = 3 * page_;
+  // Device 0's file, released into the spares, then host and (with two
+  // devices) device 1 memory of the same size.
+  ASSERT_EQ(api().memRelease(create_shareable(size)), CUDA_SUCCESS);
+  struct Case {
+    CUmemLocationType type;
+    int id;
+  };
+  std::vector<Case> cases{{CU_MEM_LOCATION_TYPE_HOST, 0}, {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+  if (count >= 2) cases.push_back({CU_MEM_LOCATION_TYPE_DEVICE, 1});
+  for (const Case& c : cases) {
+    CUmemGenericAllocationHandle h = create_shareable(size, c.type, c.id);
+    const int fd = export_fd(h);
+    CUmemGenericAllocationHandle imported = 0;
+    ASSERT_EQ(ipc.import_handle(&imported, as_os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), CUDA_SUCCESS);
+    CUmemAllocationProp prop{};
+    ASSERT_EQ(ipc.properties(&prop, imported), CUDA_SUCCESS);
+    EXPECT_EQ(prop.location.type, c.type);
+    EXPECT_EQ(prop.location.id, c.id);
+    EXPECT_EQ(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    EXPECT_EQ(api().memRelease(imported), CUDA_SUCCESS);
+    EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+    ::close(fd);
+  }
+}
+
+TEST_F(SimIpc, LegacyIpcSharesCuMemAllocBytesWithAnotherProcessBothWays) {
+  const IpcApi& ipc = ipc_api();
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 10000), CUDA_SUCCESS);
+  std::memset(reinterpret_cast<void*>(p), 0, 10000);
+  std::strcpy(reinterpret_cast<char*>(p), "from the parent");
+  CUipcMemHandle handle{};
+  ASSERT_EQ(ipc.get(&handle, p), CUDA_SUCCESS);
+  // Any address inside names the whole allocation.
+  CUipcMemHandle inside{};
+  ASSERT_EQ(ipc.get(&inside, p + 4321), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(&handle, &inside, sizeof handle), 0);
+  // A handle of memory freed since, whose descriptor number a new
+  // allocation has likely taken.
+  CUdeviceptr freed = 0;
+  ASSERT_EQ(api().memAlloc(&freed, 4096), CUDA_SUCCESS);
+  CUipcMemHandle stale{};
+  ASSERT_EQ(ipc.get(&stale, freed), CUDA_SUCCESS);
+  ASSERT_EQ(api().memFree(freed), CUDA_SUCCESS);
+  CUdeviceptr successor = 0;
+  ASSERT_EQ(api().memAlloc(&successor, 4096), CUDA_SUCCESS);
+  CUipcMemHandle renewed{};
+  ASSERT_EQ(ipc.get(&renewed, successor), CUDA_SUCCESS);
+  EXPECT_NE(std::memcmp(&stale, &renewed, sizeof stale), 0);  // a new allocation, a new handle
+
+  EXPECT_EQ(run_ipc_child("legacy:" + to_hex(handle) + ":" + to_hex(stale)), 0);
+  EXPECT_EQ(*reinterpret_cast<const int*>(p + 256), 42);  // the child's kernel
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(reinterpret_cast<const unsigned char*>(p + 512)[i], 7);
+  EXPECT_STREQ(reinterpret_cast<const char*>(p + 1024), "from the child");
+  EXPECT_EQ(api().memFree(successor), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, LegacyIpcIsRefusedOnVmmPoolAndHostMemory) {
+  const IpcApi& ipc = ipc_api();
+  CUipcMemHandle handle{};
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h = create_shareable(page_);
+  map_rw(va, h);
+  EXPECT_EQ(ipc.get(&handle, va), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr pooled = 0;
+  ASSERT_EQ(api().memAllocAsync(&pooled, 4096, stream), CUDA_SUCCESS);
+  EXPECT_EQ(ipc.get(&handle, pooled), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memFreeAsync(pooled, stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(ipc.get(&handle, reinterpret_cast<CUdeviceptr>(host)), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memFreeHost(host), CUDA_SUCCESS);
+  int pageable = 0;
+  EXPECT_EQ(ipc.get(&handle, reinterpret_cast<CUdeviceptr>(&pageable)), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(ipc.get(nullptr, p), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, ALegacyHandleOpensOnlyInAnotherProcess) {
+  const IpcApi& ipc = ipc_api();
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  CUipcMemHandle handle{};
+  ASSERT_EQ(ipc.get(&handle, p), CUDA_SUCCESS);
+  CUdeviceptr opened = 0;
+  // As the driver: "invalid device context" in the exporting process.
+  EXPECT_EQ(ipc.open(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(ipc.open_v1(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(ipc.open(&opened, CUipcMemHandle{}, 0), CUDA_ERROR_INVALID_VALUE);  // not a handle
+  EXPECT_EQ(ipc.open(&opened, handle, 2), CUDA_ERROR_INVALID_VALUE);            // unknown flag
+  EXPECT_EQ(ipc.open(nullptr, handle, 0), CUDA_ERROR_INVALID_VALUE);
+  // Nothing opened to close.
+  EXPECT_EQ(ipc.close(p), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(ipc.close(0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  // Interprocess events are not simulated, and the device says so.
+  CUipcEventHandle event_handle{};
+  CUevent event = nullptr;
+  EXPECT_EQ(ipc.get_event(&event_handle, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(ipc.open_event(&event, event_handle), CUDA_ERROR_NOT_SUPPORTED);
+  int supported = 1;
+  ASSERT_EQ(api().deviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0), CUDA_SUCCESS);
+  EXPECT_EQ(supported, 0);
+  // Without a current context.
+  ASSERT_EQ(api().ctxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(ipc.get(&handle, p), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(ipc.open(&opened, handle, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(ipc.close(p), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+}
+
+TEST_F(SimIpc, GetProcAddressHandsOutTheSharingEntryPointsByVersion) {
+  auto resolve = [&](const char* name, int version) {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    EXPECT_EQ(api().getProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS) << name;
+    return fn;
+  };
+  auto exported = [&](const char* symbol) { return ::dlsym(sim_driver().handle(), symbol); };
+  EXPECT_EQ(resolve("cuIpcOpenMemHandle", 10000), exported("cuIpcOpenMemHandle"));
+  EXPECT_EQ(resolve("cuIpcOpenMemHandle", 11000), exported("cuIpcOpenMemHandle_v2"));
+  EXPECT_EQ(resolve("cuIpcGetMemHandle", 12000), exported("cuIpcGetMemHandle"));
+  EXPECT_EQ(resolve("cuIpcCloseMemHandle", 12000), exported("cuIpcCloseMemHandle"));
+  EXPECT_EQ(resolve("cuIpcGetEventHandle", 12000), exported("cuIpcGetEventHandle"));
+  EXPECT_EQ(resolve("cuIpcOpenEventHandle", 12000), exported("cuIpcOpenEventHandle"));
+  EXPECT_EQ(resolve("cuMemExportToShareableHandle", 12000), exported("cuMemExportToShareableHandle"));
+  EXPECT_EQ(resolve("cuMemImportFromShareableHandle", 12000), exported("cuMemImportFromShareableHandle"));
+  EXPECT_EQ(resolve("cuMemGetAllocationPropertiesFromHandle", 12000),
+            exported("cuMemGetAllocationPropertiesFromHandle"));
+}
+
 // --- fault injection reaches every entry point ---------------------------------------------------------
 
 // The driver symbols (cu*) the sim library defines and exports, read from
@@ -1553,6 +2069,15 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuMemUnmap, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemSetAccess, 0, 0, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuMemGetAllocationGranularity, &size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      TIDEPOOL_FAULT_CASE(cuMemExportToShareableHandle, nullptr, 0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      TIDEPOOL_FAULT_CASE(cuMemImportFromShareableHandle, nullptr, nullptr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+      TIDEPOOL_FAULT_CASE(cuMemGetAllocationPropertiesFromHandle, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuIpcGetMemHandle, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuIpcOpenMemHandle_v2, &dptr, CUipcMemHandle{}, 0),
+      TIDEPOOL_FAULT_CASE_T("cuIpcOpenMemHandle", IpcOpenMemHandleV1, &dptr, CUipcMemHandle{}, 0),
+      TIDEPOOL_FAULT_CASE(cuIpcCloseMemHandle, 0),
+      TIDEPOOL_FAULT_CASE(cuIpcGetEventHandle, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuIpcOpenEventHandle, nullptr, CUipcEventHandle{}),
       TIDEPOOL_FAULT_CASE(cuStreamCreate, &stream, 0xFFu),
       TIDEPOOL_FAULT_CASE(cuStreamCreateWithPriority, &stream, 0xFFu, 0),
       TIDEPOOL_FAULT_CASE(cuStreamDestroy_v2, bogus),
