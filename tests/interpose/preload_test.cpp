@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -43,7 +44,7 @@ class Preload : public ::testing::Test {
   // Runs `program mode` with the sim as libcuda.so.1; preloaded when `conf`
   // is given (the report path is added to it).
   ProgramRun run(const std::string& program, const std::string& mode, const char* conf) {
-    const std::string report = (dir_ / "report.json").string();
+    const std::string report = (dir_ / report_name_).string();
     const std::string err = (dir_ / "stderr.txt").string();
     std::filesystem::remove(report);
     std::string command = time_limit_s_ > 0 ? "timeout -s KILL " + std::to_string(time_limit_s_) + " " : "";
@@ -105,8 +106,20 @@ class Preload : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  int time_limit_s_ = 0;   // > 0: the program is killed after this long (exit status 137)
-  std::string extra_env_;  // more NAME=VALUE settings for the program, each followed by a space
+  int time_limit_s_ = 0;                     // > 0: the program is killed after this long (exit status 137)
+  std::string extra_env_;                    // more NAME=VALUE settings for the program, each followed by a space
+  std::string report_name_ = "report.json";  // in dir_; with %p, one per process (read them with reports())
+
+  // Every report in dir_ whose name starts with `prefix`, parsed.
+  std::vector<nlohmann::json> reports(const std::string& prefix) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind(prefix, 0) != 0) continue;
+      std::ifstream in(entry.path());
+      out.push_back(nlohmann::json::parse(in, nullptr, false));
+    }
+    return out;
+  }
 };
 
 TEST_F(Preload, SharedCudartCallsAreServedByTheRuntimeHooks) {
@@ -445,6 +458,38 @@ TEST_F(Preload, TwoProcessesShareBlocksThroughIpcHandlesAsTheyDoNatively) {
   EXPECT_NE(chunks.err.find("no virtual memory management"), std::string::npos) << chunks.err;
   EXPECT_NE(chunks.err.find(expected), std::string::npos) << chunks.err;
   EXPECT_EQ(chunks.report.value("live_bytes", -1L), 0) << chunks.report.dump();
+}
+
+// One process per GPU (issue 29, as under torch.distributed): the IPC
+// child runs on the second device, and both processes share blocks across
+// devices. One TIDEPOOL_CONF with %p in the report path gives each process
+// its own report, each with its own device's pool and figures.
+TEST_F(Preload, OneProcessPerGpuEachHasItsOwnPoolAndReportAndTheyShareBlocks) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 PROBE_CHILD_DEVICE=1 ";
+  report_name_ = "report-%p.json";
+  const char* expected =
+      "ipc: same handle 1, small block shared, own open refused; child saw 0 wrong, we see 0 and 0 wrong in theirs; "
+      "after our free the child saw 0 wrong;";
+  const ProgramRun r = run(PROBE_IPC, "run", "device_limit:16MiB,evict:on");
+  EXPECT_EQ(r.status, 42) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  std::map<int, long> allocations_by_device;  // from the reports of the parent and the child
+  int with_allocations = 0;
+  for (const nlohmann::json& report : reports("report-")) {
+    ASSERT_TRUE(report.is_object() && report.contains("devices")) << report.dump();
+    for (const auto& device : report["devices"]) {
+      const long allocations = device.value("allocations", 0L);
+      if (allocations == 0) continue;
+      ++with_allocations;
+      allocations_by_device[device.value("device", -1)] += allocations;
+      EXPECT_EQ(device.value("live_bytes", -1L), 0) << device.dump();
+      EXPECT_LE(device.value("peak_reserved_bytes", -1L), 16L << 20) << device.dump();
+    }
+  }
+  EXPECT_EQ(with_allocations, 2) << "the parent's device 0 and the child's device 1, each in its own report";
+  EXPECT_GT(allocations_by_device[0], 0);
+  EXPECT_EQ(allocations_by_device[1], 1) << "the child's one block, on its own device";
 }
 
 // Peer access (issue 29): device 1's kernels reach device 0's pool blocks

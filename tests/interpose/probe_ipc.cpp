@@ -17,6 +17,8 @@
 //      frees blocks of the same sizes under a budget;
 //   3. the child checks that its view of the freed blocks still holds its
 //      words (nothing was reused under it), closes them, and exits;
+//      (With PROBE_CHILD_DEVICE=1 the child runs on the second GPU, one
+//      process per GPU as under torch.distributed.)
 //   4. a handle with a wrong secret byte, a process running as another user
 //      (when the probe runs as root), and a process that opens a handle and
 //      dies without closing it are refused or cleaned up.
@@ -125,9 +127,21 @@ void wait_until_nothing_live() {
   }
 }
 
-// The importing side of steps 1 and 3.
+// The primary context of `device` made current.
+void use_device(int device) {
+  CUdevice handle = 0;
+  CUcontext context = nullptr;
+  PROBE_CHECK(cuInit(0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&handle, device) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, handle) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
+}
+
+// The importing side of steps 1 and 3, on device PROBE_CHILD_DEVICE (0 by
+// default; 1 plays one process per GPU).
 int child(int fd) {
-  make_context_current();
+  const char* device = std::getenv("PROBE_CHILD_DEVICE");
+  use_device(device != nullptr ? std::atoi(device) : 0);
   Kernels k;
   Message m;
   PROBE_CHECK(receive(fd, &m) && m.step == 1);
