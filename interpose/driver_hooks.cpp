@@ -43,30 +43,36 @@ CUresult release(CUdeviceptr dptr, CUstream stream, bool ordered, bool* forward)
 }  // namespace tidepool::interpose
 
 using tidepool::interpose::allocate;
+using tidepool::interpose::driver_freed;
+using tidepool::interpose::driver_served;
 using tidepool::interpose::release;
 
 TIDEPOOL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytesize) {
   bool forward = false;
   const CUresult r = allocate(dptr, bytesize, nullptr, false, TIDEPOOL_CALLER(), &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAlloc_v2, dptr, bytesize) : r;
+  return forward ? driver_served(TIDEPOOL_CALL_REAL_DRIVER(cuMemAlloc_v2, dptr, bytesize), dptr, bytesize,
+                                 TIDEPOOL_CALLER())
+                 : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFree_v2(CUdeviceptr dptr) {
   bool forward = false;
   const CUresult r = release(dptr, nullptr, false, &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFree_v2, dptr) : r;
+  return forward ? driver_freed(TIDEPOOL_CALL_REAL_DRIVER(cuMemFree_v2, dptr), dptr) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
   const CUresult r = allocate(dptr, bytesize, stream, true, TIDEPOOL_CALLER(), &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync, dptr, bytesize, stream) : r;
+  return forward ? driver_served(TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync, dptr, bytesize, stream), dptr, bytesize,
+                                 TIDEPOOL_CALLER())
+                 : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   bool forward = false;
   const CUresult r = release(dptr, stream, true, &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync, dptr, stream) : r;
+  return forward ? driver_freed(TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync, dptr, stream), dptr) : r;
 }
 
 // The _ptsz variants read the null stream as the per-thread stream.
@@ -74,13 +80,15 @@ TIDEPOOL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes
   bool forward = false;
   const CUresult r =
       allocate(dptr, bytesize, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, TIDEPOOL_CALLER(), &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, dptr, bytesize, stream) : r;
+  return forward ? driver_served(TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, dptr, bytesize, stream), dptr,
+                                 bytesize, TIDEPOOL_CALLER())
+                 : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   bool forward = false;
   const CUresult r = release(dptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, &forward);
-  return forward ? TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync_ptsz, dptr, stream) : r;
+  return forward ? driver_freed(TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync_ptsz, dptr, stream), dptr) : r;
 }
 
 TIDEPOOL_HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width, std::size_t height,

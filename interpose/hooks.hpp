@@ -23,6 +23,7 @@
 extern "C" {
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUmemoryPool pool, CUstream stream);
 cudaError_t cudaMallocAsync_ptsz(void** ptr, std::size_t size, cudaStream_t stream);
 cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -124,7 +125,7 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy) \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) \
   X(cuMemPoolSetAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {

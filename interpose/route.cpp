@@ -72,6 +72,16 @@ Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
   return {};
 }
 
+CUresult driver_served(CUresult r, const CUdeviceptr* dptr, std::size_t bytes, std::uintptr_t caller) {
+  if (r == CUDA_SUCCESS && dptr != nullptr && serving()) Runtime::get().driver_allocated(*dptr, bytes, caller);
+  return r;
+}
+
+CUresult driver_freed(CUresult r, CUdeviceptr dptr) {
+  if (r == CUDA_SUCCESS && serving()) Runtime::get().driver_freed(dptr);
+  return r;
+}
+
 runtime::Allocator* current_allocator() {
   if (!serving()) return nullptr;
   CUdevice device = 0;

@@ -35,6 +35,12 @@ util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::siz
                                          std::uintptr_t caller);
 // A free of `address`.
 Route route_free(std::uintptr_t address, CUstream stream, bool ordered);
+// What the driver answered to an allocation forwarded to it (`r`), passed
+// on; while tidepool serves, a success is device memory held outside the
+// pool (a memory pool of the program's own), counted against the budget.
+CUresult driver_served(CUresult r, const CUdeviceptr* dptr, std::size_t bytes, std::uintptr_t caller);
+// The same for a free forwarded to the driver.
+CUresult driver_freed(CUresult r, CUdeviceptr dptr);
 // The pool of the current context's device, or null.
 runtime::Allocator* current_allocator();
 // The pool whose segments hold `address`, live block or not; null when none

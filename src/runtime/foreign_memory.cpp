@@ -10,12 +10,36 @@ void ForeignMemory::created(CUmemGenericAllocationHandle handle, int device, std
   const auto d = static_cast<std::size_t>(device);
   std::lock_guard<std::mutex> guard(lock_);
   if (!held_.emplace(handle, Held{device, bytes, tag}).second) return;  // a handle the driver handed out twice: never
-  const std::size_t now = bytes_[d].load(std::memory_order_relaxed) + bytes;
-  bytes_[d].store(now, std::memory_order_release);
-  peak_[d] = std::max(peak_[d], now);
-  auto& [tag_now, tag_peak] = by_tag_[d][tag];
+  add(d, bytes, tag);
+}
+
+void ForeignMemory::allocated(std::uintptr_t address, int device, std::size_t bytes, std::uint16_t tag) {
+  if (device < 0 || device >= kMaxDevices || bytes == 0 || address == 0) return;
+  std::lock_guard<std::mutex> guard(lock_);
+  if (!allocations_.emplace(address, Held{device, bytes, tag}).second) return;
+  add(static_cast<std::size_t>(device), bytes, tag);
+}
+
+void ForeignMemory::freed(std::uintptr_t address) {
+  std::lock_guard<std::mutex> guard(lock_);
+  auto it = allocations_.find(address);
+  if (it == allocations_.end()) return;
+  remove(static_cast<std::size_t>(it->second.device), it->second.bytes, it->second.tag);
+  allocations_.erase(it);
+}
+
+void ForeignMemory::add(std::size_t device, std::size_t bytes, std::uint16_t tag) {
+  const std::size_t now = bytes_[device].load(std::memory_order_relaxed) + bytes;
+  bytes_[device].store(now, std::memory_order_release);
+  peak_[device] = std::max(peak_[device], now);
+  auto& [tag_now, tag_peak] = by_tag_[device][tag];
   tag_now += bytes;
   tag_peak = std::max(tag_peak, tag_now);
+}
+
+void ForeignMemory::remove(std::size_t device, std::size_t bytes, std::uint16_t tag) {
+  bytes_[device].store(bytes_[device].load(std::memory_order_relaxed) - bytes, std::memory_order_release);
+  by_tag_[device][tag].first -= bytes;
 }
 
 void ForeignMemory::released(CUmemGenericAllocationHandle handle) {
@@ -46,9 +70,7 @@ void ForeignMemory::unmapped(std::uintptr_t address, std::size_t bytes) {
 
 void ForeignMemory::forget_if_unheld(std::unordered_map<CUmemGenericAllocationHandle, Held>::iterator it) {
   if (!it->second.released || it->second.mappings > 0) return;
-  const auto d = static_cast<std::size_t>(it->second.device);
-  bytes_[d].store(bytes_[d].load(std::memory_order_relaxed) - it->second.bytes, std::memory_order_release);
-  by_tag_[d][it->second.tag].first -= it->second.bytes;
+  remove(static_cast<std::size_t>(it->second.device), it->second.bytes, it->second.tag);
   held_.erase(it);
 }
 

@@ -18,7 +18,7 @@
 
 // clang-format off
 #define TIDEPOOL_OPTIONS(X)                                                                                 \
-  X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device, from 2MiB to what the device has. Memory the program makes with cuMemCreate outside the pool counts against it too. Default: what the device reports.") \
+  X(device_limit,     size_or_percent, "",         "Device memory budget: bytes with a unit or a % of the device, from 2MiB to what the device has. Memory the program makes with cuMemCreate outside the pool, and allocations from memory pools of its own, count against it too. Default: what the device reports.") \
   X(policy,           policy,          "best_fit", "Placement policy: best_fit, first_fit, next_fit, worst_fit, binned, two_ended.") \
   X(evict,            switch,          "off",      "Under device_limit, move pages of idle live blocks to a pinned host cache instead of failing; they come back on hints and when handed out again. The device pointers never change. Needs host-located VMM (CUDA 12.2+); without it eviction stays off and the log says why.") \
   X(host_cache,       cache_size,      "",         "Bound on pinned host memory for evicted pages, at least 2MiB. Default: half the host's physical memory. An allocation that would evict past it fails with out-of-memory.") \

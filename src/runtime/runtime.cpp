@@ -268,6 +268,18 @@ void Runtime::foreign_created(CUmemGenericAllocationHandle handle, const CUmemAl
   }
 }
 
+void Runtime::driver_allocated(CUdeviceptr address, std::size_t bytes, std::uintptr_t caller) {
+  if (driver_ == nullptr) return;
+  int device = -1;
+  if (driver_->api().pointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address) != CUDA_SUCCESS) return;
+  foreign_.allocated(static_cast<std::uintptr_t>(address), device, bytes,
+                     call_sites_ != nullptr ? call_sites_->tag(caller) : 0);
+  if (device < 0 || device >= kMaxDevices) return;
+  if (Allocator* a = allocators_[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) {
+    a->pool().outside_bytes_grew();
+  }
+}
+
 void Runtime::memory_pools_changed() {
   if (driver_ == nullptr) return;
   const driver::Api& api = driver_->api();

@@ -137,6 +137,10 @@ class Runtime {
     foreign_.mapped(address, bytes, handle);
   }
   void foreign_unmapped(std::uintptr_t address, std::size_t bytes) { foreign_.unmapped(address, bytes); }
+  // An allocation the driver served for the program while tidepool serves
+  // (a memory pool of its own): held outside the pool, until driver_freed.
+  void driver_allocated(CUdeviceptr address, std::size_t bytes, std::uintptr_t caller);
+  void driver_freed(CUdeviceptr address) { foreign_.freed(static_cast<std::uintptr_t>(address)); }
   // CUDA IPC on pool memory (ipc_sharing.hpp); null in pass-through mode.
   [[nodiscard]] IpcSharing* ipc() noexcept { return ipc_.get(); }
   [[nodiscard]] const ForeignMemory& foreign() const noexcept { return foreign_; }

@@ -391,6 +391,9 @@ TEST_F(Preload, AMemoryPoolTheProgramSetServesItsStreamOrderedAllocations) {
   EXPECT_EQ(r.report.value("allocations", -1), 2);  // the default pool's, before and after
   EXPECT_EQ(r.report.value("frees", -1), 2);
   EXPECT_EQ(r.report.value("passthrough_allocations", -1), 1);  // cuMemAllocAsync while the program's pool was current
+  // Both of the program pool's blocks count as held outside tidepool's, until freed.
+  EXPECT_EQ(r.report.value("peak_foreign_bytes", -1L), 2L << 20) << r.report.dump();
+  EXPECT_EQ(r.report.value("foreign_bytes", -1L), 0) << r.report.dump();
 }
 
 // Device memory a library makes itself (issue 29): NCCL's buffers come from
