@@ -251,9 +251,9 @@ class Pool {
   // Its pages come back to the device and stay there while any such hold
   // lasts; a free of it meanwhile succeeds but takes effect only when the
   // last hold ends, so the other process never sees its bytes reused.
-  // `pages` receives what the other process maps (the caller closes the
-  // fds). invalid_value when the block is gone or freed; out_of_memory when
-  // its pages cannot all come back.
+  // `pages` receives what the other process maps (space::AddressSpace::share).
+  // invalid_value when the block is gone or freed; out_of_memory when its
+  // pages cannot all come back.
   util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
                                space::AddressSpace::SharedPages* pages);
   // One such hold ends; true when that was the last and the block, freed

@@ -27,8 +27,9 @@ bool Pool::find_containing(std::uintptr_t address, std::uintptr_t* base, std::si
                            std::uint64_t* buffer_id) const {
   std::lock_guard<util::SpinLock> guard(lock_);
   const Block* b = live_.containing(address);
-  // The driver knows an allocation only as large as it was asked for.
-  if (b == nullptr || address >= b->address + b->requested) return false;
+  // The driver knows an allocation only as large as it was asked for, and
+  // a freed one not at all (one other processes still map included).
+  if (b == nullptr || address >= b->address + b->requested || b->freed_while_shared) return false;
   *base = b->address;
   *size = b->requested;
   if (buffer_id != nullptr) *buffer_id = b->buffer_id;

@@ -17,15 +17,18 @@ void ForeignMemory::allocated(std::uintptr_t address, int device, std::size_t by
   if (device < 0 || device >= kMaxDevices || bytes == 0 || address == 0) return;
   std::lock_guard<std::mutex> guard(lock_);
   if (!allocations_.emplace(address, Held{device, bytes, tag}).second) return;
+  allocation_count_.store(allocations_.size(), std::memory_order_release);
   add(static_cast<std::size_t>(device), bytes, tag);
 }
 
 void ForeignMemory::freed(std::uintptr_t address) {
+  if (allocation_count_.load(std::memory_order_acquire) == 0) return;
   std::lock_guard<std::mutex> guard(lock_);
   auto it = allocations_.find(address);
   if (it == allocations_.end()) return;
   remove(static_cast<std::size_t>(it->second.device), it->second.bytes, it->second.tag);
   allocations_.erase(it);
+  allocation_count_.store(allocations_.size(), std::memory_order_release);
 }
 
 void ForeignMemory::add(std::size_t device, std::size_t bytes, std::uint16_t tag) {

@@ -83,6 +83,9 @@ class ForeignMemory {
   std::unordered_map<CUmemGenericAllocationHandle, Held> held_;
   std::map<std::uintptr_t, std::pair<std::size_t, CUmemGenericAllocationHandle>> mappings_;  // by address
   std::unordered_map<std::uintptr_t, Held> allocations_;  // the driver's allocations, by address
+  // allocations_.size(), read without the lock: a free forwarded to the
+  // driver while there are none pays one load.
+  std::atomic<std::size_t> allocation_count_{0};
   std::array<std::atomic<std::size_t>, kMaxDevices> bytes_{};
   std::array<std::size_t, kMaxDevices> peak_{};
   // By device, then tag: (now, peak).

@@ -13,14 +13,11 @@
 
 #include "runtime/allocator.hpp"
 #include "runtime/logging.hpp"
+#include "util/util.hpp"
 
 namespace tidepool::runtime {
 
 namespace {
-
-void close_all(const std::vector<int>& fds) {
-  for (int fd : fds) ::close(fd);
-}
 
 CUresult result_of(const util::Status& s) {
   switch (s.error()) {
@@ -103,7 +100,8 @@ void IpcExporter::prune_locked() {
     std::size_t size = 0;
     std::uint64_t id = 0;
     const Export& e = it->second;
-    const bool live = e.owner->pool().find_containing(e.base, &base, &size, &id) && base == e.base && id == e.buffer_id;
+    const bool live = e.holds > 0 || (e.owner->pool().find_containing(e.base, &base, &size, &id) && base == e.base &&
+                                      id == e.buffer_id);
     if (live) {
       ++it;
       continue;
@@ -151,35 +149,41 @@ util::Status IpcExporter::start_locked() {
   listener_ = listener;
   channel_ = channel;
   pid_ = ::getpid();
-  thread_ = std::make_unique<std::thread>([this] { serve(); });
+  thread_ = std::make_unique<std::thread>(util::start_background_thread([this] { serve(); }));
   log_info("IPC: sharing pool blocks through channel {:016x}", channel);
   return util::Status::success();
 }
 
 void IpcExporter::serve() {
-  std::vector<pollfd> polled;
-  for (;;) {
-    polled.clear();
-    polled.push_back({wake_[0], POLLIN, 0});
-    polled.push_back({listener_, POLLIN, 0});
-    for (const Connection& c : connections_) polled.push_back({c.fd, POLLIN, 0});
-    if (::poll(polled.data(), polled.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (polled[0].revents != 0) return;
-    if (polled[1].revents != 0) accept_one();
-    // Connections answered in reverse so that ending one (a swap with the
-    // last) leaves those not yet visited in place.
-    for (std::size_t i = polled.size(); i-- > 2;) {
-      if (polled[i].revents == 0) continue;
-      const std::size_t index = i - 2;
-      if (!answer(connections_[index])) {
-        end_connection(connections_[index]);
-        connections_[index] = connections_.back();
-        connections_.pop_back();
+  // Nothing may escape into the host process: a failure here ends only the
+  // channel (opens then fail, holds taken so far stay).
+  try {
+    std::vector<pollfd> polled;
+    for (;;) {
+      polled.clear();
+      polled.push_back({wake_[0], POLLIN, 0});
+      polled.push_back({listener_, POLLIN, 0});
+      for (const Connection& c : connections_) polled.push_back({c.fd, POLLIN, 0});
+      if (::poll(polled.data(), polled.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (polled[0].revents != 0) return;
+      if (polled[1].revents != 0) accept_one();
+      // Connections answered in reverse so that ending one (a swap with the
+      // last) leaves those not yet visited in place.
+      for (std::size_t i = polled.size(); i-- > 2;) {
+        if (polled[i].revents == 0) continue;
+        const std::size_t index = i - 2;
+        if (!answer(connections_[index])) {
+          end_connection(connections_[index]);
+          connections_[index] = connections_.back();
+          connections_.pop_back();
+        }
       }
     }
+  } catch (...) {
+    log_error("IPC: the channel stopped on an internal error; opens of this process's handles now fail");
   }
 }
 
@@ -188,7 +192,8 @@ void IpcExporter::accept_one() {
   if (fd < 0) return;
   ucred peer{};
   socklen_t length = sizeof(peer);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != ::geteuid()) {
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != ::geteuid() ||
+      !ipc::limit_waits(fd)) {
     // Another user's process: no answer at all.
     ::close(fd);
     std::lock_guard<std::mutex> guard(lock_);
@@ -202,18 +207,12 @@ void IpcExporter::accept_one() {
 bool IpcExporter::answer(Connection& c) {
   ipc::Request request;
   if (!ipc::receive_message(c.fd, &request, sizeof(request))) return false;
-  if (request.kind == ipc::Request::open) {
-    answer_open(c, request);
-    return true;
-  }
-  if (request.kind == ipc::Request::close) {
-    answer_close(c, request);
-    return true;
-  }
+  if (request.kind == ipc::Request::open) return answer_open(c, request);
+  if (request.kind == ipc::Request::close) return answer_close(c, request);
   return false;
 }
 
-void IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
+bool IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
   ipc::Reply reply;
   Export e;
   {
@@ -231,37 +230,48 @@ void IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
   if (reply.result == CUDA_SUCCESS) {
     const util::Status held = e.owner->pool().hold_for_import(e.base, e.buffer_id, &pages);
     reply.result = result_of(held);
+    std::lock_guard<std::mutex> guard(lock_);
     if (!held) {
-      std::lock_guard<std::mutex> guard(lock_);
       counters_.refused++;
+    } else {
+      // Held from here: the connection's end lets go, whatever happens next.
+      c.held.push_back(e.id);
+      exports_[e.id].holds++;
+      counters_.opens++;
+      counters_.holds++;
     }
   }
-  if (reply.result == CUDA_SUCCESS) {
-    reply.device = e.owner->device();
-    reply.block_offset = e.base - pages.first_page;
-    reply.block_bytes = e.bytes;
-    reply.page_size = pages.page_size;
-    reply.page_count = pages.fds.size();
-    reply.is_chunk = pages.is_chunk ? 1 : 0;
-    reply.chunk = pages.chunk;
-  }
-  bool sent = ipc::send_message(c.fd, &reply, sizeof(reply));
-  for (std::size_t i = 0; sent && i < pages.fds.size(); i += ipc::kFdsPerMessage) {
-    const std::size_t count = std::min(ipc::kFdsPerMessage, pages.fds.size() - i);
-    const auto batch = static_cast<std::uint32_t>(count);
-    sent = ipc::send_message(c.fd, &batch, sizeof(batch), pages.fds.data() + i, count);
-  }
-  close_all(pages.fds);
-  if (reply.result != CUDA_SUCCESS) return;
-  // Held even when the answer did not get through: the connection then
-  // ends, and its end lets go.
-  c.held.push_back(e.id);
-  std::lock_guard<std::mutex> guard(lock_);
-  counters_.opens++;
-  counters_.holds++;
+  if (reply.result != CUDA_SUCCESS) return ipc::send_message(c.fd, &reply, sizeof(reply));
+  reply.device = e.owner->device();
+  reply.block_offset = e.base - pages.first_page;
+  reply.block_bytes = e.bytes;
+  reply.page_size = pages.page_size;
+  reply.page_count = pages.pages.size();
+  reply.is_chunk = pages.is_chunk ? 1 : 0;
+  reply.chunk = pages.chunk;
+  return ipc::send_message(c.fd, &reply, sizeof(reply)) && send_pages(c.fd, pages.pages);
 }
 
-void IpcExporter::answer_close(Connection& c, const ipc::Request& request) {
+bool IpcExporter::send_pages(int socket, const std::vector<CUmemGenericAllocationHandle>& pages) {
+  std::vector<int> fds;
+  fds.reserve(std::min(pages.size(), ipc::kFdsPerMessage));
+  bool ok = true;
+  for (std::size_t i = 0; ok && i < pages.size(); i += ipc::kFdsPerMessage) {
+    const std::size_t count = std::min(ipc::kFdsPerMessage, pages.size() - i);
+    for (std::size_t p = i; ok && p < i + count; ++p) {
+      int fd = -1;
+      ok = api_.memExportToShareableHandle(&fd, pages[p], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS;
+      if (ok) fds.push_back(fd);
+    }
+    const auto batch = static_cast<std::uint32_t>(fds.size());
+    ok = ok && ipc::send_message(socket, &batch, sizeof(batch), fds.data(), fds.size());
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+  }
+  return ok;
+}
+
+bool IpcExporter::answer_close(Connection& c, const ipc::Request& request) {
   ipc::Reply reply;
   auto it = std::find(c.held.begin(), c.held.end(), request.export_id);
   if (it == c.held.end()) {
@@ -270,7 +280,7 @@ void IpcExporter::answer_close(Connection& c, const ipc::Request& request) {
     c.held.erase(it);
     release_hold(request.export_id);
   }
-  (void)ipc::send_message(c.fd, &reply, sizeof(reply));
+  return ipc::send_message(c.fd, &reply, sizeof(reply));
 }
 
 void IpcExporter::release_hold(std::uint64_t export_id) {
@@ -279,6 +289,7 @@ void IpcExporter::release_hold(std::uint64_t export_id) {
     std::lock_guard<std::mutex> guard(lock_);
     auto it = exports_.find(export_id);
     if (it == exports_.end()) return;
+    if (it->second.holds > 0) it->second.holds--;
     e = it->second;
     counters_.holds--;
   }

@@ -4,15 +4,19 @@
 // A handle names an export (ipc_wire.hpp); asking again for the same block
 // gives the same handle, as the driver does. The first export starts the
 // channel: an abstract Unix socket named by a random number and one thread
-// that answers on it. A connection is refused unless its peer runs as the
-// same user as this process (SO_PEERCRED), and a request unless it carries
-// the export's secret. An open holds the block (Pool::hold_for_import: on the
-// device, and a free of it waits), and the hold lasts until that process
-// closes the handle or its connection ends (it exited), so another process
-// never sees the block's bytes reused under it.
+// (signals blocked) that answers on it. A connection is refused unless its
+// peer runs as the same user as this process (SO_PEERCRED), and a request
+// unless it carries the export's secret. Each open is its own connection,
+// and holds the block (Pool::hold_for_import: on the device, and a free of it
+// waits) until that process closes the handle or the connection ends (it
+// exited, or an exchange failed), so another process never sees the block's
+// bytes reused under it. Pages go out as file descriptors in batches of
+// ipc::kFdsPerMessage, each exported, sent and closed before the next.
 //
 // Thread-safe. After fork() the child shares nothing of the parent's
-// channel: it starts its own on its first export.
+// channel: it starts its own on its first export. (A forked child that
+// lives on keeps copies of the sockets: an importer that exits while its
+// forked children live keeps its holds until they exit too.)
 #pragma once
 
 #include <cstddef>
@@ -23,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "driver/driver.hpp"
 #include "runtime/ipc_wire.hpp"
 #include "util/util.hpp"
 
@@ -32,7 +37,7 @@ class Allocator;
 
 class IpcExporter {
  public:
-  IpcExporter() = default;
+  explicit IpcExporter(const driver::Api& api) : api_(api) {}
   ~IpcExporter();
   IpcExporter(const IpcExporter&) = delete;
   IpcExporter& operator=(const IpcExporter&) = delete;
@@ -60,6 +65,7 @@ class IpcExporter {
     std::uintptr_t base = 0;
     std::size_t bytes = 0;
     std::uint64_t buffer_id = 0;
+    std::size_t holds = 0;  // opens not yet closed: never pruned while any
   };
   struct Connection {
     int fd = -1;
@@ -74,8 +80,11 @@ class IpcExporter {
   void accept_one();
   // One request of `c`; false when the connection should end.
   bool answer(Connection& c);
-  void answer_open(Connection& c, const ipc::Request& request);
-  void answer_close(Connection& c, const ipc::Request& request);
+  bool answer_open(Connection& c, const ipc::Request& request);
+  bool answer_close(Connection& c, const ipc::Request& request);
+  // The pages' file descriptors, a batch at a time; false when one could
+  // not be made or sent.
+  bool send_pages(int socket, const std::vector<CUmemGenericAllocationHandle>& pages);
   void release_hold(std::uint64_t export_id);
   void end_connection(Connection& c);
   // Drops exports whose blocks are gone (each checked with its pool); locked.
@@ -83,6 +92,7 @@ class IpcExporter {
   // The parent's channel after fork(): forgotten, its thread is not here.
   void forget_after_fork_locked();
 
+  const driver::Api& api_;
   mutable std::mutex lock_;
   std::uint64_t channel_ = 0;
   int listener_ = -1;

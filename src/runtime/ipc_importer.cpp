@@ -11,22 +11,12 @@
 
 namespace tidepool::runtime {
 
-namespace {
-
-void close_all(std::vector<int>& fds) {
-  for (int fd : fds) ::close(fd);
-  fds.clear();
-}
-
-}  // namespace
-
 IpcImporter::~IpcImporter() {
   std::lock_guard<std::mutex> guard(lock_);
-  for (const auto& [channel, fd] : connections_) ::close(fd);
+  for (const auto& [key, import] : imports_) ::close(import.socket);
 }
 
-int IpcImporter::connect_locked(std::uint64_t channel) {
-  if (auto it = connections_.find(channel); it != connections_.end()) return it->second;
+int IpcImporter::connect(std::uint64_t channel) {
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const std::string name = ipc::channel_name(channel);
@@ -34,33 +24,14 @@ int IpcImporter::connect_locked(std::uint64_t channel) {
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, name.data(), name.size());
   const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+  // Whoever holds the name must be this user's process: another user's
+  // could otherwise collect the secret and hand back memory of its own.
+  if (!ipc::limit_waits(fd) || ::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+      !ipc::same_user(fd)) {
     ::close(fd);
     return -1;
   }
-  connections_[channel] = fd;
   return fd;
-}
-
-bool IpcImporter::exchange_locked(std::uint64_t channel, const ipc::Request& request, ipc::Reply* reply,
-                                  std::vector<int>* fds) {
-  const int fd = connect_locked(channel);
-  if (fd < 0) return false;
-  bool ok = ipc::send_message(fd, &request, sizeof(request)) && ipc::receive_message(fd, reply, sizeof(*reply));
-  if (ok && fds != nullptr && reply->result == CUDA_SUCCESS) {
-    while (ok && fds->size() < reply->page_count) {
-      std::uint32_t batch = 0;
-      const std::size_t before = fds->size();
-      ok = ipc::receive_message(fd, &batch, sizeof(batch), fds) && fds->size() - before == batch;
-    }
-  }
-  if (!ok) {
-    // The exporter ended or answered out of step: start afresh next time.
-    ::close(fd);
-    connections_.erase(channel);
-    if (fds != nullptr) close_all(*fds);
-  }
-  return ok;
 }
 
 CUresult IpcImporter::open(const ipc::Handle& handle, unsigned flags, CUdeviceptr* out) {
@@ -77,25 +48,30 @@ CUresult IpcImporter::open(const ipc::Handle& handle, unsigned flags, CUdevicept
     }
     return CUDA_SUCCESS;
   }
+  Import import;
+  import.channel = handle.channel;
+  import.export_id = handle.export_id;
+  import.secret[0] = handle.secret[0];
+  import.secret[1] = handle.secret[1];
+  import.socket = connect(handle.channel);
   ipc::Request request;
   request.kind = ipc::Request::open;
   request.export_id = handle.export_id;
   request.secret[0] = handle.secret[0];
   request.secret[1] = handle.secret[1];
   ipc::Reply reply;
-  std::vector<int> fds;
-  if (!exchange_locked(handle.channel, request, &reply, &fds)) {
+  if (import.socket < 0 || !ipc::send_message(import.socket, &request, sizeof(request)) ||
+      !ipc::receive_message(import.socket, &reply, sizeof(reply))) {
     // No such process, another user's, or it went away: the handle is no good here.
     log_warn("IPC: cannot reach the process that exported handle {:016x}/{} (pid {})", handle.channel, handle.export_id,
              handle.exporter_pid);
+    if (import.socket >= 0) ::close(import.socket);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (reply.result != CUDA_SUCCESS) return static_cast<CUresult>(reply.result);
-  Import import;
-  import.channel = handle.channel;
-  import.export_id = handle.export_id;
-  import.secret[0] = handle.secret[0];
-  import.secret[1] = handle.secret[1];
+  if (reply.result != CUDA_SUCCESS || !ipc::plausible(reply)) {
+    ::close(import.socket);
+    return reply.result != CUDA_SUCCESS ? static_cast<CUresult>(reply.result) : CUDA_ERROR_INVALID_VALUE;
+  }
   CUdeviceptr pointer = 0;
   CUresult r = CUDA_SUCCESS;
   if (reply.is_chunk != 0) {
@@ -104,11 +80,10 @@ CUresult IpcImporter::open(const ipc::Handle& handle, unsigned flags, CUdevicept
     import.chunk = chunk;
     pointer = chunk + reply.block_offset;
   } else {
-    r = map_pages(reply, fds, &import, &pointer);
+    r = map_pages(reply, import.socket, &import, &pointer);
   }
-  close_all(fds);
   if (r != CUDA_SUCCESS) {
-    tell_closed_locked(import);
+    ::close(import.socket);  // the exporter lets go
     return r;
   }
   import.opens = 1;
@@ -118,28 +93,41 @@ CUresult IpcImporter::open(const ipc::Handle& handle, unsigned flags, CUdevicept
   return CUDA_SUCCESS;
 }
 
-CUresult IpcImporter::map_pages(const ipc::Reply& reply, std::vector<int>& fds, Import* import, CUdeviceptr* out) {
+CUresult IpcImporter::map_pages(const ipc::Reply& reply, int socket, Import* import, CUdeviceptr* out) {
   if (api_.memImportFromShareableHandle == nullptr || api_.memAddressReserve == nullptr || api_.memMap == nullptr) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  if (fds.empty() || reply.page_size == 0 || fds.size() != reply.page_count) return CUDA_ERROR_INVALID_VALUE;
   CUdevice device = 0;
   if (CUresult r = api_.ctxGetDevice(&device); r != CUDA_SUCCESS) return r;
-  const std::size_t bytes = fds.size() * reply.page_size;
+  const std::size_t page = reply.page_size;
+  const std::size_t bytes = reply.page_count * page;  // bounded by ipc::plausible
   CUdeviceptr base = 0;
-  if (CUresult r = api_.memAddressReserve(&base, bytes, reply.page_size, 0, 0); r != CUDA_SUCCESS) return r;
+  if (CUresult r = api_.memAddressReserve(&base, bytes, page, 0, 0); r != CUDA_SUCCESS) return r;
   import->reserved = base;
   import->reserved_bytes = bytes;
   CUresult r = CUDA_SUCCESS;
-  for (std::size_t i = 0; i < fds.size() && r == CUDA_SUCCESS; ++i) {
-    CUmemGenericAllocationHandle page = 0;
-    r = api_.memImportFromShareableHandle(&page, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fds[i])),
-                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) break;
-    r = api_.memMap(base + i * reply.page_size, reply.page_size, 0, page, 0);
-    // The mapping keeps the memory; the handle is not needed past it.
-    (void)api_.memRelease(page);
-    if (r == CUDA_SUCCESS) import->mapped_bytes += reply.page_size;
+  std::vector<int> fds;
+  while (r == CUDA_SUCCESS && import->mapped_bytes < bytes) {
+    std::uint32_t batch = 0;
+    fds.clear();
+    if (!ipc::receive_message(socket, &batch, sizeof(batch), &fds) || fds.size() != batch || batch == 0 ||
+        import->mapped_bytes + fds.size() * page > bytes) {
+      r = CUDA_ERROR_INVALID_VALUE;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (r == CUDA_SUCCESS) {
+        CUmemGenericAllocationHandle physical = 0;
+        r = api_.memImportFromShareableHandle(&physical, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fds[i])),
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r == CUDA_SUCCESS) {
+          r = api_.memMap(base + import->mapped_bytes, page, 0, physical, 0);
+          // The mapping keeps the memory; the handle is not needed past it.
+          (void)api_.memRelease(physical);
+          if (r == CUDA_SUCCESS) import->mapped_bytes += page;
+        }
+      }
+      ::close(fds[i]);
+    }
   }
   if (r == CUDA_SUCCESS) {
     CUmemAccessDesc access{};
@@ -163,14 +151,19 @@ void IpcImporter::unmap(const Import& import) {
   (void)api_.memAddressFree(import.reserved, import.reserved_bytes);
 }
 
-void IpcImporter::tell_closed_locked(const Import& import) {
+void IpcImporter::tell_closed(const Import& import) {
   ipc::Request request;
   request.kind = ipc::Request::close;
   request.export_id = import.export_id;
   request.secret[0] = import.secret[0];
   request.secret[1] = import.secret[1];
   ipc::Reply reply;
-  (void)exchange_locked(import.channel, request, &reply, nullptr);
+  // The word back says the exporter has let go; without it, the end of the
+  // connection tells it the same a moment later.
+  if (ipc::send_message(import.socket, &request, sizeof(request))) {
+    (void)ipc::receive_message(import.socket, &reply, sizeof(reply));
+  }
+  ::close(import.socket);
 }
 
 bool IpcImporter::imported(CUdeviceptr pointer) const {
@@ -188,7 +181,7 @@ CUresult IpcImporter::close(CUdeviceptr pointer) {
   // once it is done, as the driver's own close waits.
   (void)api_.ctxSynchronize();
   unmap(it->second);
-  tell_closed_locked(it->second);
+  tell_closed(it->second);
   imports_.erase(it);
   by_pointer_.erase(at);
   return CUDA_SUCCESS;

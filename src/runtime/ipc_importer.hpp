@@ -53,6 +53,7 @@ class IpcImporter {
     std::size_t mapped_bytes = 0;  // from `reserved` on
     CUdeviceptr chunk = 0;         // the chunk the driver mapped (chunks only)
     std::size_t opens = 0;
+    int socket = -1;  // the open's own connection: the exporter holds the block while it lasts
   };
   struct Key {
     std::uint64_t channel;
@@ -62,21 +63,20 @@ class IpcImporter {
     }
   };
 
-  // The connection to `channel`, made on first use; -1 when it cannot be.
-  int connect_locked(std::uint64_t channel);
-  // One request and its answer (fds appended for an open); false when the
-  // exchange failed (the connection is dropped).
-  bool exchange_locked(std::uint64_t channel, const ipc::Request& request, ipc::Reply* reply, std::vector<int>* fds);
-  // Maps the pages of a reply for the current context's device.
-  CUresult map_pages(const ipc::Reply& reply, std::vector<int>& fds, Import* import, CUdeviceptr* out);
+  // A connection to `channel`'s exporter, checked and with bounded waits;
+  // -1 when it cannot be made.
+  static int connect(std::uint64_t channel);
+  // Receives the pages of a reply a batch at a time and maps them for the
+  // current context's device.
+  CUresult map_pages(const ipc::Reply& reply, int socket, Import* import, CUdeviceptr* out);
   void unmap(const Import& import);
-  void tell_closed_locked(const Import& import);
+  // Tells the exporter (and waits for its word) and ends the connection.
+  static void tell_closed(const Import& import);
 
   const driver::Api& api_;
   mutable std::mutex lock_;
   std::map<Key, Import> imports_;
   std::unordered_map<CUdeviceptr, Key> by_pointer_;
-  std::unordered_map<std::uint64_t, int> connections_;  // channel -> socket
 };
 
 }  // namespace tidepool::runtime

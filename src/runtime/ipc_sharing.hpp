@@ -32,7 +32,7 @@ class IpcSharing {
   // `segment_owner`: the allocator whose pool's segments hold an address, or null.
   using OwnerLookup = std::function<Allocator*(std::uintptr_t)>;
   IpcSharing(const driver::Driver& driver, OwnerLookup segment_owner)
-      : segment_owner_(std::move(segment_owner)), importer_(driver) {}
+      : segment_owner_(std::move(segment_owner)), exporter_(driver.api()), importer_(driver) {}
 
   // Each answers as the driver's call would, or nullopt when the call is
   // the driver's to answer (not a pool address, not a tidepool handle, not

@@ -3,8 +3,10 @@
 
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -72,9 +74,11 @@ bool receive_message(int socket, void* data, std::size_t bytes, std::vector<int>
   do {
     got = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
+  // A failed or empty read leaves msg_controllen as it was: nothing to walk.
+  if (got <= 0) return false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0)) continue;
+    const std::size_t count = std::min<std::size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), kFdsPerMessage);
     for (std::size_t i = 0; i < count; ++i) {
       int fd = -1;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
@@ -87,6 +91,29 @@ bool receive_message(int socket, void* data, std::size_t bytes, std::vector<int>
   }
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) return false;
   return got == static_cast<ssize_t>(bytes);
+}
+
+bool plausible(const Reply& reply) {
+  if (reply.is_chunk != 0) return reply.page_count == 0;
+  const std::uint64_t page = reply.page_size;
+  if (page == 0 || (page & (page - 1)) != 0 || page > (std::uint64_t{1} << 30)) return false;
+  if (reply.block_offset >= page || reply.block_bytes == 0 || reply.block_bytes > (std::uint64_t{1} << 50))
+    return false;
+  const std::uint64_t pages = (reply.block_offset + reply.block_bytes + page - 1) / page;
+  return reply.page_count == pages;
+}
+
+bool limit_waits(int socket) {
+  timeval limit{};
+  limit.tv_sec = kWaitSeconds;
+  return ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)) == 0 &&
+         ::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) == 0;
+}
+
+bool same_user(int socket) {
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  return ::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.uid == ::geteuid();
 }
 
 std::uint64_t random_word() {

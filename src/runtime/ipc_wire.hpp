@@ -69,6 +69,11 @@ struct Reply {
 
 inline constexpr std::size_t kFdsPerMessage = 200;  // under the kernel's SCM_MAX_FD (253)
 
+// Whether the answer to an open describes pages a mapping can be made of: a
+// page size that is a power of two up to 1 GiB, and exactly the pages the
+// block's offset and size cover (a chunk: any offset, no pages).
+bool plausible(const Reply& reply);
+
 // One message of `bytes` with `fds` attached (may be empty). False on any
 // error (errno set); never raises SIGPIPE.
 bool send_message(int socket, const void* data, std::size_t bytes, const int* fds = nullptr, std::size_t fd_count = 0);
@@ -76,6 +81,14 @@ bool send_message(int socket, const void* data, std::size_t bytes, const int* fd
 // null, any that arrive are closed). False on error, a short message or a
 // closed peer.
 bool receive_message(int socket, void* data, std::size_t bytes, std::vector<int>* fds = nullptr);
+
+// How long either side waits for the other before it gives up on the
+// connection: a peer that stopped answering (or a dead exporter whose forked
+// children keep its socket open) never hangs the process.
+inline constexpr int kWaitSeconds = 10;
+bool limit_waits(int socket);
+// Whether the process at the other end runs as this process's user.
+bool same_user(int socket);
 
 // A random 64-bit number from the kernel (getrandom), never zero.
 std::uint64_t random_word();

@@ -4,8 +4,6 @@
 // chosen block lies over unmapped pages.
 #include "space/address_space.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -584,21 +582,11 @@ util::Status AddressSpace::share(const Reservation& r, std::uintptr_t address, s
   out->first_page = r.page_address(first);
   for (std::size_t p = first; p <= last; ++p) {
     const PageEntry& entry = r.page(p);
-    util::Status status;
     if (entry.residency != Residency::device || entry.physical == nullptr) {
-      status = {util::Error::out_of_memory, "a page to share is not on the device"};
-    } else {
-      int fd = -1;
-      status = driver::check(
-          api_.memExportToShareableHandle(&fd, entry.physical->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-          "cuMemExportToShareableHandle");
-      if (status) out->fds.push_back(fd);
+      out->pages.clear();
+      return {util::Error::out_of_memory, "a page to share is not on the device"};
     }
-    if (!status) {
-      for (int fd : out->fds) ::close(fd);
-      out->fds.clear();
-      return status;
-    }
+    out->pages.push_back(entry.physical->handle);
   }
   return util::Status::success();
 }

@@ -138,15 +138,16 @@ class AddressSpace {
   [[nodiscard]] std::uint64_t peers() const noexcept { return peers_.load(std::memory_order_relaxed); }
 
   // IPC: what another process needs to map [address, address + length) of
-  // `r`, which the caller keeps where it is until that process is done with
-  // it. VMM: one POSIX file descriptor per page overlapping the range (the
-  // caller closes them), from the page holding `address`; every such page
-  // must be on the device. Chunks: the driver's own IPC handle, which names
-  // the whole chunk. not_supported when pages were not created exportable.
+  // `r`, which the caller keeps where it is (no page moves, none is
+  // released) until that process is done with it. VMM: the physical page of
+  // every page overlapping the range, from the one holding `address` (the
+  // caller exports each as a file descriptor); every such page must be on
+  // the device. Chunks: the driver's own IPC handle, which names the whole
+  // chunk. not_supported when pages were not created exportable.
   struct SharedPages {
-    std::uintptr_t first_page = 0;  // the address the first fd's page (or the chunk) starts at
+    std::uintptr_t first_page = 0;  // where the first page (or the chunk) starts
     std::size_t page_size = 0;
-    std::vector<int> fds;
+    std::vector<CUmemGenericAllocationHandle> pages;
     CUipcMemHandle chunk{};
     bool is_chunk = false;
   };

@@ -5,11 +5,15 @@
 // process would map.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "runtime/allocator.hpp"
+#include "runtime/ipc_exporter.hpp"
+#include "runtime/ipc_importer.hpp"
 #include "support/sim_driver.hpp"
 
 namespace tidepool {
@@ -51,11 +55,16 @@ TEST(SharedBlocks, TheFileDescriptorsHandedOutAreTheBlocksOwnPages) {
   ASSERT_GT(page, 0u);
   const std::size_t offset = address - pages.first_page;
   EXPECT_LT(offset, page);
-  EXPECT_EQ(pages.fds.size(), (offset + 3 * MiB + page - 1) / page);
-  // Every byte of the block, read through the fds as the importer maps them.
+  EXPECT_EQ(pages.pages.size(), (offset + 3 * MiB + page - 1) / page);
+  // Every byte of the block, read through the pages' fds as the importer maps them.
   std::size_t wrong = 0;
-  for (std::size_t i = 0; i < pages.fds.size(); ++i) {
-    void* view = ::mmap(nullptr, page, PROT_READ, MAP_SHARED, pages.fds[i], 0);
+  for (std::size_t i = 0; i < pages.pages.size(); ++i) {
+    int fd = -1;
+    ASSERT_EQ(testing::sim_driver().api().memExportToShareableHandle(&fd, pages.pages[i],
+                                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              CUDA_SUCCESS);
+    void* view = ::mmap(nullptr, page, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
     ASSERT_NE(view, MAP_FAILED);
     const auto* bytes = static_cast<const unsigned char*>(view);
     for (std::size_t b = 0; b < page; ++b) {
@@ -63,7 +72,6 @@ TEST(SharedBlocks, TheFileDescriptorsHandedOutAreTheBlocksOwnPages) {
       if (at >= offset && at < offset + 3 * MiB && bytes[b] != 0x5c) ++wrong;
     }
     ::munmap(view, page);
-    ::close(pages.fds[i]);
   }
   EXPECT_EQ(wrong, 0u);
   EXPECT_TRUE(pool.release_import_hold(address, buffer_id_of(pool, address)) == false);  // not freed: stays live
@@ -83,12 +91,14 @@ TEST(SharedBlocks, AFreeOfAHeldBlockWaitsForItsLastHoldAndASecondFreeIsADoubleFr
   space::AddressSpace::SharedPages second;
   ASSERT_TRUE(pool.hold_for_import(address, id, &first).ok());
   ASSERT_TRUE(pool.hold_for_import(address, id, &second).ok());
-  for (int fd : first.fds) ::close(fd);
-  for (int fd : second.fds) ::close(fd);
+  EXPECT_EQ(first.pages, second.pages);
   const std::uint64_t frees = pool.stats(false).frees;
 
   ASSERT_TRUE(allocator->deallocate(address, 0, false).ok());
   EXPECT_TRUE(pool.owns(address)) << "freed while held: still the importers'";
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  EXPECT_FALSE(pool.find_containing(address, &base, &size)) << "freed, as far as the program can ask";
   EXPECT_FALSE(allocator->deallocate(address, 0, false).ok()) << "a second free is a double free";
   space::AddressSpace::SharedPages late;
   EXPECT_FALSE(pool.hold_for_import(address, id, &late).ok()) << "a freed block opens no more";
@@ -110,6 +120,79 @@ TEST(SharedBlocks, AFreeOfAHeldBlockWaitsForItsLastHoldAndASecondFreeIsADoubleFr
   EXPECT_EQ(pool.stats(false).frees, frees + 9);
   EXPECT_EQ(pool.stats(false).live_bytes, 0u);
   EXPECT_FALSE(pool.release_import_hold(address, id)) << "no hold is left to end";
+}
+
+}  // namespace
+}  // namespace tidepool
+
+namespace tidepool {
+namespace {
+
+// A peer that sends garbage (an unknown request, a short one, one with file
+// descriptors attached, or a forged secret) is dropped or refused, and the
+// channel goes on answering the next process. The importer here is this
+// process's own, which is allowed as long as it comes to the channel from
+// outside: the hook refuses an own handle earlier.
+TEST(SharedBlocks, AChannelDropsGarbageAndGoesOnAnswering) {
+  auto allocator = make_allocator();
+  ASSERT_NE(allocator, nullptr);
+  const driver::Api& api = testing::sim_driver().api();
+  runtime::IpcExporter exporter(api);
+  auto block = allocator->allocate(3 * MiB, 0, false);
+  ASSERT_TRUE(block.ok());
+  std::memset(reinterpret_cast<void*>(block.value()), 0x3c, 3 * MiB);
+  auto made =
+      exporter.export_block(allocator.get(), block.value(), 3 * MiB, buffer_id_of(allocator->pool(), block.value()));
+  ASSERT_TRUE(made.ok());
+  runtime::ipc::Handle handle;
+  ASSERT_TRUE(runtime::ipc::decode(made.value(), &handle));
+
+  const auto connect = [&] {
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const std::string name = runtime::ipc::channel_name(handle.channel);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, name.data(), name.size());
+    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
+              0);
+    runtime::ipc::limit_waits(fd);
+    return fd;
+  };
+  // Each is answered by the end of the connection, or a refusal.
+  const std::uint64_t garbage[4] = {99, 1, 2, 3};
+  int fd = connect();
+  ASSERT_TRUE(runtime::ipc::send_message(fd, garbage, sizeof(garbage)));  // an unknown kind, the wrong size
+  runtime::ipc::Reply reply;
+  EXPECT_FALSE(runtime::ipc::receive_message(fd, &reply, sizeof(reply)));
+  ::close(fd);
+  fd = connect();
+  const int attached[1] = {fd};
+  runtime::ipc::Request request;
+  request.kind = runtime::ipc::Request::open;
+  request.export_id = handle.export_id;
+  request.secret[0] = handle.secret[0];
+  request.secret[1] = handle.secret[1] ^ 1;
+  ASSERT_TRUE(runtime::ipc::send_message(fd, &request, sizeof(request), attached, 1));  // forged, with an fd
+  ASSERT_TRUE(runtime::ipc::receive_message(fd, &reply, sizeof(reply)));
+  EXPECT_EQ(reply.result, CUDA_ERROR_INVALID_VALUE);
+  ::close(fd);
+  EXPECT_EQ(exporter.counters().refused, 1u);
+  EXPECT_EQ(exporter.counters().holds, 0u);
+
+  // And then a proper open: the pages arrive, are mapped, and hold the block's bytes.
+  runtime::IpcImporter importer(testing::sim_driver());
+  ASSERT_EQ(api.ctxSetCurrent(allocator->context()), CUDA_SUCCESS);  // the importer maps for the current device
+  CUdeviceptr opened = 0;
+  ASSERT_EQ(importer.open(handle, 0, &opened), CUDA_SUCCESS);
+  EXPECT_EQ(exporter.counters().holds, 1u);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(opened);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < 3 * MiB; ++i) wrong += bytes[i] != 0x3c ? 1 : 0;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(importer.close(opened), CUDA_SUCCESS);
+  EXPECT_EQ(exporter.counters().holds, 0u) << "the close waits for the exporter's word";
+  EXPECT_TRUE(allocator->deallocate(block.value(), 0, false).ok());
 }
 
 }  // namespace

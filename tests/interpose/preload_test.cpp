@@ -454,6 +454,12 @@ TEST_F(Preload, TwoProcessesShareBlocksThroughIpcHandlesAsTheyDoNatively) {
   if (::geteuid() == 0) {
     EXPECT_NE(native.err.find("stranger refused"), std::string::npos) << native.err;
   }
+  // Small pages: the child's 5 MiB block is 320 pages, sent in two batches of file descriptors.
+  extra_env_ = "TIDEPOOL_SIM_GRANULARITY=16KiB ";
+  const ProgramRun small_pages = run(PROBE_IPC, "run", "");
+  EXPECT_EQ(small_pages.status, 42) << small_pages.err;
+  EXPECT_NE(small_pages.err.find(expected), std::string::npos) << small_pages.err;
+  EXPECT_EQ(small_pages.report.value("live_bytes", -1L), 0) << small_pages.report.dump();
   // A device without VMM: the pool's chunks travel as the driver's own handles.
   extra_env_ = "TIDEPOOL_SIM_FAULTS=cuMemGetAllocationGranularity:1:801 ";
   const ProgramRun chunks = run(PROBE_IPC, "run", "log:info");
