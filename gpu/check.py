@@ -472,7 +472,7 @@ def summary_markdown(s):
 
 
 def summary(out, seconds):
-    order = ["probe", "residency", "caffe", "graphs", "correctness", "train", "hotpath", "trace"]  # run.sh's order
+    order = ["probe", "residency", "caffe", "graphs", "ipc", "correctness", "train", "hotpath", "trace"]  # run.sh's order
     parts = {}
     for path in sorted(glob.glob(os.path.join(out, "parts", "*.json")),
                        key=lambda p: order.index(os.path.basename(p)[:-5]) if os.path.basename(p)[:-5] in order else 99):
@@ -493,10 +493,28 @@ def summary(out, seconds):
     return s["exit_code"]
 
 
+def ipc(d):
+    """Each preloaded run against native: it ran, every check held, and the consumer saw the same sums."""
+    runs = {}
+    for name in ("native", "preload", "preload_nocache"):
+        run = last_json_line(os.path.join(d, f"{name}.out"))
+        rc = (read(os.path.join(d, f"{name}.rc")) or "").strip()
+        runs[name] = {"rc": rc, "ok": bool(run and run.get("ok")), "saw": run and run.get("consumer_saw"),
+                      "checks": run and {k: v for k, v in run.items() if k != "consumer_saw"}}
+    figures = {n: {k: v for k, v in r.items() if k != "saw"} for n, r in runs.items()}
+    ok = runs["native"]["ok"]
+    for name in ("preload", "preload_nocache"):
+        same = runs[name]["saw"] is not None and runs[name]["saw"] == runs["native"]["saw"]
+        figures[name]["same_sums_as_native"] = same
+        ok &= runs[name]["ok"] and same
+    print(json.dumps(figures))
+    return 0 if ok else 1
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     table = {"detect": detect, "probe": probe, "correctness": correctness, "hotpath": hotpath, "train": train,
-             "trace": trace, "peak": peak, "residency": residency, "caffe": caffe, "graphs": graphs, "record": record,
+             "trace": trace, "peak": peak, "residency": residency, "caffe": caffe, "graphs": graphs, "ipc": ipc, "record": record,
              "summary": summary}
     return table[cmd](*args)
 

@@ -147,6 +147,29 @@ part_graphs() {
   "$PY" "$HERE/check.py" graphs "$d" > "$d/../graphs.figures.json"
 }
 
+# CUDA IPC (ipc.py: torch.multiprocessing shares CUDA tensors with a spawned
+# consumer, both ways, and the producer frees its references while the
+# consumer still holds them): natively, preloaded with PyTorch's caching
+# allocator on top, and preloaded without it. The consumer inherits the
+# preload, as torch.multiprocessing's spawned processes do.
+part_ipc() {
+  local d=$1
+  needs_gpu "CUDA IPC between processes"
+  "$PY" -c "import torch" 2> /dev/null || { echo "no PyTorch: skipped"; exit 77; }
+  ipc_run() {  # NAME [ENV...]
+    local name=$1
+    shift
+    timeout -k 5 150 env "$@" "$PY" "$HERE/ipc.py" > "$d/$name.out" 2> "$d/$name.err"
+    echo $? > "$d/$name.rc"
+    echo "$name: exit $(cat "$d/$name.rc")"
+  }
+  ipc_run native
+  ipc_run preload LD_PRELOAD="$LIB" TIDEPOOL_CONF="log:info,report:$d/preload.report-%p.json"
+  ipc_run preload_nocache LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    TIDEPOOL_CONF="log:info,report:$d/preload_nocache.report-%p.json"
+  "$PY" "$HERE/check.py" ipc "$d" > "$d/../ipc.figures.json"
+}
+
 # Replays one trace under every policy (on the sim, no GPU needed).
 replay() {
   local d=$1 name=$2 csv=$3
@@ -284,7 +307,7 @@ shift
 # probe and residency, a second `run.sh OUT caffe graphs` Caffe and graphs.
 # Named parts run in the order named, sharing the run's deadline, each with
 # the whole of what is left.
-ALL="probe:60 residency:400 caffe:300 graphs:120 correctness:150 train:330 hotpath:120 trace:90"
+ALL="probe:60 residency:400 caffe:300 graphs:120 ipc:240 correctness:150 train:330 hotpath:120 trace:90"
 SPECS=""
 for part in "$@"; do
   spec=$(printf '%s\n' $ALL | grep "^$part:") ||

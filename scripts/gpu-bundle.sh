@@ -82,7 +82,7 @@ else
   echo "caffe: none ($CAFFE_BUNDLE missing): the caffe part will skip" >> "$OUT/BUILD.txt"
 fi
 
-cp gpu/run.sh gpu/check.py gpu/hotpath.py gpu/train.py gpu/graphs.py "$OUT/"
+cp gpu/run.sh gpu/check.py gpu/hotpath.py gpu/train.py gpu/graphs.py gpu/ipc.py "$OUT/"
 chmod +x "$OUT/run.sh"
 size=$(du -sm "$OUT" | cut -f1)
 echo "size: ${size} MiB; gpu tests: $(echo $gpu_tests); failed to compile:${failed:- none}" >> "$OUT/BUILD.txt"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # A stand-in for the GPU machine's python3, for run_sh_plumbing.sh: it
-# answers `-c "import torch"`, and runs train.py and graphs.py as they would
+# answers `-c "import torch"`, and runs train.py, graphs.py and ipc.py as they would
 # on a GPU, printing their JSON line and writing the tidepool report that
 # TIDEPOOL_CONF (or train.py --conf) names: the unconstrained peak is 1 GB,
 # a budgeted run holds its budget. Everything else goes to the real python3.
@@ -9,6 +9,9 @@ if [ "${1:-}" = "-c" ]; then exit 0; fi
 script=$(basename "${1:-}")
 case "$script" in
   train.py | graphs.py) ;;
+  ipc.py)
+    echo '{"consumer_saw": {"big": 1.5, "small": 2.5, "view": 3.5}, "consumer_saw_ours": true, "we_see_its_writes": true, "its_view_kept_after_our_free": true, "consumer_exit": 0, "ok": true}'
+    exit 0 ;;
   *) exec python3 "$@" ;;
 esac
 shift

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The GPU-only parts of gpu/run.sh (residency, graphs, caffe), run here with
+# The GPU-only parts of gpu/run.sh (residency, graphs, caffe, ipc), run here with
 # a stand-in python (fake_python.sh) that answers as train.py and graphs.py
 # would on a GPU, and a stand-in Caffe bundle whose run.sh and bin/caffe
 # print what the real ones print: the plumbing the self-test cannot reach
@@ -12,7 +12,7 @@ work=$(mktemp -d) || exit 1
 trap 'rm -rf "$work"' EXIT
 b=$work/bundle
 mkdir -p "$b/lib"
-cp "$src/gpu/run.sh" "$src/gpu/check.py" "$src/gpu/train.py" "$src/gpu/graphs.py" "$b/"
+cp "$src/gpu/run.sh" "$src/gpu/check.py" "$src/gpu/train.py" "$src/gpu/graphs.py" "$src/gpu/ipc.py" "$b/"
 # Preloaded into the stand-in: any harmless library does.
 lib=$(ldconfig -p 2> /dev/null | sed -n 's/.*libm\.so\.6 (libc6,x86-64) => //p' | head -1)
 ln -s "${lib:-/lib/x86_64-linux-gnu/libm.so.6}" "$b/lib/libtidepool.so"
@@ -39,7 +39,7 @@ chmod +x "$work/caffe/bundle/run.sh" "$work/caffe/bundle/bin/caffe"
 tar -cJf "$b/caffe/caffe-bundle.tar.xz" -C "$work/caffe" bundle
 fail() { echo "FAIL: $*"; for f in "$work"/out/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
 env -u LD_PRELOAD TIDEPOOL_GPU_ASSUME=1 PYTHON="$src/tests/gpu/fake_python.sh" TIDEPOOL_GPU_RES_STEPS=2 \
-  bash "$b/run.sh" "$work/out" residency graphs caffe > "$work/stdout" 2>&1
+  bash "$b/run.sh" "$work/out" residency graphs caffe ipc > "$work/stdout" 2>&1
 status=$?
 cat "$work/stdout"
 [ "$status" -eq 0 ] || fail "run.sh exited $status"
@@ -48,7 +48,7 @@ import json, os, sys
 out = sys.argv[1]
 s = json.load(open(os.path.join(out, "summary.json")))
 parts = s["parts"]
-assert list(parts) == ["residency", "caffe", "graphs"], list(parts)
+assert list(parts) == ["residency", "caffe", "graphs", "ipc"], list(parts)
 assert all(p["status"] == "passed" for p in parts.values()), parts
 res = parts["residency"]["figures"]
 for model in ("gpt", "resnet50"):
@@ -68,5 +68,7 @@ assert c["lenet_losses_exact"] and set(c["vgg16_budgets"]) == {"none", "65", "50
 assert c["vgg16_budgets"]["65"]["device_limit_bytes"] == 3900000000, c["vgg16_budgets"]
 assert abs(c["vgg16_budgets"]["50"]["memory_saved"] - 0.5) < 1e-9, c["vgg16_budgets"]
 assert abs(c["vgg16_budgets"]["50"]["time_cost"] - 0.25) < 1e-9, c["vgg16_budgets"]
-print("ok: residency, graphs and caffe plumbing")
+i = parts["ipc"]["figures"]
+assert all(i[m]["ok"] and i[m]["same_sums_as_native"] for m in ("preload", "preload_nocache")), i
+print("ok: residency, graphs, caffe and ipc plumbing")
 PY

@@ -13,7 +13,7 @@ work=$(mktemp -d) || exit 1
 trap 'rm -rf "$work"' EXIT
 b=$work/bundle
 mkdir -p "$b/lib" "$b/bin"
-cp "$src/gpu/run.sh" "$src/gpu/check.py" "$src/gpu/train.py" "$src/gpu/hotpath.py" "$src/gpu/graphs.py" "$b/"
+cp "$src/gpu/run.sh" "$src/gpu/check.py" "$src/gpu/train.py" "$src/gpu/hotpath.py" "$src/gpu/graphs.py" "$src/gpu/ipc.py" "$b/"
 ln -s "$lib" "$b/lib/libtidepool.so"
 ln -s "$replay" "$b/bin/tidepool-replay"
 if [ -n "$caffe" ] && [ -f "$caffe" ]; then
@@ -32,7 +32,7 @@ out, with_caffe = sys.argv[1], sys.argv[2] == "1"
 s = json.load(open(os.path.join(out, "summary.json")))
 assert s["status"] == "passed" and s["gpu"] is False, s
 parts = s["parts"]
-every = ["probe", "residency", "caffe", "graphs", "correctness", "train", "hotpath", "trace"]
+every = ["probe", "residency", "caffe", "graphs", "ipc", "correctness", "train", "hotpath", "trace"]
 assert list(parts) == every, list(parts)
 for name, p in parts.items():
     assert p["status"] in ("passed", "skipped"), (name, p)
