@@ -11,6 +11,20 @@
 
 namespace tidepool::runtime {
 
+namespace {
+
+template <typename Import>
+ipc::Request request_for(ipc::Request::Kind kind, const Import& import) {
+  ipc::Request request;
+  request.kind = kind;
+  request.export_id = import.export_id;
+  request.secret[0] = import.secret[0];
+  request.secret[1] = import.secret[1];
+  return request;
+}
+
+}  // namespace
+
 IpcImporter::~IpcImporter() {
   std::lock_guard<std::mutex> guard(lock_);
   for (const auto& [key, import] : imports_) ::close(import.socket);
@@ -54,11 +68,7 @@ CUresult IpcImporter::open(const ipc::Handle& handle, unsigned flags, CUdevicept
   import.secret[0] = handle.secret[0];
   import.secret[1] = handle.secret[1];
   import.socket = connect(handle.channel);
-  ipc::Request request;
-  request.kind = ipc::Request::open;
-  request.export_id = handle.export_id;
-  request.secret[0] = handle.secret[0];
-  request.secret[1] = handle.secret[1];
+  const ipc::Request request = request_for(ipc::Request::open, import);
   ipc::Reply reply;
   if (import.socket < 0 || !ipc::send_message(import.socket, &request, sizeof(request)) ||
       !ipc::receive_message(import.socket, &reply, sizeof(reply))) {
@@ -152,11 +162,7 @@ void IpcImporter::unmap(const Import& import) {
 }
 
 void IpcImporter::tell_closed(const Import& import) {
-  ipc::Request request;
-  request.kind = ipc::Request::close;
-  request.export_id = import.export_id;
-  request.secret[0] = import.secret[0];
-  request.secret[1] = import.secret[1];
+  const ipc::Request request = request_for(ipc::Request::close, import);
   ipc::Reply reply;
   // The word back says the exporter has let go; without it, the end of the
   // connection tells it the same a moment later.

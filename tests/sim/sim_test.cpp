@@ -1930,14 +1930,19 @@ TEST_F(SimIpc, ALegacyHandleOpensOnlyInAnotherProcess) {
   ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
 }
 
+// What cuGetProcAddress hands out for `name` at `version`, and the sim's own export of `symbol`.
+void* resolved_at(const char* name, int version) {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  EXPECT_EQ(sim_driver().api().getProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS)
+      << name;
+  return fn;
+}
+void* exported_symbol(const char* symbol) { return ::dlsym(sim_driver().handle(), symbol); }
+
 TEST_F(SimIpc, GetProcAddressHandsOutTheSharingEntryPointsByVersion) {
-  auto resolve = [&](const char* name, int version) {
-    void* fn = nullptr;
-    CUdriverProcAddressQueryResult found{};
-    EXPECT_EQ(api().getProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS) << name;
-    return fn;
-  };
-  auto exported = [&](const char* symbol) { return ::dlsym(sim_driver().handle(), symbol); };
+  const auto resolve = resolved_at;
+  const auto exported = exported_symbol;
   EXPECT_EQ(resolve("cuIpcOpenMemHandle", 10000), exported("cuIpcOpenMemHandle"));
   EXPECT_EQ(resolve("cuIpcOpenMemHandle", 11000), exported("cuIpcOpenMemHandle_v2"));
   EXPECT_EQ(resolve("cuIpcGetMemHandle", 12000), exported("cuIpcGetMemHandle"));
@@ -2163,13 +2168,8 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
 }
 
 TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
-  auto resolve = [&](const char* name, int version) {
-    void* fn = nullptr;
-    CUdriverProcAddressQueryResult found{};
-    EXPECT_EQ(api().getProcAddress(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found), CUDA_SUCCESS) << name;
-    return fn;
-  };
-  auto exported = [&](const char* symbol) { return ::dlsym(sim_driver().handle(), symbol); };
+  const auto resolve = resolved_at;
+  const auto exported = exported_symbol;
   EXPECT_EQ(resolve("cuStreamGetFlags", 12000), exported("cuStreamGetFlags"));
   EXPECT_EQ(resolve("cuStreamGetCtx", 12000), exported("cuStreamGetCtx"));
   EXPECT_EQ(resolve("cuStreamGetCtx", 12050), exported("cuStreamGetCtx_v2"));
