@@ -20,8 +20,11 @@ jobs="${FUZZ_JOBS:-$(nproc)}"
 
 started=$(date +%s)
 mkdir -p "$build"
+# A unity build, as the presets' (CMakePresets.json): the core's layers and
+# the sim compile in batches of 8 files, about half the time file by file.
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE= -DTIDEPOOL_FUZZ=ON \
-  -DTIDEPOOL_BUILD_TESTS=OFF -DTIDEPOOL_BUILD_BENCH=OFF >"$build/configure.log" 2>&1 ||
+  -DTIDEPOOL_BUILD_TESTS=OFF -DTIDEPOOL_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
+  >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log" >&2; exit 1; }
 ninja -C "$build" "${targets[@]/#/fuzz_}"
 built=$(date +%s)

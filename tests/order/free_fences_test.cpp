@@ -14,10 +14,9 @@
 namespace tidepool::order {
 namespace {
 
-const driver::Api& api() { return testing::sim_driver().api(); }
-
 class FreeFencesTest : public testing::WithPrimaryContext {
  protected:
+  static const driver::Api& api() { return testing::sim_driver().api(); }
   void SetUp() override {
     WithPrimaryContext::SetUp();
     ASSERT_EQ(api().streamCreate(&side_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "made_up_pages.hpp"
 #include "order/order.hpp"
 #include "pool/pool.hpp"
 #include "support/sim_driver.hpp"
@@ -16,8 +17,8 @@
 namespace tidepool::pool {
 namespace {
 
-constexpr std::size_t kPage = 2 * util::MiB;
-constexpr std::uintptr_t kBase = std::uintptr_t{1} << 40;
+using made_up::kBase;
+using made_up::kPage;
 
 class ArenaTest : public testing::WithStreamFences {
  protected:

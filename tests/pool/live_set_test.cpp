@@ -10,13 +10,14 @@
 #include <set>
 #include <vector>
 
+#include "made_up_pages.hpp"
 #include "pool/pool.hpp"
 
 namespace tidepool::pool {
 namespace {
 
-constexpr std::size_t kPage = 2 * util::MiB;
-constexpr std::uintptr_t kBase = std::uintptr_t{1} << 40;
+using made_up::kBase;
+using made_up::kPage;
 
 // One segment of `pages` pages at `base`, tiled by blocks of `sizes` bytes
 // (the last one takes the rest), all live unless listed in `free_ones`.

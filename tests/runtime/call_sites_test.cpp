@@ -15,11 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/program_code.hpp"
+
 namespace tidepool::runtime {
 namespace {
 
-// Code of the test executable itself, for a return address there.
-[[gnu::noinline]] void code_of_this_program() { asm volatile(""); }
+using testing::code_of_this_program;
 
 TEST(CallSites, EachCallerKeepsOneTagAndCallersDiffer) {
   auto sites = std::make_unique<CallSites>();

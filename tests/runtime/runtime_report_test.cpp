@@ -16,13 +16,13 @@
 
 #include "runtime/oom_message.hpp"
 #include "runtime/runtime.hpp"
+#include "support/program_code.hpp"
 #include "util/units.hpp"
 
 namespace tidepool::runtime {
 namespace {
 
-// Code of the test executable itself, for a return address there.
-[[gnu::noinline]] void code_of_this_program() { asm volatile(""); }
+using testing::code_of_this_program;
 
 using util::format_size;
 using util::MiB;

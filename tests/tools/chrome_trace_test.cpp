@@ -14,7 +14,7 @@
 namespace tidepool::replay {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
+using testing::kMiB;
 
 Result replay(const std::vector<TraceEvent>& events, const std::string& policy, bool record,
               const TargetOptions& target = {}, const std::string& name = "t.csv") {

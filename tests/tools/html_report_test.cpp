@@ -16,7 +16,7 @@
 namespace tidepool::replay {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
+using testing::kMiB;
 constexpr const char* kDataStart = "<script type=\"application/json\" id=\"report-data\">";
 
 std::vector<TraceEvent> training_trace(unsigned seed) {

@@ -12,22 +12,25 @@
 #include <string>
 
 #include "replay.hpp"
+#include "synthetic_trace.hpp"
 #include "target.hpp"
 #include "trace_reader.hpp"
 
 namespace tidepool::replay {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
-constexpr std::uint64_t kMax64 = std::numeric_limits<std::uint64_t>::max();
-constexpr const char* kHeader = "Thread,Time,Action,Pointer,Size,Stream\n";
+using testing::ev;
+using testing::kMiB;
+using testing::kTraceHeader;
 
-std::string temp_path(const std::string& name) {
+constexpr std::uint64_t kMax64 = std::numeric_limits<std::uint64_t>::max();
+
+std::string hostile_path(const std::string& name) {
   return std::string(::testing::TempDir()) + "/tidepool_hostile_" + name;
 }
 
 std::string write_bytes(const std::string& name, const std::string& bytes) {
-  const std::string path = temp_path(name);
+  const std::string path = hostile_path(name);
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
@@ -57,7 +60,7 @@ std::string line(std::uint64_t i, const char* action = "allocate") {
 
 // `n` allocations, each line numbered from 2.
 std::string trace_of(std::size_t n) {
-  std::string text = kHeader;
+  std::string text = kTraceHeader;
   for (std::size_t i = 0; i < n; ++i) text += line(i);
   return text;
 }
@@ -176,7 +179,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 TEST(TraceMalformed, EmptyHeaderOnlyAndWrongHeader) {
   EXPECT_TRUE(has(error_of(""), "mem.csv:1: the trace is empty"));
   EXPECT_TRUE(has(error_of(line(0)), "mem.csv:1: the first line is not the header"));
-  const Loaded header_only = load_bytes(kHeader);
+  const Loaded header_only = load_bytes(kTraceHeader);
   ASSERT_TRUE(header_only.ok) << header_only.error;
   EXPECT_TRUE(header_only.events.empty());
   Result result;
@@ -186,7 +189,7 @@ TEST(TraceMalformed, EmptyHeaderOnlyAndWrongHeader) {
 }
 
 TEST(TraceMalformed, NumbersThatWrapOrHaveASignAreRefusedWithTheReason) {
-  const std::string h = kHeader;
+  const std::string h = kTraceHeader;
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,-5,0\n"), ":2: bad size \"-5\" (negative)"));
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,18446744073709551616,0\n"), "(out of range)"));
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,0x10000000000000000,0\n"), "(out of range)"));
@@ -198,7 +201,7 @@ TEST(TraceMalformed, NumbersThatWrapOrHaveASignAreRefusedWithTheReason) {
 }
 
 TEST(TraceMalformed, MissingAndExtraFieldsNameTheColumns) {
-  const std::string h = kHeader;
+  const std::string h = kTraceHeader;
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate\n"), ":2: expected 6 comma-separated columns"));
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,64,0,7\n"), "found more"));
   EXPECT_TRUE(has(error_of(h + ",,,,,\n"), ":2: bad thread id"));
@@ -207,7 +210,7 @@ TEST(TraceMalformed, MissingAndExtraFieldsNameTheColumns) {
 TEST(TraceMalformed, BinaryJunkIsQuotedAsPrintableAsciiAndCut) {
   std::string junk = "\x01\x02\xff";
   junk += std::string(300, 'A');
-  const std::string error = error_of(std::string(kHeader) + line(0) + junk + "\n");
+  const std::string error = error_of(std::string(kTraceHeader) + line(0) + junk + "\n");
   EXPECT_TRUE(has(error, "mem.csv:3:")) << error;
   EXPECT_TRUE(has(error, "\\x01\\x02\\xff")) << error;
   EXPECT_TRUE(has(error, "...")) << error;
@@ -218,13 +221,13 @@ TEST(TraceMalformed, BinaryJunkIsQuotedAsPrintableAsciiAndCut) {
     c = static_cast<char>(rng() % 255 + 1);
     if (c == '\n') c = 'x';
   }
-  EXPECT_TRUE(has(error_of(std::string(kHeader) + blob), "a line of over 1024 bytes"));
+  EXPECT_TRUE(has(error_of(std::string(kTraceHeader) + blob), "a line of over 1024 bytes"));
   EXPECT_TRUE(has(error_of(blob), "mem.csv:1:"));
   EXPECT_TRUE(has(error_of(std::string("\x1f\x8b") + "not deflate at all"), "corrupt gzip data"));
 }
 
 TEST(TraceMalformed, AllocateAndFreeSizesOverWhatADeviceHoldsAreRefusedOnReading) {
-  const std::string h = kHeader;
+  const std::string h = kTraceHeader;
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,18446744073709551615,0\n"), ":2: bad size"));
   EXPECT_TRUE(has(error_of(h + "0,00:00:00.1,allocate,0x10,64,0\n0,00:00:00.2,free,0x10,0xffffffffffffffff,0\n"),
                   ":3: bad size \"0xffffffffffffffff\" (over 256 TiB"));
@@ -268,11 +271,6 @@ TEST(TraceMalformed, RandomlyDamagedTracesGiveEventsOrAnErrorNamingTheLine) {
 }
 
 // --- sizes in the replay ---------------------------------------------------
-
-TraceEvent ev(TraceAction action, std::uint64_t pointer, std::uint64_t size, std::uint64_t line,
-              std::uint64_t stream = 0) {
-  return TraceEvent{0, line, action, pointer, size, stream, line};
-}
 
 TEST(ReplaySizes, AFreeWhoseSizeIsNotItsAllocationsIsAnError) {
   for (const std::string& policy : target_names()) {

@@ -11,10 +11,9 @@
 namespace tidepool::replay {
 namespace {
 
+using testing::kMiB;
 using testing::random_sizes;
 using testing::TraceBuilder;
-
-constexpr std::uint64_t kMiB = 1ULL << 20;
 
 // Parameters live throughout, then `steps` identical steps of mixed sizes
 // (small and large, up to 64 MiB), each freeing all it allocated.

@@ -6,15 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "reports.hpp"
+#include "synthetic_trace.hpp"
 
 namespace tidepool::replay {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
-
-TraceEvent ev(TraceAction action, std::uint64_t pointer, std::uint64_t size, std::uint64_t line) {
-  return TraceEvent{0, line, action, pointer, size, 0, line};
-}
+using testing::ev;
+using testing::kMiB;
 
 TEST(Baselines, PytorchRulesUseTwoAndTwentyMiBSegments) {
   auto t = make_pytorch_rules_target({});

@@ -13,11 +13,12 @@
 
 #include "reports.hpp"
 #include "runtime/runtime.hpp"
+#include "synthetic_trace.hpp"
 
 namespace tidepool::replay {
 namespace {
 
-constexpr std::uint64_t kMiB = 1ULL << 20;
+using testing::kMiB;
 
 std::string temp_file(const std::string& name, const std::string& text) {
   const std::string path =

@@ -10,6 +10,17 @@
 
 namespace tidepool::replay::testing {
 
+inline constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+// The header line every trace file starts with.
+inline constexpr const char* kTraceHeader = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+// One event as line `line` of a trace holds it, at time `line` us.
+inline TraceEvent ev(TraceAction action, std::uint64_t pointer, std::uint64_t size, std::uint64_t line,
+                     std::uint64_t stream = 0) {
+  return TraceEvent{0, line, action, pointer, size, stream, line};
+}
+
 // Pointers are never reused, as in a real trace; line numbers count from 2
 // (the header is line 1).
 class TraceBuilder {

@@ -12,10 +12,13 @@
 #include <utility>
 
 #include "replay.hpp"
+#include "synthetic_trace.hpp"
 #include "trace_reader.hpp"
 
 namespace tidepool::replay {
 namespace {
+
+using testing::kTraceHeader;
 
 std::string temp_path(const std::string& name) { return (std::string(::testing::TempDir()) + "/tidepool_" + name); }
 
@@ -34,8 +37,6 @@ std::string reader_error(const std::string& text) {
   }
   return reader.value()->error();
 }
-
-constexpr const char* kHeader = "Thread,Time,Action,Pointer,Size,Stream\n";
 
 // The counts are the ones data/traces/README.md gives; the lines are counted
 // independently of the reader, through zlib.
@@ -123,7 +124,7 @@ TEST(TraceFormat, ReadsGzipCompressedTraces) {
   gzFile gz = gzopen(path.c_str(), "wb");
   ASSERT_NE(gz, nullptr);
   const std::string text =
-      std::string(kHeader) + "0,00:00:00:000001,allocate,0x10,64,0\n0,00:00:00:000002,free,0x10,64,0\n";
+      std::string(kTraceHeader) + "0,00:00:00:000001,allocate,0x10,64,0\n0,00:00:00:000002,free,0x10,64,0\n";
   gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
   gzclose(gz);
   std::vector<TraceEvent> events;
@@ -136,17 +137,17 @@ TEST(TraceFormat, ReadsGzipCompressedTraces) {
 
 TEST(TraceFormat, BadInputNamesTheLine) {
   const std::string ok = "0,00:00:00:000001,allocate,0x10,64,0\n";
-  EXPECT_NE(
-      reader_error(std::string(kHeader) + ok + "0,00:00:00:000002,frobnicate,0x10,64,0\n").find(":3: unknown action"),
-      std::string::npos);
-  EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0xZZ,64,0\n").find(":2: bad pointer"),
+  EXPECT_NE(reader_error(std::string(kTraceHeader) + ok + "0,00:00:00:000002,frobnicate,0x10,64,0\n")
+                .find(":3: unknown action"),
+            std::string::npos);
+  EXPECT_NE(reader_error(std::string(kTraceHeader) + "0,00:00:00:000002,allocate,0xZZ,64,0\n").find(":2: bad pointer"),
             std::string::npos);
   EXPECT_NE(
-      reader_error(std::string(kHeader) + ok + ok + "0,00:00:00:000002,allocate,0x20,-5,0\n").find(":4: bad size"),
+      reader_error(std::string(kTraceHeader) + ok + ok + "0,00:00:00:000002,allocate,0x20,-5,0\n").find(":4: bad size"),
       std::string::npos);
-  EXPECT_NE(reader_error(std::string(kHeader) + "0,00:00:00:000002,allocate,0x20,5\n").find(":2: expected 6"),
+  EXPECT_NE(reader_error(std::string(kTraceHeader) + "0,00:00:00:000002,allocate,0x20,5\n").find(":2: expected 6"),
             std::string::npos);
-  EXPECT_NE(reader_error(std::string(kHeader) + "0,yesterday,allocate,0x20,5,0\n").find(":2: bad time"),
+  EXPECT_NE(reader_error(std::string(kTraceHeader) + "0,yesterday,allocate,0x20,5,0\n").find(":2: bad time"),
             std::string::npos);
   EXPECT_NE(reader_error(ok).find("header"), std::string::npos);
   EXPECT_NE(reader_error("").find("empty"), std::string::npos);

@@ -26,13 +26,13 @@
 
 #include "replay.hpp"
 #include "runtime/runtime.hpp"
+#include "support/program_code.hpp"
 #include "support/sim_driver.hpp"
 
 namespace tidepool::replay {
 namespace {
 
-// Code of the test executable itself, for a return address there.
-[[gnu::noinline]] void code_of_this_program() { asm volatile(""); }
+using testing::code_of_this_program;
 
 using util::MiB;
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "formatting.hpp"
 #include "reports.hpp"
 
 namespace tidepool::replay {
@@ -17,17 +18,6 @@ namespace {
 
 std::string json_string(const std::string& text) {
   return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-std::string hex(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "\"0x%llx\"", static_cast<unsigned long long>(value));
-  return text;
-}
-
-std::string base_name(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // The time live bytes first peaked, as the timeline saw it.
@@ -141,8 +131,8 @@ std::string chrome_trace(const std::vector<Result>& results, const ChromeTraceOp
       const std::string common = "\"cat\":\"allocation\",\"name\":\"stream " + std::to_string(l.stream) +
                                  "\",\"id2\":{\"local\":\"" + std::to_string(i) + "\"},\"tid\":0" + p;
       w.event("\"ph\":\"b\"," + common + ",\"ts\":" + std::to_string(l.begin_us) +
-              ",\"args\":{\"size\":" + std::to_string(l.size) + ",\"address\":" + hex(l.address) +
-              ",\"line\":" + std::to_string(l.line) + (l.freed ? "" : ",\"live_at_end\":true") + "}");
+              ",\"args\":{\"size\":" + std::to_string(l.size) + ",\"address\":\"" + hex(l.address) +
+              "\",\"line\":" + std::to_string(l.line) + (l.freed ? "" : ",\"live_at_end\":true") + "}");
       w.event("\"ph\":\"e\"," + common +
               ",\"ts\":" + std::to_string(l.freed ? l.end_us : std::max(end_time, l.begin_us)));
     }

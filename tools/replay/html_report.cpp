@@ -14,6 +14,7 @@
 
 #include "allocation_view.hpp"
 #include "comparison.hpp"
+#include "formatting.hpp"
 #include "report_assets.hpp"
 #include "report_template.hpp"
 #include "reports.hpp"
@@ -31,11 +32,6 @@ namespace mustache = kainjow::mustache;
 constexpr std::size_t kTimelineBuckets = 800;
 // Out-of-memory marks drawn per result; more would be one red band anyway.
 constexpr std::size_t kMaxOomMarks = 2000;
-
-std::string base_name(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string fixed(double value, int digits) {
   char buffer[48];
@@ -78,8 +74,6 @@ std::string script_json(const nlohmann::json& value) {
   }
   return out;
 }
-
-StepResult last_step(const Result& r) { return r.steps.empty() ? StepResult{} : r.steps.back(); }
 
 struct TraceGroup {
   std::string path;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "formatting.hpp"
 #include "steps.hpp"
 
 namespace tidepool::replay {
@@ -82,20 +83,13 @@ void show_progress(const ReplayOptions& options, const std::string& trace_name, 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
   const double left = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
-  const std::size_t slash = trace_name.find_last_of('/');
-  const std::string name = slash == std::string::npos ? trace_name : trace_name.substr(slash + 1);
+  const std::string name = base_name(trace_name);
   char run[48] = "";
   if (options.run_count > 1) std::snprintf(run, sizeof run, "[%zu/%zu] ", options.run_index + 1, options.run_count);
   std::fprintf(stderr, "\r\033[K%s%s %s [%-*.*s] %zu/%zu events %.2fM ev/s ETA %.1fs", run, name.c_str(),
                policy.c_str(), width, filled, "========================", done, total, rate / 1e6,
                done == total ? seconds : left);
   if (done == total) std::fprintf(stderr, "\n");
-}
-
-std::string hex(std::uint64_t value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 // A trace pointer's allocation. `placed` is false when the target refused it:
@@ -297,6 +291,8 @@ bool replay_pass(const std::string& trace_name, const std::vector<TraceEvent>& e
 }
 
 }  // namespace
+
+StepResult last_step(const Result& result) { return result.steps.empty() ? StepResult{} : result.steps.back(); }
 
 bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& events, const std::string& policy,
                 const TargetOptions& target_options, const ReplayOptions& options, Result* result, std::string* error) {

@@ -108,6 +108,10 @@ struct Result {
   std::shared_ptr<const AllocationView> allocations;
 };
 
+// The last step, the steady state a training loop pays every step from then
+// on; an empty one for a result that has none.
+StepResult last_step(const Result& result);
+
 // Loads every event of a trace; false with `error` (file:line: reason). A
 // cut-short last line is skipped and its warning (file:line: warning: ...)
 // handed to `warning`, or written to stderr when `warning` is null.

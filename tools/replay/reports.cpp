@@ -10,26 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "formatting.hpp"
 #include "trace_notes.hpp"
 #include "util/util.hpp"
 
 namespace tidepool::replay {
 
 namespace {
-
-std::string mib(std::uint64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buffer;
-}
-
-std::string base_name(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// The last step, or an empty one for a result that has none.
-StepResult last_step(const Result& r) { return r.steps.empty() ? StepResult{} : r.steps.back(); }
 
 nlohmann::json calls_json(const DriverCalls& calls) {
   nlohmann::json j = nlohmann::json::object();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "formatting.hpp"
 #include "runtime/runtime.hpp"
 
 namespace tidepool::replay {
@@ -89,12 +90,6 @@ RunDevice device_of(const Json& d) {
   return device;
 }
 
-std::string mib(std::uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
-  return text;
-}
-
 }  // namespace
 
 bool load_run_report(const std::string& path, RunReport* report, std::string* error) {
@@ -155,14 +150,14 @@ std::string run_report_lines(const RunReport& report, const std::vector<Result>&
     char utilization[32];
     std::snprintf(utilization, sizeof utilization, "%.4f", d.utilization);
     out += "  device " + std::to_string(d.device) + ": peak reserved " + mib(d.peak_reserved_bytes) +
-           " for a live peak of " + mib(d.peak_live_bytes) + ", utilization " + utilization + ", " +
+           " MiB for a live peak of " + mib(d.peak_live_bytes) + " MiB, utilization " + utilization + ", " +
            std::to_string(d.allocations) + " allocations, " + std::to_string(d.ooms) + " refused" +
-           (d.eviction ? ", " + mib(d.evicted_bytes) + " evicted" : std::string()) + "\n";
+           (d.eviction ? ", " + mib(d.evicted_bytes) + " MiB evicted" : std::string()) + "\n";
     if (!d.owners.empty()) {
       std::string owners;
       for (const RunOwner& o : d.owners) {
         owners += (owners.empty() ? "" : ", ") + (o.library.empty() ? std::string("not known") : text(o.library)) +
-                  " (" + text(o.owner) + ") " + mib(o.live_at_peak_bytes);
+                  " (" + text(o.owner) + ") " + mib(o.live_at_peak_bytes) + " MiB";
       }
       out += "    at the live peak: " + owners + "\n";
     }
@@ -171,7 +166,7 @@ std::string run_report_lines(const RunReport& report, const std::vector<Result>&
     char utilization[32];
     std::snprintf(utilization, sizeof utilization, "%.4f", replayed->utilization);
     out += "  its replay under " + replayed->policy + ": peak reserved " + mib(replayed->peak_reserved_bytes) +
-           ", utilization " + utilization +
+           " MiB, utilization " + utilization +
            " (the replay sees the trace's order on one simulated device; the run's own lag and streams differ)\n";
   } else {
     out += "  its policy " + text(report.policy) + " was not replayed (add --policy " + text(report.policy) +

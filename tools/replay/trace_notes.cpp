@@ -7,16 +7,9 @@
 #include <cstdio>
 #include <string_view>
 
+#include "formatting.hpp"
+
 namespace tidepool::replay {
-
-namespace {
-
-std::string_view base_name(std::string_view path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
 
 bool is_baseline(const std::string& policy) {
   return policy == "pytorch_rules" || policy == "rmm_pool" || policy == "cuda_malloc";
@@ -60,7 +53,7 @@ std::string sample_origin(const Result& result) {
   };
   static constexpr Sample kSamples[] = {
       {"resnet50_b16.csv.gz", 77496}, {"mobilenet_v2_b32.csv.gz", 77050}, {"seq2seq_b32.csv.gz", 34692}};
-  const std::string_view name = base_name(result.trace);
+  const std::string name = base_name(result.trace);
   for (const Sample& s : kSamples) {
     if (name == s.file && result.events == s.events) {
       return "a sample trace (data/traces): PyTorch's tensor allocations recorded on the CPU, so one stream and no "
