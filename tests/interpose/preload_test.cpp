@@ -563,7 +563,11 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
                         {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("prefetch:") + c.mode + ", seed " + c.seed + ", " + c.env);
-    extra_env_ = std::string(c.env) + "TIDEPOOL_SIM_COPY_GBPS=8 PROBE_THREADS=5 PROBE_OPS=" + ops + " ";
+    // Small blocks share pages, which never move: such a run reaches the
+    // budget later, and there may refuse an allocation rather than evict.
+    const bool small = std::string(c.env).find("PROBE_SIZES=small") != std::string::npos;
+    const std::string case_ops = small && !sanitizer_preload_prefix().empty() ? "40" : ops;
+    extra_env_ = std::string(c.env) + "TIDEPOOL_SIM_COPY_GBPS=8 PROBE_THREADS=5 PROBE_OPS=" + case_ops + " ";
     const std::string conf = std::string("device_limit:") + c.budget + ",evict:on,prefetch:" + c.mode;
     const ProgramRun r = run(PROBE_CHAOS, c.seed, conf.c_str());
     EXPECT_EQ(r.status, 42) << r.err;
@@ -571,8 +575,16 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
     EXPECT_EQ(r.err.find("tidepool sim: cuMemUnmap"), std::string::npos) << r.err;
     ASSERT_TRUE(r.report.is_object()) << r.err;
     long evictions = 0;  // on any device
-    for (const auto& device : r.whole["devices"]) evictions += device.value("evictions", 0L);
-    EXPECT_GT(evictions, 0);
+    long refusals = 0;
+    for (const auto& device : r.whole["devices"]) {
+      evictions += device.value("evictions", 0L);
+      refusals += device.value("ooms", 0L);
+    }
+    if (small) {
+      EXPECT_GT(evictions + refusals, 0) << "the budget was never reached";
+    } else {
+      EXPECT_GT(evictions, 0);
+    }
   }
 }
 
