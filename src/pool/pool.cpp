@@ -371,15 +371,18 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
   std::lock_guard<util::SpinLock> guard(lock_);
   Block* block = live_.remove(address);
-  if (block == nullptr || block->freed_while_shared) {
-    if (block != nullptr) live_.restore(block);
+  if (block == nullptr) {
     return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
   }
-  if (block->import_holds > 0) {
+  // One branch on the free path: a block freed while shared still has holds.
+  if (block->import_holds > 0) [[unlikely]] {
+    live_.restore(block);
+    if (block->freed_while_shared) {
+      return {util::Error::invalid_value, "pointer is not a live tidepool allocation (double free or foreign)"};
+    }
     // Other processes map it: the free takes effect when the last lets go
     // (release_import_hold), so they never see its bytes reused.
     block->freed_while_shared = true;
-    live_.restore(block);
     return util::Status::success();
   }
   bool settled = false;  // a free on another device's stream, waited for here
