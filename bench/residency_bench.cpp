@@ -6,6 +6,7 @@
 //   bench_residency [--layers L] [--activation-mib M] [--kernel-ms K] [--steps N]
 //                   [--copy-gbps G] [--prefetch-ahead A] [--learn-ahead A]
 //                   [--modes off,hints,launch,learn] [--budgets 100,50,33.3] [--json PATH]
+//                   [--data touch|dense|half-zero|mix] [--compress off,zero,auto]
 //
 // A step is a forward pass over L layers, each allocating an activation
 // (cudaMalloc semantics) and launching a kernel that reads the previous one
@@ -30,6 +31,17 @@
 //           come back --learn-ahead launches before their use and what the
 //           next launches' allocations will evict is copied out ahead, all
 //           as tracked moves (no gate).
+// --data: what the blocks hold. touch (the default): a kernel writes one word
+// a page, the rest is whatever the page held. dense, half-zero, mix: every
+// word of a block is written by the kernel that makes it and checked by each
+// kernel that reads it, and a step with a word read wrong fails the run, so
+// every byte is verified every step; dense data has no zero word, half-zero
+// data half its words zero (an fp32 activation after a ReLU), and mix a share
+// of zeros by layer from 35% to 90%, as ReLU outputs have from the first
+// layers to the last (cDMA, Rhu et al., HPCA 2018), with one layer in eight
+// dense (no ReLU). --compress runs each budget and mode once per setting of
+// TIDEPOOL_CONF's compress (it needs launch or learn: elsewhere it is off).
+//
 // Step 0 of each run is a warm-up (the host cache is pinned, the layout
 // settles); the rest are timed with a steady clock up to a stream
 // synchronisation. Figures are what one run measured: nothing here asserts a
@@ -76,7 +88,12 @@ struct Options {
   std::vector<std::string> modes{"off", "hints", "launch", "learn"};
   std::vector<double> budget_percents{100, 50, 100.0 / 3.0};
   std::string json;
+  std::string data = "touch";
+  std::vector<std::string> compress{"off"};
 };
+
+// The zero words in 256 of each layer's blocks under --data mix, by layer.
+constexpr std::uint32_t kMixZeros[] = {90, 128, 154, 179, 205, 230, 115, 0};
 
 // The sim's control API, reached through the driver's handle as tests do: the
 // sim is loaded like any driver, never linked.
@@ -84,6 +101,7 @@ struct SimControl {
   decltype(&tidepool_sim_register_kernel) register_kernel = nullptr;
   decltype(&tidepool_sim_set_copy_gbps) set_copy_gbps = nullptr;
   decltype(&tidepool_sim_host_resident_launches) host_resident_launches = nullptr;
+  decltype(&tidepool_sim_copied_bytes) copied_bytes = nullptr;
 };
 
 template <typename Fn>
@@ -96,6 +114,7 @@ struct RunResult {
   double budget_fraction = 0;
   std::size_t budget_bytes = 0;  // 0: no budget
   std::string mode;
+  std::string compress = "off";
   bool completed = false;
   std::string failure;
   std::vector<double> step_ms;  // timed steps only
@@ -133,11 +152,20 @@ struct RunResult {
   std::uint64_t ooms = 0;
   std::uint64_t peak_reserved_bytes = 0;
   std::uint64_t peak_live_bytes = 0;
+  // Bytes over the host link each way (the sim's copy counters: copies and
+  // the codec's kernels), per timed step.
+  double bus_bytes_per_step = 0;
+  bool compressing = false;
+  std::uint64_t compressed_pages = 0;
+  std::uint64_t raw_by_sample_pages = 0;
+  double compression_ratio = 0;
+  std::uint64_t verified_words = 0;  // --data other than touch: words checked, none wrong
 };
 
 struct Counters {
   residency::ResidencyStats residency;
   std::uint64_t host_read_launches = 0;
+  std::uint64_t bus_bytes = 0;
 };
 
 class Workload {
@@ -148,18 +176,27 @@ class Workload {
         kernel_(kernel),
         options_(o),
         bytes_(static_cast<std::size_t>(o.activation_mib * static_cast<double>(util::MiB))),
-        sleep_ns_(static_cast<std::uint64_t>(o.kernel_ms * 1e6)) {}
+        sleep_ns_(static_cast<std::uint64_t>(o.kernel_ms * 1e6)),
+        checks_data_(o.data != "touch") {}
 
-  RunResult run(std::size_t budget, const std::string& mode) {
+  RunResult run(std::size_t budget, const std::string& mode, const std::string& compress = "off") {
     RunResult r;
     r.budget_bytes = budget;
     r.mode = mode;
+    r.compress = compress;
     runtime::AllocatorOptions options;
     options.device_limit = budget;
     options.evict = true;
     options.residency.learn = mode == "learn";
+    // As the runtime allows it: only where launches bring pages back.
+    if ((mode == "launch" || mode == "learn") && compress != "off") {
+      options.residency.compress =
+          compress == "zero" ? residency::CompressMode::zero : residency::CompressMode::automatic;
+    }
     options.residency.learn_ahead = static_cast<std::size_t>(std::max(1, options_.learn_ahead));
     scan_launches_ = mode == "launch" || mode == "learn";
+    wrong_words_.store(0);
+    verified_words_ = 0;
     auto created = runtime::Allocator::create(sim_, options);
     if (!created) {
       r.failure = std::string("cannot create the allocator: ") + created.status().message();
@@ -200,6 +237,7 @@ class Workload {
     Counters c;
     if (const residency::Residency* res = allocator_->residency()) c.residency = res->stats();
     if (control_.host_resident_launches != nullptr) c.host_read_launches = control_.host_resident_launches();
+    if (control_.copied_bytes != nullptr) c.bus_bytes = control_.copied_bytes(0) + control_.copied_bytes(1);
     return c;
   }
 
@@ -211,6 +249,11 @@ class Workload {
       bool done = this->step(hints, step, r);
       if (done && api().streamSynchronize(stream_) != CUDA_SUCCESS) {
         r->failure = "step " + std::to_string(step) + ": the stream failed";
+        done = false;
+      }
+      if (done && wrong_words_.load() > 0) {
+        r->failure = "step " + std::to_string(step) + ": " + std::to_string(wrong_words_.load()) +
+                     " words read wrong";
         done = false;
       }
       if (!done) {
@@ -238,6 +281,14 @@ class Workload {
     r->prefetches_per_step = per_step(a.prefetches, b.prefetches);
     r->gates_per_step = per_step(a.gates, b.gates);
     r->host_read_launches_per_step = per_step(before.host_read_launches, after.host_read_launches);
+    r->bus_bytes_per_step = per_step(before.bus_bytes, after.bus_bytes);
+    r->compressing = b.compressing;
+    r->compressed_pages = b.compression.compressed_pages;
+    r->raw_by_sample_pages = b.compression.raw_pages;
+    r->compression_ratio = b.compression.bytes_after == 0 ? 0
+                                                          : static_cast<double>(b.compression.bytes_before) /
+                                                                static_cast<double>(b.compression.bytes_after);
+    r->verified_words = verified_words_;
     r->host_cache_bytes = b.host_cache_bytes;
     r->host_cache_peak_bytes = b.host_cache_peak_bytes;
     r->pin_calls = b.pin_calls;
@@ -275,10 +326,29 @@ class Workload {
     (void)allocator_->deallocate(p, 0, false);
   }
 
-  bool launch(const std::string& where, std::uintptr_t in_a, std::uintptr_t in_b, std::uintptr_t out, RunResult* r) {
+  // The data each block of a step holds (--data): activations and the
+  // gradients beside them share their layer's share of zeros.
+  bench::DataSpec spec(int step, int layer, bool gradient) const {
+    std::uint32_t zeros = 0;
+    if (options_.data == "half-zero") zeros = 128;
+    if (options_.data == "mix") zeros = kMixZeros[static_cast<std::size_t>(layer) % std::size(kMixZeros)];
+    return {static_cast<std::uint32_t>(step * 4096 + layer * 2 + (gradient ? 1 : 0)), zeros};
+  }
+
+  bool launch(const std::string& where, std::uintptr_t in_a, std::uintptr_t in_b, std::uintptr_t out, RunResult* r,
+              bench::DataSpec spec_a = {}, bench::DataSpec spec_b = {}, bench::DataSpec spec_out = {}) {
     std::size_t bytes = bytes_;
     std::uint64_t sleep_ns = sleep_ns_;
-    void* params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns};
+    std::uint64_t a = bench::pack_spec(spec_a);
+    std::uint64_t b = bench::pack_spec(spec_b);
+    std::uint64_t o = bench::pack_spec(spec_out);
+    std::atomic<std::uint64_t>* wrong = &wrong_words_;
+    void* touch_params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns};
+    void* data_params[] = {&in_a, &in_b, &out, &bytes, &sleep_ns, &a, &b, &o, &wrong};
+    void** params = checks_data_ ? data_params : touch_params;
+    if (checks_data_) {
+      verified_words_ += ((in_a != 0 ? 1 : 0) + (in_b != 0 ? 1 : 0)) * (bytes_ / sizeof(std::uint32_t));
+    }
     pool::Pins pins;
     if (scan_launches_) {
       // What the preload's launch hooks do before the real launch.
@@ -302,7 +372,11 @@ class Workload {
       const std::string where = prefix + "forward layer " + std::to_string(i);
       const auto l = static_cast<std::size_t>(i);
       if (!allocate(where, &activation[l], r)) return false;
-      if (!launch(where, i > 0 ? activation[l - 1] : 0, 0, activation[l], r)) return false;
+      if (!launch(where, i > 0 ? activation[l - 1] : 0, 0, activation[l], r, i > 0 ? spec(step, i - 1, false)
+                                                                                     : bench::DataSpec{},
+                  {}, spec(step, i, false))) {
+        return false;
+      }
     }
     std::uintptr_t upper_gradient = 0;
     for (int i = layers - 1; i >= 0; --i) {
@@ -325,12 +399,17 @@ class Workload {
       }
       std::uintptr_t gradient = 0;
       if (!allocate(where, &gradient, r)) return false;
-      if (!launch(where, activation[l], upper_gradient, gradient, r)) return false;
+      if (!launch(where, activation[l], upper_gradient, gradient, r, spec(step, i, false),
+                  upper_gradient != 0 ? spec(step, i + 1, true) : bench::DataSpec{}, spec(step, i, true))) {
+        return false;
+      }
       release(activation[l]);
       activation[l] = 0;
       release(upper_gradient);
       upper_gradient = gradient;
     }
+    // The last gradient is read once, so that every block is checked.
+    if (checks_data_ && !launch(prefix + "last gradient", upper_gradient, 0, 0, r, spec(step, 0, true))) return false;
     release(upper_gradient);
     return true;
   }
@@ -346,6 +425,9 @@ class Workload {
   bool scan_launches_ = false;
   CUstream stream_ = nullptr;
   std::vector<std::uintptr_t> live_;
+  bool checks_data_;
+  std::atomic<std::uint64_t> wrong_words_{0};
+  std::uint64_t verified_words_ = 0;
 };
 
 double mib(double bytes) { return bytes / static_cast<double>(util::MiB); }
@@ -355,15 +437,16 @@ double mib(double bytes) { return bytes / static_cast<double>(util::MiB); }
 // Columns per timed step (/st) are means over the timed steps; pinned bytes,
 // pin calls, copy rates and ooms cover the whole run, warm-up included.
 void print_table(const std::vector<RunResult>& runs) {
-  std::printf("%-6s %9s %-5s %8s %6s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5s  %s\n", "budget", "budgetMiB",
-              "mode", "step_ms", "kept", "steady", "evictMiB/st", "prefMiB/st", "hostrd/st", "gates/st", "pinnedMiB",
-              "pinPeakMiB", "pins", "d2h_GBps", "h2d_GBps", "ooms", "status");
+  std::printf("%-6s %9s %-5s %-4s %8s %6s %6s %11s %10s %9s %9s %8s %9s %10s %5s %5s %8s %8s %5s  %s\n", "budget",
+              "budgetMiB", "mode", "zip", "step_ms", "kept", "steady", "evictMiB/st", "prefMiB/st", "busMiB/st", "hostrd/st", "gates/st", "pinnedMiB",
+              "pinPeakMiB", "pins", "ratio", "d2h_GBps", "h2d_GBps", "ooms", "status");
   for (const RunResult& r : runs) {
     const std::string budget_mib = r.budget_bytes == 0 ? "-" : std::to_string(r.budget_bytes / util::MiB);
     if (!r.completed) {
-      std::printf("%-6s %9s %-5s %8s %6s %6s %11s %10s %9s %8s %9s %10s %5s %8s %8s %5llu  failed: %s\n",
-                  r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), "-", "-", "-", "-", "-", "-", "-", "-",
-                  "-", "-", "-", "-", static_cast<unsigned long long>(r.ooms), r.failure.c_str());
+      std::printf("%-6s %9s %-5s %-4s %8s %6s %6s %11s %10s %9s %9s %8s %9s %10s %5s %5s %8s %8s %5llu  failed: %s\n",
+                  r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), r.compress.c_str(), "-", "-", "-", "-",
+                  "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", static_cast<unsigned long long>(r.ooms),
+                  r.failure.c_str());
       continue;
     }
     std::string status = "ok";
@@ -376,18 +459,24 @@ void print_table(const std::vector<RunResult>& runs) {
     }
     if (r.fallbacks > 0) status += ", " + std::to_string(r.fallbacks) + " ungated moves";
     if (r.failed_moves > 0) status += ", " + std::to_string(r.failed_moves) + " failed moves";
-    std::printf("%-6s %9s %-5s %8.1f %6.3f %6.3f %11.1f %10.1f %9.1f %8.1f %9.1f %10.1f %5llu %8.2f %8.2f %5llu  %s\n",
-                r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), r.mean_step_ms, r.throughput_kept,
-                r.steady_kept, mib(r.evicted_bytes_per_step), mib(r.prefetched_bytes_per_step),
-                r.host_read_launches_per_step, r.gates_per_step, mib(static_cast<double>(r.host_cache_bytes)),
-                mib(static_cast<double>(r.host_cache_peak_bytes)), static_cast<unsigned long long>(r.pin_calls),
-                r.to_host_gbps, r.to_device_gbps, static_cast<unsigned long long>(r.ooms), status.c_str());
+    if (r.compress != "off" && !r.compressing) status += ", compression off";
+    if (r.raw_by_sample_pages > 0) status += ", " + std::to_string(r.raw_by_sample_pages) + " pages raw by sample";
+    if (r.verified_words > 0) status += ", " + std::to_string(r.verified_words) + " words verified";
+    std::printf(
+        "%-6s %9s %-5s %-4s %8.1f %6.3f %6.3f %11.1f %10.1f %9.1f %9.1f %8.1f %9.1f %10.1f %5llu %5.2f %8.2f %8.2f "
+        "%5llu  %s\n",
+        r.budget_label.c_str(), budget_mib.c_str(), r.mode.c_str(), r.compress.c_str(), r.mean_step_ms,
+        r.throughput_kept, r.steady_kept, mib(r.evicted_bytes_per_step), mib(r.prefetched_bytes_per_step),
+        mib(r.bus_bytes_per_step), r.host_read_launches_per_step, r.gates_per_step,
+        mib(static_cast<double>(r.host_cache_bytes)), mib(static_cast<double>(r.host_cache_peak_bytes)),
+        static_cast<unsigned long long>(r.pin_calls), r.compression_ratio, r.to_host_gbps, r.to_device_gbps,
+        static_cast<unsigned long long>(r.ooms), status.c_str());
   }
 }
 
 nlohmann::json run_json(const RunResult& r) {
   nlohmann::json j = {{"budget", r.budget_label},       {"budget_fraction", r.budget_fraction},
-                      {"budget_bytes", r.budget_bytes}, {"mode", r.mode},
+                      {"budget_bytes", r.budget_bytes}, {"mode", r.mode}, {"compress", r.compress},
                       {"completed", r.completed},       {"eviction_on", r.eviction_on}};
   if (!r.completed) {
     j["failure"] = r.failure;
@@ -422,7 +511,13 @@ nlohmann::json run_json(const RunResult& r) {
             {"to_device_gbps", r.to_device_gbps},
             {"ooms", r.ooms},
             {"peak_reserved_bytes", r.peak_reserved_bytes},
-            {"peak_live_bytes", r.peak_live_bytes}});
+            {"peak_live_bytes", r.peak_live_bytes},
+            {"bus_bytes_per_step", r.bus_bytes_per_step},
+            {"compressing", r.compressing},
+            {"compressed_pages", r.compressed_pages},
+            {"raw_by_sample_pages", r.raw_by_sample_pages},
+            {"compression_ratio", r.compression_ratio},
+            {"verified_words", r.verified_words}});
   return j;
 }
 
@@ -445,6 +540,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 1000.0))
       ->delimiter(',');
   app.add_option("--json", o.json, "Also write the results as JSON here");
+  app.add_option("--data", o.data, "What blocks hold: touch (a word a page), dense, half-zero or mix (verified in full)")
+      ->check(CLI::IsMember({"touch", "dense", "half-zero", "mix"}));
+  app.add_option("--compress", o.compress, "compress settings to run each budget and mode with")
+      ->check(CLI::IsMember({"off", "zero", "auto"}))
+      ->delimiter(',');
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -463,6 +563,7 @@ int main(int argc, char** argv) {
   control.set_copy_gbps = sim_symbol<decltype(control.set_copy_gbps)>(sim, "tidepool_sim_set_copy_gbps");
   control.host_resident_launches =
       sim_symbol<decltype(control.host_resident_launches)>(sim, "tidepool_sim_host_resident_launches");
+  control.copied_bytes = sim_symbol<decltype(control.copied_bytes)>(sim, "tidepool_sim_copied_bytes");
   if (control.register_kernel == nullptr) {
     std::fprintf(stderr, "bench_residency: the sim does not export tidepool_sim_register_kernel\n");
     return 1;
@@ -480,7 +581,13 @@ int main(int argc, char** argv) {
   CUfunction kernel = nullptr;
   const std::size_t param_sizes[] = {sizeof(std::uintptr_t), sizeof(std::uintptr_t), sizeof(std::uintptr_t),
                                      sizeof(std::size_t), sizeof(std::uint64_t)};
-  if (control.register_kernel(&kernel, &bench::layer_kernel, nullptr, 5, param_sizes) != CUDA_SUCCESS) {
+  const std::size_t data_param_sizes[] = {sizeof(std::uintptr_t), sizeof(std::uintptr_t), sizeof(std::uintptr_t),
+                                          sizeof(std::size_t),    sizeof(std::uint64_t),  sizeof(std::uint64_t),
+                                          sizeof(std::uint64_t),  sizeof(std::uint64_t),  sizeof(void*)};
+  const bool data = o.data != "touch";
+  if (control.register_kernel(&kernel, data ? &bench::data_layer_kernel : &bench::layer_kernel, nullptr,
+                              data ? std::size(data_param_sizes) : std::size(param_sizes),
+                              data ? data_param_sizes : param_sizes) != CUDA_SUCCESS) {
     std::fprintf(stderr, "bench_residency: cannot register the layer kernel\n");
     return 1;
   }
@@ -493,8 +600,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "bench_residency: %d layers, %g MiB activations, %g ms kernels, %d steps (1 warm-up), copies at %s, "
-      "hints %d ahead\n",
-      o.layers, o.activation_mib, o.kernel_ms, o.steps, copies, o.prefetch_ahead);
+      "hints %d ahead, data %s\n",
+      o.layers, o.activation_mib, o.kernel_ms, o.steps, copies, o.prefetch_ahead, o.data.c_str());
   std::fflush(stdout);
 
   Workload workload(sim, control, kernel, o);
@@ -516,14 +623,17 @@ int main(int argc, char** argv) {
     char label[32];
     std::snprintf(label, sizeof label, "%.0f%%", percent);
     for (const std::string& mode : o.modes) {
-      RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * fraction), mode);
-      r.budget_label = label;
-      r.budget_fraction = fraction;
-      if (r.completed) {
-        r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
-        r.steady_kept = baseline.steady_step_ms / r.steady_step_ms;
+      for (const std::string& compress : o.compress) {
+        if (compress != "off" && mode != "launch" && mode != "learn") continue;  // it needs the launch scan
+        RunResult r = workload.run(static_cast<std::size_t>(static_cast<double>(peak) * fraction), mode, compress);
+        r.budget_label = label;
+        r.budget_fraction = fraction;
+        if (r.completed) {
+          r.throughput_kept = baseline.mean_step_ms / r.mean_step_ms;
+          r.steady_kept = baseline.steady_step_ms / r.steady_step_ms;
+        }
+        runs.push_back(r);
       }
-      runs.push_back(r);
     }
   }
   std::printf("unconstrained peak reserved %.1f MiB, peak live %.1f MiB\n",
@@ -542,6 +652,7 @@ int main(int argc, char** argv) {
                               {"copy_gbps", o.copy_gbps},
                               {"copy_gbps_applied", copy_gbps_applied},
                               {"prefetch_ahead", o.prefetch_ahead},
+                              {"data", o.data},
                               {"unconstrained_peak_reserved_bytes", baseline.peak_reserved_bytes},
                               {"unconstrained_peak_live_bytes", baseline.peak_live_bytes},
                               {"runs", results}};

@@ -241,7 +241,12 @@ MOVE_KEYS = ("evicted_bytes", "prefetched_bytes", "host_resident_launches", "lau
 
 
 # The runs part_residency makes per model, beside the native one.
-RESIDENCY_RUNS = ("none", "50.off", "50.launch", "50.learn", "33.off", "33.launch", "33.learn", "50.pluggable")
+RESIDENCY_RUNS = ("none", "50.off", "50.launch", "50.learn", "33.off", "33.launch", "33.learn", "33.launch_auto",
+                  "50.pluggable")
+# Compressed eviction's report keys, kept per run as they are.
+COMPRESSION_KEYS = ("compressing", "compressed_pages", "compressed_bytes_before", "compressed_bytes_after",
+                    "compression_ratio", "raw_by_sample_pages", "unsampled_pages", "expanded_pages",
+                    "expand_failures", "compressed_store_peak_bytes", "codec_ms")
 
 
 def residency(d, steps=None):
@@ -272,6 +277,9 @@ def residency(d, steps=None):
             for key in MOVE_KEYS:
                 if dev.get(key) is not None:
                     row[key + "_per_step"] = dev[key] / steps
+            for key in COMPRESSION_KEYS:
+                if dev.get(key) is not None:
+                    row[key] = dev[key]
             if base is not None:
                 row.update(loss_compare(base, run))
                 if base.get("step_ms_median"):

@@ -228,6 +228,9 @@ part_residency() {
           TIDEPOOL_CONF="evict:on,prefetch:$mode,device_limit:$((peak * share / 100)),report:$d/$model.$share.$mode.report.json"
       done
     done
+    # Compressed eviction (issue 30): 33% with compress:auto, against 33.launch.
+    train_run "$d/$model.33.launch_auto" "$model" preload LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      TIDEPOOL_CONF="evict:on,prefetch:launch,compress:auto,device_limit:$((peak * 33 / 100)),report:$d/$model.33.launch_auto.report.json"
     train_run "$d/$model.50.pluggable" "$model" tidepool -- \
       --conf "evict:on,prefetch:learn,device_limit:$((peak / 2)),report:$d/$model.50.pluggable.report.json"
   done

@@ -87,6 +87,9 @@
   X(pointerGetAttributes,        "cuPointerGetAttributes",       cuPointerGetAttributes,         7000)        \
   X(funcGetParamInfo,            "cuFuncGetParamInfo",           cuFuncGetParamInfo,            12040)        \
   X(kernelGetParamInfo,          "cuKernelGetParamInfo",         cuKernelGetParamInfo,          12040)        \
+  X(moduleLoadData,              "cuModuleLoadData",             cuModuleLoadData,               2000)        \
+  X(moduleGetFunction,           "cuModuleGetFunction",          cuModuleGetFunction,            2000)        \
+  X(moduleUnload,                "cuModuleUnload",               cuModuleUnload,                 2000)        \
   X(launchKernel,                "cuLaunchKernel",               cuLaunchKernel,                 4000)        \
   X(launchHostFunc,              "cuLaunchHostFunc",             cuLaunchHostFunc,              10000)        \
   X(graphGetNodes,               "cuGraphGetNodes",              cuGraphGetNodes,               10000)        \

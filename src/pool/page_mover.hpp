@@ -157,6 +157,15 @@ class PageMover {
   // Host pages the space unmapped (a trim, stitching a free range) go back
   // to the cache.
   virtual void collect_released_host_pages() = 0;
+  // Compressed eviction: a page may lie on the host compressed, where no
+  // access can read it. has_unreadable_pages() says whether any does now;
+  // make_readable() then leaves every page under [address, address +
+  // length) on the device or on a raw host page. A submission naming a
+  // block, a graph holding it and an IPC export of it call it before the
+  // access they let through.
+  [[nodiscard]] virtual bool has_unreadable_pages() const { return false; }
+  virtual void make_readable(space::Reservation& /*reservation*/, std::uintptr_t /*address*/,
+                             std::size_t /*length*/) {}
 
   // Learned prefetch (a mover that keeps a schedule; the defaults ignore it).
   // A scanned launch of `kernel` named `blocks`; `all_blocks` false: it
@@ -167,8 +176,9 @@ class PageMover {
   // A launch whose parameters could not be read (its kernel is not
   // described) is about to be queued, or a graph holding such a kernel was
   // instantiated: it may use any block, so every copy still moving a
-  // block's pages finishes first, and no block moves without a gate from
-  // here on. True the first time (the mover stopped trusting the scan).
+  // block's pages finishes first, no block moves without a gate from here
+  // on, and every compressed page is made readable and compression ends.
+  // True the first time (the mover stopped trusting the scan).
   virtual bool unread_launch() { return false; }
   // A launch on `stream` is about to use the block: order it after any copy
   // still bringing the block's pages back. Called only when orders_uses()

@@ -460,6 +460,13 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
     if (host_pages_in(r, block->address, block->size) == 0 && !synchronize_context()) {
       return {util::Error::driver_error, "could not wait for the shared block's pages to come back"};
     }
+    // Pages that stay on the host are shared where they lie, so they must hold their bytes.
+    if (mover_->has_unreadable_pages()) {
+      mover_->make_readable(*block->segment->reservation, block->address, block->size);
+      if (mover_->has_unreadable_pages() && any_unreadable(r, block->address, block->size)) {
+        return {util::Error::out_of_memory, "the shared block's compressed pages could not be unpacked"};
+      }
+    }
   }
   if (util::Status shared = space_.share(r, block->address, block->size, pages); !shared) return shared;
   block->import_holds++;
@@ -572,6 +579,15 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
   return s;
 }
 
+bool Pool::any_unreadable(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
+  if (r.is_chunk() || length == 0) return false;
+  for (std::size_t p = r.page_of(begin); p <= r.page_of(begin + length - 1); ++p) {
+    const space::HostPage* host = r.page(p).host;
+    if (r.page(p).residency == space::Residency::host && host != nullptr && host->compressed) return true;
+  }
+  return false;
+}
+
 std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
   if (r.is_chunk() || length == 0) return 0;
   std::size_t on_host = 0;
@@ -612,11 +628,17 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
     driver::ScopedContext scope(api_, context_);
     (void)bring_back_locked(*block, block->address, block->size, stream, own_pins);
+    if (mover_->has_unreadable_pages()) mover_->make_readable(r, block->address, block->size);
     // Another device's stream is in no gate of this pool: it must find the
     // bytes in place before it is queued.
     if (on_host == OnHost::bring_back_for_peer) mover_->wait_for_copies_in();
     word->still_on_host = host_pages_in(r, block->address, block->size);
   } else {
+    // bring_back_later: bring_back_for_launch makes them readable.
+    if (on_host == OnHost::read_there && mover_->has_unreadable_pages()) {
+      driver::ScopedContext scope(api_, context_);
+      mover_->make_readable(r, block->address, block->size);
+    }
     word->still_on_host = word->host_pages;
   }
   // bring_back_later: bring_back_for_launch decides.
@@ -644,6 +666,7 @@ bool Pool::hold_for_graph(std::uintptr_t address, std::uintptr_t stream, Launche
   if (mover_ == nullptr || space_.host_pages() == 0) return true;
   driver::ScopedContext scope(api_, context_);
   (void)bring_back_locked(*block, block->address, block->size, stream, 0);
+  if (mover_->has_unreadable_pages()) mover_->make_readable(*block->segment->reservation, block->address, block->size);
   return true;
 }
 
@@ -684,6 +707,7 @@ Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::
     if (on_host == 0) continue;
     pages.before += on_host;
     (void)bring_back_locked(*block, block->address, block->size, stream, pins.holds(block->buffer_id) ? 1 : 0);
+    if (mover_->has_unreadable_pages()) mover_->make_readable(r, block->address, block->size);
     const std::size_t left = host_pages_in(r, block->address, block->size);
     if (left > 0) block->read_on_host = true;
     pages.after += left;

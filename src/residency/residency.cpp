@@ -19,8 +19,19 @@ util::Result<std::unique_ptr<Residency>> Residency::create(const driver::Driver&
   if (!cache) return cache.status();
   auto transit = Transit::create(driver, context, streams, space.page_size());
   if (!transit) return transit.status();
-  return std::unique_ptr<Residency>(
+  std::unique_ptr<Residency> residency(
       new Residency(space, std::move(cache).value(), std::move(transit).value(), std::move(policy), options));
+  if (options.compress != CompressMode::off) {
+    auto compressor =
+        Compressor::create(driver, context, space.capabilities().device, *residency->cache_, options.compress);
+    if (compressor) {
+      residency->compressor_ = std::move(compressor).value();
+      residency->transit_->set_compressor(residency->compressor_.get());
+    } else {
+      residency->compress_off_reason_ = compressor.status().message();
+    }
+  }
+  return residency;
 }
 
 Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,
@@ -33,7 +44,11 @@ Residency::Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cach
   if (options_.learn) learned_ = std::make_unique<LearnedPrefetch>(space_, *cache_, *transit_, options_.learn_ahead);
 }
 
-Residency::~Residency() { drain(); }
+Residency::~Residency() {
+  drain();
+  return_pages(transit_->reap(true));
+  transit_->set_compressor(nullptr);
+}
 
 void Residency::drain() {
   // Copies into pool pages still in flight finish before anything unmaps them.
@@ -46,8 +61,27 @@ void Residency::reap_transit(bool wait) {
   return_pages(transit_->reap(wait));
 }
 
+void Residency::release(space::HostPage* page) {
+  if (compressor_ != nullptr) {
+    compressor_->release(page);
+  } else {
+    cache_->give(page);
+  }
+}
+
 void Residency::return_pages(std::vector<space::HostPage*> pages) {
-  for (space::HostPage* page : pages) cache_->give(page);
+  for (space::HostPage* page : pages) release(page);
+}
+
+void Residency::make_readable(space::Reservation& reservation, std::uintptr_t address, std::size_t length) {
+  if (!has_unreadable_pages() || length == 0) return;
+  const std::size_t last = reservation.page_of(address + length - 1);
+  for (std::size_t p = reservation.page_of(address); p <= last; ++p) {
+    const space::HostPage* host = reservation.page(p).host;
+    if (reservation.page(p).residency == space::Residency::host && host != nullptr && host->compressed) {
+      (void)compressor_->expand(space_, reservation, p, transit_->to_device_stream());
+    }
+  }
 }
 
 void Residency::collect_released_host_pages() {
@@ -102,6 +136,10 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
     if (learned_ != nullptr) learned_->fills_of(c.buffer_id, &fills_);
     for (std::size_t p = first; p < end && moves_.size() < target; ++p) {
       if (r.page(p).residency != space::Residency::device || kept(r.page_address(p))) continue;
+      if (compressing()) {
+        moves_.push_back({&r, p, nullptr, false});  // the compressor chooses the page
+        continue;
+      }
       space::HostPage* host = cache_->take();
       if (host == nullptr) {
         cache_full = true;
@@ -115,7 +153,12 @@ std::size_t Residency::evict(std::vector<pool::EvictionCandidate>& candidates, s
   for (const PageMove& m : moves_) {
     // A page left mapped at the pool address (a move that failed halfway)
     // stays with the space, which hands it back when it unmaps it.
-    if (!m.moved && m.host->current.reservation == nullptr) cache_->give(m.host);
+    if (m.moved) continue;
+    if (m.host == nullptr) {
+      cache_full = true;  // the compressor found no room for it
+    } else if (m.host->current.reservation == nullptr) {
+      release(m.host);
+    }
   }
   if (learned_ != nullptr) learned_->note_demand(moved + committed);
   std::lock_guard<std::mutex> guard(stats_lock_);
@@ -187,7 +230,15 @@ void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
   if (learned_ != nullptr) learned_->before_use(buffer_id, stream);
 }
 
-bool Residency::unread_launch() { return learned_ != nullptr && learned_->trust_lost(); }
+bool Residency::unread_launch() {
+  const bool learn_first = learned_ != nullptr && learned_->trust_lost();
+  if (compressor_ == nullptr || !compressor_->on()) return learn_first;
+  compressor_->turn_off();
+  for (const space::PageLocation& at : compressor_->compressed_locations()) {
+    (void)compressor_->expand(space_, *at.reservation, at.page, transit_->to_device_stream());
+  }
+  return true;
+}
 
 void Residency::forget(std::uint64_t buffer_id) {
   if (learned_ != nullptr) learned_->forget(buffer_id);
@@ -238,6 +289,10 @@ void Residency::complete_stats(const LearnedStats& learned, const HostCacheStats
   s->sync_pins = cache.sync_pins;
   s->sync_pin_ms = cache.sync_pin_ms;
   s->host_resident_bytes = cache.in_use_bytes;
+  if (compressor_ != nullptr) {
+    s->compressing = compressor_->on();
+    s->compression = compressor_->stats();
+  }
 }
 
 }  // namespace tidepool::residency

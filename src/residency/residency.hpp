@@ -31,6 +31,7 @@
 #include "driver/driver.hpp"
 #include "order/order.hpp"
 #include "pool/pool.hpp"
+#include "residency/compressor.hpp"
 #include "residency/eviction_policy.hpp"
 #include "residency/host_cache.hpp"
 #include "residency/launch_scan.hpp"
@@ -52,6 +53,10 @@ struct ResidencyOptions {
   // launches' allocations will evict, all as tracked moves.
   bool learn = false;
   std::size_t learn_ahead = 4;
+  // Compressed eviction (compressor.hpp). Only for an owner that sees every
+  // launch, copy and set (the preload's launch scan with prefetch:launch or
+  // learn), since a compressed page cannot be read where it lies.
+  CompressMode compress = CompressMode::off;
 };
 
 struct ResidencyStats {
@@ -86,6 +91,8 @@ struct ResidencyStats {
   double sync_pin_ms = 0;
   double to_host_gbps = 0;  // copy bandwidth where events timed it, GB/s
   double to_device_gbps = 0;
+  bool compressing = false;  // compressed eviction on now
+  CompressStats compression;
 };
 
 class Residency final : public pool::PageMover {
@@ -105,6 +112,10 @@ class Residency final : public pool::PageMover {
   util::Status bring_back(space::Reservation& reservation, std::uintptr_t address, std::size_t length,
                           std::uintptr_t stream) override;
   void collect_released_host_pages() override;
+  [[nodiscard]] bool has_unreadable_pages() const override {
+    return compressor_ != nullptr && compressor_->compressed_now() > 0;
+  }
+  void make_readable(space::Reservation& reservation, std::uintptr_t address, std::size_t length) override;
   void launched(std::uintptr_t kernel, const pool::LaunchedBlock* blocks, std::size_t count, bool all_blocks,
                 pool::LiveBlocks& live) override;
   void before_use(std::uint64_t buffer_id, std::uintptr_t stream) override;
@@ -129,12 +140,16 @@ class Residency final : public pool::PageMover {
     if (still_on_host) host_resident_launches_.fetch_add(1, std::memory_order_relaxed);
   }
   [[nodiscard]] bool learning() const noexcept { return learned_ != nullptr; }
+  [[nodiscard]] bool compressing() const noexcept { return compressor_ != nullptr && compressor_->on(); }
+  // Why compression asked for is off (empty when it is on or was not asked).
+  [[nodiscard]] const std::string& compression_off_reason() const noexcept { return compress_off_reason_; }
   [[nodiscard]] std::string_view policy_name() const { return policy_->name(); }
 
  private:
   Residency(space::AddressSpace& space, std::unique_ptr<HostCache> cache, std::unique_ptr<Transit> transit,
             std::unique_ptr<EvictionPolicy> policy, const ResidencyOptions& options);
   void return_pages(std::vector<space::HostPage*> pages);
+  void release(space::HostPage* page);  // to the compressor (compressed or raw) or the cache
   // Inflight copies that finished are dropped, then the transit's finished
   // copies give their host pages back (in that order: reaped events are reused).
   void reap_transit(bool wait);
@@ -158,6 +173,8 @@ class Residency final : public pool::PageMover {
   std::vector<CUevent> fills_;  // evict()'s scratch
 
   std::unique_ptr<LearnedPrefetch> learned_;  // prefetch:learn; under the pool's lock
+  std::unique_ptr<Compressor> compressor_;    // compress:zero or auto, where it could be made
+  std::string compress_off_reason_;
 };
 
 }  // namespace tidepool::residency

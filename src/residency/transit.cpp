@@ -3,6 +3,8 @@
 
 #include <atomic>
 
+#include "residency/compressor.hpp"
+
 namespace tidepool::residency {
 
 util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& driver, CUcontext context,
@@ -75,6 +77,11 @@ void Transit::open(std::uint32_t generation) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+bool Transit::fill(CUdeviceptr to, const space::HostPage& from, CUstream stream) {
+  if (compressor_ != nullptr) return compressor_->fill(to, from, stream);
+  return api_.memcpyDtoDAsync(to, from.staging, page_size_, stream) == CUDA_SUCCESS;
+}
+
 void Transit::time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host) {
   float ms = 0;
   if (api_.eventElapsedTime == nullptr || api_.eventElapsedTime(&ms, start, end) != CUDA_SUCCESS) return;
@@ -120,6 +127,7 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     for (CUevent fill : fills) {
       if (api_.streamWaitEvent(to_host_stream_, fill, 0) != CUDA_SUCCESS) return false;
     }
+    if (compressing(moves)) return true;  // the compressor reads the pages once the gate is shut, below
     for (const PageMove& m : moves) {
       const CUdeviceptr from = m.reservation->page_address(m.page);
       if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return false;
@@ -127,6 +135,14 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
     return api_.eventRecord(copied_, to_host_stream_) == CUDA_SUCCESS;
   });
   if (!gate) return false;  // the guard opens the flag
+  if (compressing(moves)) {
+    // Moves the compressor gave a page to are remapped, even if a later
+    // group of the batch failed.
+    (void)compressor_->to_host(moves, to_host_stream_, &stats_.wait_ms);
+    remap_to_host(space, moves);
+    stats_.gates++;
+    return true;
+  }
   {
     const util::HostTime waited(&stats_.wait_ms);
     if (api_.eventSynchronize(copied_) != CUDA_SUCCESS) return true;  // the copies did not finish: nothing moves
@@ -147,6 +163,11 @@ bool Transit::synchronize_context() {
 void Transit::fallback_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
   if (!synchronize_context()) return;  // nothing can be proven idle: nothing moves, the pages intact
   stats_.fallbacks++;
+  if (compressing(moves)) {
+    (void)compressor_->to_host(moves, to_host_stream_, &stats_.wait_ms);
+    remap_to_host(space, moves);
+    return;
+  }
   for (const PageMove& m : moves) {
     const CUdeviceptr from = m.reservation->page_address(m.page);
     if (api_.memcpyDtoDAsync(m.host->staging, from, page_size_, to_host_stream_) != CUDA_SUCCESS) return;
@@ -196,7 +217,7 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
       // the flag lets this run. A page whose remap fails keeps its host
       // page there, and the copy writes that page onto itself.
       const CUdeviceptr to = m.reservation->page_address(m.page);
-      if (api_.memcpyDtoDAsync(to, m.host->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) return false;
+      if (!fill(to, *m.host, to_device_stream_)) return false;
     }
     return api_.eventRecord(pending.done, to_device_stream_) == CUDA_SUCCESS &&
            api_.streamWaitEvent(nullptr, pending.done, 0) == CUDA_SUCCESS;
@@ -241,7 +262,7 @@ std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space
     m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
     if (!m.moved) continue;
     const CUdeviceptr to = m.reservation->page_address(m.page);
-    if (api_.memcpyDtoDAsync(to, released->staging, page_size_, to_device_stream_) != CUDA_SUCCESS) {
+    if (!fill(to, *released, to_device_stream_)) {
       // The bytes are still on the host page: map it back rather than lose them.
       (void)api_.streamSynchronize(to_device_stream_);
       (void)space.move_to_host(*m.reservation, m.page, released);

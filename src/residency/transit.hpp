@@ -42,10 +42,14 @@
 
 namespace tidepool::residency {
 
+class Compressor;
+
 struct PageMove {
   space::Reservation* reservation = nullptr;
   std::size_t page = 0;
-  space::HostPage* host = nullptr;  // to_host: the destination; to_device: set to the page released
+  // to_host: the destination, or null for the compressor to choose (a
+  // compressed or a raw page); to_device: set to the page released.
+  space::HostPage* host = nullptr;
   bool moved = false;
 };
 
@@ -117,6 +121,11 @@ class Transit {
   // `wait`: wait for all of them.
   std::vector<space::HostPage*> reap(bool wait);
   [[nodiscard]] const TransitStats& stats() const noexcept { return stats_; }
+  // Compressed eviction: to_host moves whose `host` is null go through the
+  // compressor, and every copy in reads a page through it. Set once, before
+  // the first move.
+  void set_compressor(Compressor* compressor) noexcept { compressor_ = compressor; }
+  [[nodiscard]] CUstream to_device_stream() const noexcept { return to_device_stream_; }
 
  private:
   Transit(const driver::Driver& driver, CUcontext context, order::StreamRegistry& streams, std::size_t page_size);
@@ -157,6 +166,12 @@ class Transit {
     OpenOnExit& operator=(const OpenOnExit&) = delete;
   };
   void time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host);
+  // Queues the bytes of host page `from` into device page `to`.
+  bool fill(CUdeviceptr to, const space::HostPage& from, CUstream stream);
+  // Whether a to_host batch goes through the compressor (its moves' `host` is null).
+  [[nodiscard]] bool compressing(const std::vector<PageMove>& moves) const noexcept {
+    return compressor_ != nullptr && !moves.empty() && moves.front().host == nullptr;
+  }
 
   struct PendingRelease {
     CUevent start = nullptr;  // when the copies began (timing), and when they finished
@@ -178,6 +193,7 @@ class Transit {
   CUevent copied_ = nullptr;
   std::vector<PendingRelease> pending_;
   order::EventCache events_{api_, CU_EVENT_DEFAULT};  // with timing: copies are timed
+  Compressor* compressor_ = nullptr;
   TransitStats stats_;
 };
 

@@ -24,6 +24,13 @@ AllocatorOptions allocator_options(const Config& config, int device) {
   options.residency.host_cache_bytes = static_cast<std::size_t>(config.host_cache);
   options.residency.evict_policy = config.evict_policy;
   options.residency.learn = config.prefetch == PrefetchMode::learn;
+  // Only where launches bring pages back; the runtime also needs the
+  // preload's hooks in the process (Runtime::allocator_for).
+  const bool brought_back_at_launch = config.prefetch == PrefetchMode::launch || config.prefetch == PrefetchMode::learn;
+  if (brought_back_at_launch && config.compress != CompressMode::off) {
+    options.residency.compress =
+        config.compress == CompressMode::zero ? residency::CompressMode::zero : residency::CompressMode::automatic;
+  }
   return options;
 }
 
@@ -74,6 +81,9 @@ util::Result<std::unique_ptr<Allocator>> Allocator::create(const driver::Driver&
     if (residency) {
       allocator->residency_ = std::move(residency.value());
       allocator->pool_->set_page_mover(allocator->residency_.get());
+      if (const std::string& why = allocator->residency_->compression_off_reason(); !why.empty()) {
+        log_warn("device {}: compress: {}; evicted pages go raw", options.device, why);
+      }
     } else {
       allocator->eviction_off_reason_ = residency.status().message();
     }
@@ -197,6 +207,9 @@ bool Allocator::use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins*
 
 void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream) {
   if (residency_ == nullptr) return;
+  // Blocks past Pins::kMax are not pinned: one could be evicted before the
+  // launch is queued, and a compressed page cannot be read where it lies.
+  if (use.pins != nullptr && use.pins->overflow && residency_->compressing()) unread_launch();
   if (use.deferred_pages > 0) {
     const auto pages = pool_->bring_back_for_launch(
         use.blocks.data(), use.count, reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at, *use.pins);
@@ -210,10 +223,20 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
 }
 
 void Allocator::unread_launch() {
-  if (residency_ == nullptr || !residency_->learning() || scan_distrusted_.load(std::memory_order_acquire)) return;
+  if (residency_ == nullptr || (!residency_->learning() && !residency_->compressing()) ||
+      scan_distrusted_.load(std::memory_order_acquire)) {
+    return;
+  }
+  const bool compressing = residency_->compressing();
   const bool first = pool_->unread_launch();
   scan_distrusted_.store(true, std::memory_order_release);
-  if (first) {
+  if (first && compressing) {
+    log_warn(
+        "device {}: compress: a kernel launch's parameters could not be read (the driver does not describe the "
+        "kernel); every compressed page was unpacked, and evicted pages go raw for the rest of the run",
+        device_);
+  }
+  if (first && residency_->learning()) {
     log_warn(
         "device {}: prefetch:learn: a kernel launch's parameters could not be read (the driver does not describe "
         "the kernel); learned moves are off for the rest of the run, and blocks move only through gates, as with "

@@ -197,6 +197,19 @@ bool parse_prefetch_mode(std::string_view value, PrefetchMode& out, std::string&
   return false;
 }
 
+constexpr std::string_view kCompressNames[] = {"off", "zero", "auto"};  // by CompressMode
+
+bool parse_compress_mode(std::string_view value, CompressMode& out, std::string& expected) {
+  for (std::size_t i = 0; i < std::size(kCompressNames); ++i) {
+    if (kCompressNames[i] == value) {
+      out = static_cast<CompressMode>(i);
+      return true;
+    }
+  }
+  expected = one_of(value, kCompressNames);
+  return false;
+}
+
 // `%p` becomes the process id, so that the processes of one job (one per
 // GPU under torch.distributed, workers of torch.multiprocessing) each write
 // their own file from one TIDEPOOL_CONF; `%%` is a `%`.
@@ -282,6 +295,10 @@ Config invalid(std::string message) {
 }
 
 }  // namespace
+
+const char* compress_mode_name(CompressMode mode) noexcept {
+  return kCompressNames[static_cast<std::size_t>(mode)].data();
+}
 
 const OptionInfo* options_begin() { return std::begin(kOptions); }
 const OptionInfo* options_end() { return std::end(kOptions); }
@@ -369,6 +386,7 @@ std::string describe(const Config& config) {
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
          ",host_cache:" + std::to_string(config.host_cache) + ",evict_policy:" + config.evict_policy +
          ",prefetch:" + kPrefetchNames[static_cast<int>(config.prefetch)] +
+         ",compress:" + compress_mode_name(config.compress) +
          ",free_barrier:" + (config.free_barrier ? "on" : "off") + ",small_size:" + std::to_string(config.small_size) +
          ",hold_slack:" + std::to_string(config.hold_slack) + "%,report:" + config.report + ",trace:" + config.trace +
          ",log:" + kLevelNames[static_cast<int>(config.log)] + ",log_file:" + config.log_file +

@@ -26,6 +26,9 @@ inline constexpr std::size_t kMaxErrorLine = 200;
 
 enum class LogLevel { off, error, warn, info, debug, trace };
 enum class PrefetchMode { off, hints, launch, learn };
+enum class CompressMode { off, zero, automatic };
+// Its name as TIDEPOOL_CONF spells it (off, zero, auto).
+const char* compress_mode_name(CompressMode mode) noexcept;
 
 // Every field's default is its row's in options.hpp: parse_config applies
 // the table before the text. A Config not made by parse_config holds zeros.
@@ -36,6 +39,7 @@ struct Config {
   std::uint64_t host_cache = 0;  // 0: half the host's memory
   std::string evict_policy;
   PrefetchMode prefetch = PrefetchMode::off;
+  CompressMode compress = CompressMode::off;
   bool free_barrier = false;
   std::uint64_t small_size = 0;
   unsigned hold_slack = 0;  // percent

@@ -13,7 +13,8 @@
 // device; at least 2MiB, at most the device), cache_size (0 or at least
 // 2MiB), switch (on/off), policy (a registered placement policy), path,
 // log_level (off, error, warn, info, debug, trace), evict_policy (lru,
-// largest), prefetch_mode (off, hints, launch, learn).
+// largest), prefetch_mode (off, hints, launch, learn), compress_mode (off,
+// zero, auto).
 #pragma once
 
 // clang-format off
@@ -24,6 +25,7 @@
   X(host_cache,       cache_size,      "",         "Bound on pinned host memory for evicted pages, at least 2MiB. Default: half the host's physical memory. An allocation that would evict past it fails with out-of-memory.") \
   X(evict_policy,     evict_policy,    "lru",      "Which live blocks are evicted first: lru (least recently used: allocation, hints, prefetches) or largest (most device pages first).") \
   X(prefetch,         prefetch_mode,   "hints",    "When evicted pages come back: off (only when handed out again or advised; tidepool_prefetch is ignored), hints (also on tidepool_prefetch / tidepool_advise), launch (also before each kernel launch that passes a pointer into them: the preload scans launch arguments), learn (launch, plus a learned schedule: the step's launch order is found and blocks come back a few launches before their use, idle ones are copied out ahead and evicted needed-last first, moved without a device gate, a launch may wait, as cudaFree would, for the work queued before the frees whose pages it takes; it trusts kernels to reach pool memory through their parameters).") \
+  X(compress,         compress_mode,   "off",      "Evicted pages travel and rest on the host compressed, so fewer bytes cross the bus and stay pinned: off, zero (zero-value compression at 4-byte or 2-byte granularity, whichever is smaller, for each page whose sample says it saves an eighth; the rest go raw), auto (zero, sampling less while pages keep coming out incompressible). Lossless. Needs evict:on, prefetch:launch or learn and the preload, since a compressed page is unpacked before every access tidepool sees; a launch whose parameters cannot be read turns it off for the run. Needs a build with nvcc.") \
   X(free_barrier,     switch,          "on",       "cudaFree-style frees (cudaFree, cuMemFree, tidepool_free) go back behind a device barrier: the block may be handed out at once, every stream's later work runs after the work queued before the free, and the host never waits. off: the block is not handed out until the work queued before its free has finished; set it for memory written outside streams (host code through mapped memory, cuFile, RDMA from a NIC, peer devices), which the barrier does not order.") \
   X(small_size,       size,            "128KiB",   "Requests up to this size are small: packed on pages of their own.") \
   X(hold_slack,       percent,         "3%",       "How far above its peak live bytes the pool may grow so that a training loop stops remapping pages every step. Higher: fewer VMM calls, more memory held.") \

@@ -35,6 +35,7 @@ Json option_value(LogLevel level) {
   static constexpr const char* kNames[] = {"off", "error", "warn", "info", "debug", "trace"};
   return kNames[static_cast<int>(level)];
 }
+Json option_value(CompressMode mode) { return compress_mode_name(mode); }
 Json option_value(PrefetchMode mode) {
   static constexpr const char* kNames[] = {"off", "hints", "launch", "learn"};
   return kNames[static_cast<int>(mode)];
@@ -228,6 +229,22 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["sync_pin_ms"] = r.sync_pin_ms;
   out["to_host_gbps"] = r.to_host_gbps;
   out["to_device_gbps"] = r.to_device_gbps;
+  // Compressed eviction (compressor.hpp): zero unless compress is on.
+  const residency::CompressStats& z = r.compression;
+  out["compressing"] = r.compressing;
+  out["compressed_pages"] = z.compressed_pages;
+  out["compressed_bytes_before"] = z.bytes_before;
+  out["compressed_bytes_after"] = z.bytes_after;
+  out["compression_ratio"] =
+      z.bytes_after == 0 ? 0.0 : static_cast<double>(z.bytes_before) / static_cast<double>(z.bytes_after);
+  out["raw_by_sample_pages"] = z.raw_pages;
+  out["unsampled_pages"] = z.unsampled_pages;
+  out["expanded_pages"] = z.expanded_pages;
+  out["expand_failures"] = z.expand_failures;
+  out["compressed_now_pages"] = z.compressed_now;
+  out["compressed_store_bytes"] = z.store.held_bytes;
+  out["compressed_store_peak_bytes"] = z.store.peak_held_bytes;
+  out["codec_ms"] = z.codec_ms;
   // Whether the figures above could be read (see DeviceReport::complete).
   out["complete"] = d.complete;
   // Outside the pool.

@@ -140,6 +140,7 @@ Runtime::Runtime(const Config& config)
   ipc_ = std::make_unique<IpcSharing>(*driver_, [this](std::uintptr_t address) { return segment_owner_of(address); });
   call_sites_ = std::make_unique<CallSites>();
   if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
+    interposed_ = true;
     streams_->set_complete(true);
   } else {
     log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
@@ -351,6 +352,14 @@ Allocator* Runtime::allocator(int device) {
   options.peers =
       context_peers_[static_cast<std::size_t>(device)] | memory_pool_peers_[static_cast<std::size_t>(device)];
   options.outside_bytes = foreign_.bytes_now(device);
+  if (options.residency.compress != residency::CompressMode::off && !interposed_) {
+    // A compressed page cannot be read where it lies: only the preload's
+    // hooks see every launch, copy and set that might read it.
+    log_warn("device {}: compress needs the preload (launches tidepool does not see could read compressed pages): "
+             "evicted pages go raw",
+             device);
+    options.residency.compress = residency::CompressMode::off;
+  }
   // A budget that cannot work on this device is refused before anything is reserved.
   if (config_.device_limit) {
     const driver::Api& api = driver_->api();

@@ -237,6 +237,15 @@ struct MemPool {
   std::uint64_t access = 0;
 };
 
+struct ReferenceKernel;
+struct Kernel;
+
+// A loaded module (cuModuleLoadData): the functions asked of it, by name.
+struct Module {
+  Context* context = nullptr;
+  std::unordered_map<std::string, Kernel*> functions;  // owned by State::kernels
+};
+
 struct Kernel {
   tidepool_sim_kernel_fn fn = nullptr;
   void* user_data = nullptr;
@@ -253,6 +262,10 @@ struct Kernel {
   // its handle is a CUkernel, which cuLaunchKernel takes cast to
   // CUfunction, and only cuKernelGetParamInfo describes.
   bool library = false;
+  // A kernel of a loaded module (modules.cpp), run through the sim's
+  // reference of it; `unloaded` once its module is.
+  const ReferenceKernel* reference = nullptr;
+  bool unloaded = false;
 };
 
 struct Fault {
@@ -317,6 +330,7 @@ struct State {
   std::vector<std::shared_ptr<Stream>> retiring;
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
+  std::unordered_map<Module*, std::unique_ptr<Module>> modules;  // loaded (cuModuleLoadData)
   std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;  // ended captures' graphs
   std::unordered_set<const Graph*> child_graphs;              // owned by child-graph nodes of those
   std::unordered_map<GraphExec*, std::shared_ptr<GraphExec>> graph_execs;
@@ -452,6 +466,8 @@ class Running {
 // whose access list names the device. Otherwise the kernel faults, as on a GPU: counted in
 // State::access_faults (the first reported on stderr), and false.
 bool device_may_touch(int device, const std::vector<State::Touch>& touches);
+// Runs a module kernel's reference on the stream's worker (modules.cpp).
+void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device);
 // CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults,
 // State::access_faults), else `result`: what a synchronisation answers.
 CUresult after_faults(CUresult result);

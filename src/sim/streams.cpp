@@ -1274,7 +1274,7 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        CUstream handle, void** params, void** extra) {
   if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Kernel* k = find_kernel(f);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (k == nullptr || k->unloaded) return CUDA_ERROR_INVALID_HANDLE;
   if (gx * gy * gz == 0 || bx * by * bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;  // one form or the other
   if (!k->sizes.empty() && params == nullptr && extra == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -1292,9 +1292,17 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   auto arguments = std::make_shared<std::vector<std::vector<unsigned char>>>(std::move(copies));
   const int device = stream->context()->device;
+  const std::array<unsigned, 3> grid{gx, gy, gz};
   const Submitted sub = submit(
       stream,
-      [k, arguments, device] {
+      [k, arguments, device, grid] {
+        if (k->reference != nullptr) {
+          std::vector<std::vector<unsigned char>> own = *arguments;
+          std::vector<void*> pointers;
+          for (auto& c : own) pointers.push_back(c.data());
+          run_reference(*k->reference, pointers.data(), grid, device);
+          return;
+        }
         std::vector<std::uint64_t> words = argument_words(*arguments);
         // Judged when the kernel runs: what is mapped then is what it would read.
         if (reaches_host_memory(words)) state().host_resident_launches.fetch_add(1);

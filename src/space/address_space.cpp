@@ -507,6 +507,39 @@ util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage*
   return util::Status::success();
 }
 
+util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPage* replacement, HostPage** released) {
+  PageEntry& entry = r.page(p);
+  HostPage* old = entry.host;
+  if (old == nullptr || entry.residency != Residency::host || replacement == nullptr) {
+    return {util::Error::invalid_value, "page is not on the host"};
+  }
+  const std::uintptr_t address = r.page_address(p);
+  if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
+  counters_.unmaps++;
+  HostPage* mapped = replacement;
+  util::Status s = driver::check(api_.memMap(address, page_size_, 0, replacement->handle, 0), "cuMemMap");
+  if (s) {
+    counters_.maps++;
+    s = grant_access(address, page_size_);
+    if (!s && driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) counters_.unmaps++;
+  }
+  if (!s) {
+    mapped = old;
+    if (driver::check(api_.memMap(address, page_size_, 0, old->handle, 0), "cuMemMap")) {
+      counters_.maps++;
+      (void)grant_access(address, page_size_);
+    } else {
+      r.set_residency(p, Residency::broken);
+    }
+    return s;
+  }
+  entry.host = mapped;
+  old->current = {};
+  replacement->current = {&r, p};
+  *released = old;
+  return util::Status::success();
+}
+
 util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPage** released) {
   PageEntry& entry = r.page(p);
   HostPage* host = entry.host;

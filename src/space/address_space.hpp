@@ -122,6 +122,10 @@ class AddressSpace {
   // address: the caller copies them in before any device work touches the
   // page). On failure the host page is mapped back and nothing changes.
   util::Status move_to_device(Reservation& r, std::size_t p, HostPage** released);
+  // swap_host_page: page `p` is on the host; `replacement` (holding the
+  // same bytes) is mapped there instead and the old host page handed back
+  // through `released`. On failure the old page is mapped back.
+  util::Status swap_host_page(Reservation& r, std::size_t p, HostPage* replacement, HostPage** released);
   // Host pages unmapped by unback(), unreserve() or a trim since the last
   // call: the residency layer takes them back into its cache.
   std::vector<HostPage*> take_released_host_pages() { return std::exchange(released_host_, {}); }

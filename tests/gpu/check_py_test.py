@@ -49,6 +49,9 @@ def residency_dir(d, learn_losses, learn_peak):
                 write(f"{d}/{model}.{share}.{mode}.report.json",
                       report(peak, limit, launches={"scanned": 480, "naming_blocks": 450, "unread": 30},
                              evicted_bytes=3000, prefetched_bytes=3000, pin_calls=4, residency_wait_ms=60))
+        write(f"{d}/{model}.33.launch_auto.out", train_line(losses, 150.0))
+        write(f"{d}/{model}.33.launch_auto.rc", "0\n")
+        write(f"{d}/{model}.33.launch_auto.report.json", report(330, 330, evicted_bytes=3000))
         write(f"{d}/{model}.50.pluggable.out", train_line(losses, 140.0))
         write(f"{d}/{model}.50.pluggable.rc", "0\n")
         write(f"{d}/{model}.50.pluggable.report.json", report(450, 500))
@@ -72,7 +75,7 @@ def main():
                                                        "naming_blocks_per_step": 150,
                                                        "unread_per_step": 10}, figures["gpt"]
         assert set(figures["gpt"]["runs"]) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch",
-                                               "33.learn", "50.pluggable"}, figures["gpt"]["runs"]
+                                               "33.learn", "33.launch_auto", "50.pluggable"}, figures["gpt"]["runs"]
     with tempfile.TemporaryDirectory() as d:  # no unconstrained peak: only native and none ran
         residency_dir(d, [2.5, 2.25, 2.0], 300)
         for path in os.listdir(d):

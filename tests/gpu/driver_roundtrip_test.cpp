@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <memory>
 #include <vector>
 
 #include "driver/driver.hpp"
 #include "runtime/allocator.hpp"
+#include "support/codec_roundtrip.hpp"
 
 namespace tidepool {
 namespace {
@@ -86,6 +89,77 @@ TEST_F(RealDriver, CudaFreeStyleRoundTrip) {
       ASSERT_TRUE(allocator_->deallocate(block.value(), 0, false).ok());
     }
   }
+}
+
+// tidepool's compression kernels on the GPU, byte for byte against the host
+// reference the sim runs in their place, on 2 MiB pages of random, sparse
+// and half-zero data at both granularities.
+TEST_F(RealDriver, CompressionKernelsMatchTheSimsReferenceByteForByte) {
+  if (kernels::image().empty()) GTEST_SKIP() << "built without nvcc: no kernels";
+  testing::codec_round_trip(*driver_, allocator_->context(), 2 << 20);
+}
+
+// Their throughput, printed for the GPU bundle's log: the pack reads device
+// memory and writes the stream straight to pinned host memory, the unpack
+// the other way, so each is bounded by the host link (about 55 GB/s on an
+// H100's PCIe 5) and must not be far below it.
+TEST_F(RealDriver, CompressionKernelsKeepUpWithTheHostLink) {
+  if (kernels::image().empty()) GTEST_SKIP() << "built without nvcc: no kernels";
+  const driver::Api& api = driver_->api();
+  constexpr std::size_t kPage = 2 << 20;
+  constexpr std::size_t kPages = residency::PageCodec::kBatch;
+  auto created = residency::PageCodec::create(*driver_, allocator_->context(), kPage);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  residency::PageCodec& codec = *created.value();
+  CUdeviceptr pages = 0;
+  ASSERT_EQ(api.memAlloc(&pages, kPages * kPage), CUDA_SUCCESS);
+  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 1);
+  std::vector<CUdeviceptr> at(kPages);
+  for (std::size_t i = 0; i < kPages; ++i) {
+    at[i] = pages + i * kPage;
+    ASSERT_EQ(api.memcpyHtoD(at[i], data.data(), kPage), CUDA_SUCCESS);
+  }
+  const std::size_t room = kernels::max_stream_bytes(codec.chunks());
+  void* host = nullptr;
+  ASSERT_EQ(api.memHostAlloc(&host, kPages * room, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  CUdeviceptr streams = 0;
+  ASSERT_EQ(api.memHostGetDevicePointer(&streams, host, 0), CUDA_SUCCESS);
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(api.eventCreate(&start, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(api.eventCreate(&end, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_TRUE(codec.count(at.data(), kPages, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  std::vector<residency::PageCodec::Page> packs;
+  std::uint64_t stream_bytes = 0;
+  for (std::size_t i = 0; i < kPages; ++i) {
+    stream_bytes += codec.plan(i, kernels::Codec::zero32);
+    packs.push_back({at[i], streams + i * room, kernels::Codec::zero32, i});
+  }
+  const auto timed = [&](auto&& work) {
+    EXPECT_EQ(api.eventRecord(start, nullptr), CUDA_SUCCESS);
+    work();
+    EXPECT_EQ(api.eventRecord(end, nullptr), CUDA_SUCCESS);
+    EXPECT_EQ(api.eventSynchronize(end), CUDA_SUCCESS);
+    float ms = 0;
+    EXPECT_EQ(api.eventElapsedTime(&ms, start, end), CUDA_SUCCESS);
+    return static_cast<double>(ms);
+  };
+  const double count_ms = timed([&] { ASSERT_TRUE(codec.count(at.data(), kPages, 1, nullptr)); });
+  const double pack_ms = timed([&] { ASSERT_TRUE(codec.pack(packs.data(), packs.size(), nullptr)); });
+  const double unpack_ms = timed([&] { ASSERT_TRUE(codec.unpack(packs.data(), packs.size(), nullptr)); });
+  const double page_bytes = static_cast<double>(kPages * kPage);
+  std::printf("codec on %zu pages of 2 MiB, half zero: count %.1f GB/s, pack %.1f GB/s of pages (%.1f GB/s to the "
+              "host), unpack %.1f GB/s of pages; ratio %.2f\n",
+              kPages, page_bytes / count_ms / 1e6, page_bytes / pack_ms / 1e6,
+              static_cast<double>(stream_bytes) / pack_ms / 1e6, page_bytes / unpack_ms / 1e6,
+              page_bytes / static_cast<double>(stream_bytes));
+  RecordProperty("pack_gbps", std::to_string(page_bytes / pack_ms / 1e6));
+  RecordProperty("unpack_gbps", std::to_string(page_bytes / unpack_ms / 1e6));
+  (void)api.eventDestroy(start);
+  (void)api.eventDestroy(end);
+  (void)api.memFreeHost(host);
+  (void)api.memFree(pages);
 }
 
 }  // namespace

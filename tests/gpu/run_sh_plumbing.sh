@@ -54,7 +54,7 @@ res = parts["residency"]["figures"]
 for model in ("gpt", "resnet50"):
     runs = res[model]["runs"]
     assert set(runs) == {"none", "50.off", "50.launch", "50.learn", "33.off", "33.launch", "33.learn",
-                         "50.pluggable"}, runs
+                         "33.launch_auto", "50.pluggable"}, runs
     # The budgets come from the unconstrained peak (1 GB).
     assert runs["50.learn"]["device_limit_bytes"] == 500000000, runs["50.learn"]
     assert runs["33.off"]["device_limit_bytes"] == 330000000, runs["33.off"]

@@ -197,6 +197,24 @@ TEST_F(Preload, LaunchPrefetchBringsEvictedBlocksBackBeforeTheKernel) {
   EXPECT_EQ(launches(r, "unread"), 0) << "library kernels are described by cuKernelGetParamInfo";
 }
 
+// compress:zero: the probe's blocks are half zeros, so evicted pages cross
+// to the host compressed and come back unpacked before each kernel that
+// names them; every word is checked by kernels.
+TEST_F(Preload, CompressedEvictionKeepsHalfZeroDataIntactInLittleOverHalfItsBytes) {
+  const ProgramRun r =
+      both(PROBE_LINKED, "evict", nullptr, "device_limit:16MiB,evict:on,prefetch:launch,compress:zero");
+  expect_all_returned(r, 16);
+  if (!r.report.value("compressing", false)) GTEST_SKIP() << "built without nvcc: no kernels";
+  EXPECT_GT(r.report.value("evictions", 0), 0);
+  EXPECT_GT(r.report.value("compressed_pages", 0), 0);
+  EXPECT_EQ(r.report.value("raw_by_sample_pages", -1), 0);
+  EXPECT_GT(r.report.value("compression_ratio", 0.0), 1.7);
+  EXPECT_LT(r.report.value("compression_ratio", 0.0), 2.0) << "half the words are not zero";
+  EXPECT_EQ(r.report.value("expand_failures", -1), 0);
+  EXPECT_EQ(r.report.value("ooms", -1), 0);
+  EXPECT_EQ(r.report.value("host_resident_launches", -1), 0);
+}
+
 // prefetch:learn on a program that never repeats (blocks touched in random
 // order): no period is found, so it moves nothing without a gate and acts as
 // prefetch:launch; the probe checks every byte and the budget.

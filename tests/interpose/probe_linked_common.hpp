@@ -25,8 +25,12 @@ inline void make_context_current() {
   PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
 }
 
+// A seed with kSparseSeed set makes about half the words zero (as
+// activations after a ReLU), so that evicted pages compress.
+constexpr std::uint32_t kSparseSeed = 0x80000000u;
 inline std::uint32_t word_pattern(std::uint32_t seed, std::size_t i) {
-  return seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+  const std::uint32_t word = seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+  return (seed & kSparseSeed) != 0 && ((word >> 13) & 1U) != 0 ? 0 : word;
 }
 
 // A sim kernel. params: words, count, seed

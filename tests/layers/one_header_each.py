@@ -9,6 +9,7 @@ from pathlib import Path
 
 HEADERS = {
     "util": "util/util.hpp",
+    "kernels": "kernels/kernels.hpp",
     "driver": "driver/driver.hpp",
     "sim": "sim/sim_control.h",
     "space": "space/space.hpp",

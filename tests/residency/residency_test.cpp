@@ -32,8 +32,14 @@ using util::MiB;
 constexpr std::size_t kPage = 2 * MiB;
 
 // Kernels: fill a block with a pattern derived from a seed, and count the
-// words of a block that do not match one.
-std::uint32_t pattern(std::uint32_t seed, std::size_t i) { return seed ^ static_cast<std::uint32_t>(i * 2654435761u); }
+// words of a block that do not match one. A seed with kSparse set makes
+// about half the words zero, as activations after a ReLU are, so that its
+// pages compress.
+constexpr std::uint32_t kSparse = 0x80000000u;
+std::uint32_t pattern(std::uint32_t seed, std::size_t i) {
+  const std::uint32_t word = seed ^ static_cast<std::uint32_t>(i * 2654435761u);
+  return (seed & kSparse) != 0 && ((word >> 13) & 1U) != 0 ? 0 : word;
+}
 
 void fill_kernel(void** params, void* /*user*/) {
   auto* words = *static_cast<std::uint32_t**>(params[0]);
@@ -184,11 +190,13 @@ enum class Touch { neither, hints };
 
 class Residency : public ::testing::Test {
  protected:
-  void make(std::size_t limit, std::size_t host_cache = 0, bool complete_registry = true, bool learn = false) {
+  void make(std::size_t limit, std::size_t host_cache = 0, bool complete_registry = true, bool learn = false,
+            residency::CompressMode compress = residency::CompressMode::off) {
     runtime::AllocatorOptions options;
     options.device_limit = limit;
     options.evict = true;
     options.residency.learn = learn;
+    options.residency.compress = compress;
     options.residency.host_cache_bytes = host_cache;
     auto created = runtime::Allocator::create(testing::sim_driver(), options);
     ASSERT_TRUE(created.ok()) << created.status().message();
@@ -1013,6 +1021,187 @@ TEST_F(Residency, ALoweredBudgetEvictionCannotReachIsRefusedAndMovesNothing) {
   EXPECT_EQ(allocator_->residency()->stats().evictions, 0u);
   for (std::uint32_t b = 0; b < 40; ++b) EXPECT_EQ(host_mismatches(live[b], kBytes, b), 0u) << b;
   for (std::uintptr_t p : live) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
+}
+
+// --- Compressed eviction (residency/compressor.hpp) ---------------------------------------------------
+
+class CompressedEviction : public Residency {
+ protected:
+  static constexpr std::size_t kBlocks = 12;
+  static constexpr std::size_t kBytes = 4 * MiB;  // two pages; twelve make six times the budget
+
+  // An allocator under an 8 MiB budget evicting with `mode`; skips where the
+  // build has no kernels.
+  void make_compressing(residency::CompressMode mode) {
+    make(8 * MiB, 0, true, false, mode);
+    if (!allocator_->residency()->compressing()) {
+      GTEST_SKIP() << "no compression: " << allocator_->residency()->compression_off_reason();
+    }
+  }
+  // Blocks written by scanned launches, each with a seed of `flags`; every
+  // later allocation evicts earlier ones.
+  void fill_blocks(std::uint32_t flags) {
+    for (std::size_t b = 0; b < kBlocks; ++b) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << "block " << b << ": " << got.status().message();
+      live_.push_back(got.value());
+      seeds_.push_back(flags | static_cast<std::uint32_t>(0x100 + b));
+      ASSERT_EQ(scanned_fill(live_.back(), kBytes, seeds_.back()), CUDA_SUCCESS);
+    }
+  }
+  // Scanned launches read and rewrite blocks in random order (each brings
+  // its block back first), then read every block.
+  void touch_blocks(int rounds) {
+    std::mt19937 random(7);
+    for (int round = 0; round < rounds; ++round) {
+      const std::size_t b = random() % kBlocks;
+      ASSERT_EQ(scanned_check(live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);
+      seeds_[b] += 7919;
+      ASSERT_EQ(scanned_fill(live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);
+    }
+    for (std::size_t b = 0; b < kBlocks; ++b) ASSERT_EQ(scanned_check(live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(errors_.load(), 0U) << "words that kernels found wrong";
+  }
+  void free_blocks() {
+    for (std::uintptr_t p : live_) ASSERT_TRUE(allocator_->deallocate(p, 0, false).ok());
+    live_.clear();
+  }
+  static std::uint64_t copied_to_host() {
+    return testing::sim_control<decltype(&tidepool_sim_copied_bytes)>("tidepool_sim_copied_bytes")(0);
+  }
+  residency::CompressStats compression() const { return allocator_->residency()->stats().compression; }
+
+  std::vector<std::uintptr_t> live_;
+  std::vector<std::uint32_t> seeds_;
+};
+
+TEST_F(CompressedEviction, SparseDataCrossesTheBusInLittleOverHalfItsBytesAndLosesNone) {
+  make_compressing(residency::CompressMode::zero);
+  const std::uint64_t copied_before = copied_to_host();
+  fill_blocks(kSparse);
+  touch_blocks(30);
+  const auto stats = allocator_->residency()->stats();
+  const residency::CompressStats& z = stats.compression;
+  EXPECT_GT(z.compressed_pages, 0U);
+  EXPECT_EQ(z.raw_pages, 0U) << "half-zero pages all pay";
+  EXPECT_LT(static_cast<double>(z.bytes_after), 0.6 * static_cast<double>(z.bytes_before));
+  EXPECT_GT(static_cast<double>(z.bytes_after), 0.5 * static_cast<double>(z.bytes_before)) << "half the words are not zero";
+  EXPECT_LT(static_cast<double>(copied_to_host() - copied_before), 0.6 * static_cast<double>(stats.evicted_bytes))
+      << "bytes over the bus to the host, against the bytes evicted";
+  EXPECT_EQ(z.expand_failures, 0U);
+  EXPECT_GT(z.store.peak_held_bytes, 0U);
+  EXPECT_LE(z.store.peak_held_bytes, z.store.peak_used_bytes + 2 * kPage) << "streams pack end to end";
+  free_blocks();
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  (void)allocator_->pool().trim();  // free blocks' host pages go back, as their device pages do
+  allocator_->residency()->collect_released_host_pages();
+  EXPECT_EQ(compression().compressed_now, 0U) << "trimmed free pages' streams go back";
+  EXPECT_EQ(compression().store.held_bytes, 0U) << "an empty store gives its pages back to the cache";
+}
+
+TEST_F(CompressedEviction, DenseDataGoesRawWhenItsSampleSaysCompressionWouldNotPay) {
+  make_compressing(residency::CompressMode::zero);
+  fill_blocks(0);
+  touch_blocks(20);
+  const residency::CompressStats z = compression();
+  EXPECT_EQ(z.compressed_pages, 0U);
+  EXPECT_GT(z.raw_pages, 0U);
+  EXPECT_EQ(z.unsampled_pages, 0U) << "compress:zero samples every page";
+  free_blocks();
+}
+
+TEST_F(CompressedEviction, AutoSamplesLessWhilePagesKeepComingOutIncompressible) {
+  make_compressing(residency::CompressMode::automatic);
+  fill_blocks(0);
+  touch_blocks(30);
+  const residency::CompressStats z = compression();
+  EXPECT_EQ(z.compressed_pages, 0U);
+  EXPECT_GT(z.raw_pages, 0U);
+  EXPECT_GT(z.unsampled_pages, 0U);
+  free_blocks();
+}
+
+// The unseen access: a launch whose parameters tidepool cannot read may
+// reach any block, so before it is queued every compressed page is
+// unpacked where it lies, and compression ends for the run.
+TEST_F(CompressedEviction, ALaunchTidepoolCannotReadFindsEveryCompressedBlocksBytes) {
+  make_compressing(residency::CompressMode::zero);
+  fill_blocks(kSparse);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  ASSERT_GT(compression().compressed_now, 0U);
+  allocator_->unread_launch();  // what the preload does before it queues such a launch
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    ASSERT_EQ(launch_check(stream_, live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);  // not scanned
+  }
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0U) << "words an unscanned kernel read wrong";
+  const auto stats = allocator_->residency()->stats();
+  EXPECT_FALSE(stats.compressing);
+  EXPECT_EQ(stats.compression.compressed_now, 0U);
+  EXPECT_GT(stats.compression.expanded_pages, 0U);
+  const std::uint64_t compressed = stats.compression.compressed_pages;
+  touch_blocks(20);
+  EXPECT_EQ(compression().compressed_pages, compressed) << "evictions after it went raw";
+  free_blocks();
+}
+
+// A copy with no room on the device reads the block's pages where they lie:
+// compressed ones are unpacked into raw host pages first.
+TEST_F(CompressedEviction, ACopyOfACompressedBlockReadsItsBytesWhereTheyLie) {
+  make_compressing(residency::CompressMode::zero);
+  fill_blocks(kSparse);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  std::size_t compressed_blocks = 0;
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    pool::Pins pins;
+    const bool before = compression().compressed_now > 0;
+    ASSERT_TRUE(allocator_->use_in_copy(live_[b], stream_, &pins, pool::Pool::OnHost::read_there));
+    std::vector<std::uint32_t> words(kBytes / 4);
+    ASSERT_EQ(api().memcpyDtoH(words.data(), live_[b], kBytes), CUDA_SUCCESS);
+    allocator_->release_pins(pins);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < words.size(); ++i) wrong += words[i] != pattern(seeds_[b], i) ? 1 : 0;
+    EXPECT_EQ(wrong, 0U) << "block " << b;
+    compressed_blocks += before && compression().expanded_pages > 0 ? 1 : 0;
+  }
+  EXPECT_GT(compressed_blocks, 0U);
+  EXPECT_EQ(compression().expand_failures, 0U);
+  free_blocks();
+}
+
+// A codec launch that fails (the sample, the count or the pack) moves none
+// of its pages, and every byte stays where it was.
+TEST_F(CompressedEviction, AFailedCodecLaunchLosesNothing) {
+  make_compressing(residency::CompressMode::zero);
+  for (unsigned nth : {1U, 2U, 3U}) {
+    SCOPED_TRACE("failing launch " + std::to_string(nth));
+    for (std::size_t b = 0; b < 4; ++b) {
+      auto got = allocator_->allocate(kBytes, 0, false);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      live_.push_back(got.value());
+      seeds_.push_back(kSparse | static_cast<std::uint32_t>(0x300 + live_.size()));
+      ASSERT_EQ(scanned_fill(live_.back(), kBytes, seeds_.back()), CUDA_SUCCESS);
+    }
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    inject_fault("cuLaunchKernel", nth, CUDA_ERROR_LAUNCH_FAILED);
+    auto more = allocator_->allocate(kBytes, 0, false);  // must evict
+    clear_faults();
+    if (more.ok()) {
+      live_.push_back(more.value());
+      seeds_.push_back(kSparse | 0x777U);
+      ASSERT_EQ(scanned_fill(live_.back(), kBytes, seeds_.back()), CUDA_SUCCESS);
+    } else {
+      EXPECT_EQ(more.status().error(), util::Error::out_of_memory) << more.status().message();
+    }
+    for (std::size_t b = 0; b < live_.size(); ++b) {
+      ASSERT_EQ(scanned_check(live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);
+    }
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(errors_.load(), 0U);
+    free_blocks();
+    seeds_.clear();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,255 @@
+// Modules: cuModuleLoadData, cuModuleGetFunction, cuModuleUnload, and the
+// kernels the sim can run from them.
+//
+// The sim cannot execute device code. It loads a fatbin (anything else is
+// CUDA_ERROR_INVALID_IMAGE, which is what a driver says of bytes that are not
+// an image) and runs the kernels it names that the sim knows by name:
+// tidepool's own (kernels/kernels.hpp), through their host reference. A name
+// it does not know is CUDA_ERROR_NOT_FOUND, as a name missing from the image
+// is. A reference kernel takes the grid it was launched with, checks its
+// device may touch the memory it reads and writes (faulting as any kernel
+// does otherwise), and takes the time a GPU would: its device bytes at
+// kReferenceDeviceGbps and the bytes it moves between device and host memory at the
+// copy bandwidth (tidepool_sim_set_copy_gbps), which count as copied bytes.
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "kernels/kernels.hpp"
+#include "sim/sim.hpp"
+
+namespace tidepool::sim {
+
+namespace codec = tidepool::kernels;
+
+// The memory a reference kernel reaches: what its access check and its
+// time are made of.
+struct ReferenceRegion {
+  std::uintptr_t begin = 0;
+  std::size_t bytes = 0;
+  bool write = false;
+};
+// A reference kernel: with `run` false it only lists the regions it would reach.
+using ReferenceRun = void (*)(void** params, const std::array<unsigned, 3>& grid,
+                              std::vector<ReferenceRegion>* regions, bool run);
+
+namespace {
+
+// A GPU's memory bandwidth, in GB/s: an H100's is over 3000.
+constexpr double kReferenceDeviceGbps = 2000;
+constexpr std::uint32_t kFatbinMagic = 0xBA55ED50U;
+
+// The bytes a reference kernel reached, for its time and the copy counters.
+struct ReferenceTraffic {
+  std::uint64_t device = 0;   // device memory
+  std::uint64_t to_host = 0;  // written to host memory
+  std::uint64_t to_device = 0;
+};
+
+
+// Page `page` of the launch; a page past the launch's count (a grid taller
+// than it) has no chunks, as the kernels skip it.
+codec::PageTask reference_task(void** params, unsigned page) {
+  codec::PageTasks tasks;
+  std::memcpy(&tasks, params[0], sizeof(tasks));
+  if (page >= tasks.count || page >= codec::kMaxTasks) return {};
+  return tasks.page[page];
+}
+
+std::uint32_t reference_offset(std::uint64_t prefix, std::uint32_t chunk) {
+  std::uint32_t at = 0;
+  std::memcpy(&at, reinterpret_cast<const void*>(prefix + codec::offsets_at() + chunk * 4U), sizeof(at));
+  return at;
+}
+
+void report_malformed_stream(const codec::PageTask& task, std::uint32_t chunk) {
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true)) {
+    std::fprintf(stderr, "tidepool sim: tidepool_zvc_unpack: chunk %u of the stream at 0x%llx is malformed\n", chunk,
+                 static_cast<unsigned long long>(task.stream));
+  }
+}
+
+// `run` false: only the regions it would reach, for the access check.
+void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+  std::uint32_t stride = 0;
+  std::memcpy(&stride, params[1], sizeof(stride));
+  for (unsigned page = 0; page < grid[1]; ++page) {
+    const codec::PageTask task = reference_task(params, page);
+    for (unsigned x = 0; x < grid[0]; ++x) {
+      const std::uint64_t chunk = std::uint64_t{x} * stride;
+      if (chunk >= task.chunks) break;
+      const std::uintptr_t from = task.device + chunk * codec::kChunkBytes;
+      regions->push_back({from, codec::kChunkBytes, false});
+      regions->push_back({static_cast<std::uintptr_t>(task.table + chunk * 4), 4, true});
+      if (run) {
+        const std::uint32_t word = codec::reference_count(reinterpret_cast<const void*>(from));
+        std::memcpy(reinterpret_cast<void*>(task.table + chunk * 4), &word, sizeof(word));
+      }
+    }
+  }
+}
+
+void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+  for (unsigned page = 0; page < grid[1]; ++page) {
+    const codec::PageTask task = reference_task(params, page);
+    const auto c = static_cast<codec::Codec>(task.codec);
+    if (task.chunks > 0 && grid[0] > 0) {
+      const std::uint32_t prefix = codec::payloads_at(task.chunks);
+      regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, false});
+      regions->push_back({static_cast<std::uintptr_t>(task.stream), prefix, true});
+      if (run) std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
+    }
+    for (unsigned chunk = 0; chunk < grid[0] && chunk < task.chunks; ++chunk) {
+      const std::uintptr_t from = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
+      const std::uint32_t at = reference_offset(task.table, chunk);
+      const std::uint32_t length = reference_offset(task.table, chunk + 1) - at;
+      regions->push_back({from, codec::kChunkBytes, false});
+      regions->push_back({static_cast<std::uintptr_t>(task.stream + at), length, true});
+      if (run) (void)codec::reference_pack(c, reinterpret_cast<const void*>(from), reinterpret_cast<void*>(task.stream + at));
+    }
+  }
+}
+
+void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+  for (unsigned page = 0; page < grid[1]; ++page) {
+    const codec::PageTask task = reference_task(params, page);
+    const auto c = static_cast<codec::Codec>(task.codec);
+    for (unsigned chunk = 0; chunk < grid[0] && chunk < task.chunks; ++chunk) {
+      const std::uintptr_t to = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
+      const std::uint32_t at = reference_offset(task.stream, chunk);
+      const std::uint32_t length = reference_offset(task.stream, chunk + 1) - at;
+      regions->push_back({static_cast<std::uintptr_t>(task.stream + at), length, false});
+      regions->push_back({to, codec::kChunkBytes, true});
+      if (run && !codec::reference_unpack(c, reinterpret_cast<const void*>(task.stream + at), length,
+                                          reinterpret_cast<void*>(to))) {
+        report_malformed_stream(task, chunk);
+      }
+    }
+  }
+}
+
+struct KnownKernel {
+  const char* name;
+  ReferenceRun run;
+  std::vector<std::size_t> param_sizes;
+};
+
+const std::vector<KnownKernel>& known_kernels() {
+  static const std::vector<KnownKernel> known = {
+      {codec::kCountKernel, reference_count_kernel, {sizeof(codec::PageTasks), sizeof(std::uint32_t)}},
+      {codec::kPackKernel, reference_pack_kernel, {sizeof(codec::PageTasks)}},
+      {codec::kUnpackKernel, reference_unpack_kernel, {sizeof(codec::PageTasks)}},
+  };
+  return known;
+}
+
+}  // namespace
+
+struct ReferenceKernel {
+  ReferenceRun run = nullptr;
+};
+
+void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device) {
+  const std::int64_t start = now_ns();
+  std::vector<ReferenceRegion> regions;
+  kernel.run(params, grid, &regions, false);
+  std::vector<State::Touch> touches;
+  touches.reserve(regions.size());
+  ReferenceTraffic traffic;
+  for (const ReferenceRegion& r : regions) {
+    touches.push_back({r.begin, r.begin + r.bytes});
+    if (!host_located(r.begin)) {
+      traffic.device += r.bytes;
+    } else if (r.write) {
+      traffic.to_host += r.bytes;
+    } else {
+      traffic.to_device += r.bytes;
+    }
+  }
+  if (!device_may_touch(device, touches)) return;
+  {
+    const Running running(std::move(touches));
+    regions.clear();
+    kernel.run(params, grid, &regions, true);
+  }
+  State& s = state();
+  s.copied_to_host.fetch_add(traffic.to_host);
+  s.copied_to_device.fetch_add(traffic.to_device);
+  double ns = static_cast<double>(traffic.device) / kReferenceDeviceGbps;
+  if (const double gbps = s.copy_gbps.load(); gbps > 0) {
+    ns += static_cast<double>(traffic.to_host + traffic.to_device) / gbps;
+  }
+  const std::int64_t due = start + static_cast<std::int64_t>(std::min(ns, 3.2e18));
+  if (const std::int64_t left = due - now_ns(); left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+}
+
+}  // namespace tidepool::sim
+
+using namespace tidepool::sim;
+
+TIDEPOOL_SIM_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  if (CUresult r = enter_initialized("cuModuleLoadData"); r != CUDA_SUCCESS) return r;
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* context = current_context();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof(magic));
+  if (magic != kFatbinMagic) return CUDA_ERROR_INVALID_IMAGE;
+  auto m = std::make_unique<Module>();
+  m->context = context;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  *module = reinterpret_cast<CUmodule>(m.get());
+  s.modules[m.get()] = std::move(m);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  if (CUresult r = enter_initialized("cuModuleGetFunction"); r != CUDA_SUCCESS) return r;
+  if (function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.modules.find(reinterpret_cast<Module*>(module));
+  if (it == s.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  Module& m = *it->second;
+  if (auto f = m.functions.find(name); f != m.functions.end()) {
+    *function = reinterpret_cast<CUfunction>(f->second);
+    return CUDA_SUCCESS;
+  }
+  for (const KnownKernel& known : known_kernels()) {
+    if (std::strcmp(known.name, name) != 0) continue;
+    static std::unordered_map<ReferenceRun, std::unique_ptr<ReferenceKernel>> references;  // under s.lock
+    auto& reference = references[known.run];
+    if (!reference) reference = std::make_unique<ReferenceKernel>(ReferenceKernel{known.run});
+    auto k = std::make_unique<Kernel>();
+    k->reference = reference.get();
+    std::size_t offset = 0;
+    for (const std::size_t size : known.param_sizes) {
+      const std::size_t align = size >= 8 ? 8 : size;
+      offset = (offset + align - 1) / align * align;
+      k->offsets.push_back(offset);
+      k->sizes.push_back(size);
+      offset += size;
+    }
+    m.functions[name] = k.get();
+    *function = reinterpret_cast<CUfunction>(k.get());
+    s.kernels[k.get()] = std::move(k);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuModuleUnload(CUmodule module) {
+  if (CUresult r = enter_initialized("cuModuleUnload"); r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto it = s.modules.find(reinterpret_cast<Module*>(module));
+  if (it == s.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  // Its functions' handles stop working; their records stay, as work
+  // already queued still runs them.
+  for (auto& [name, kernel] : it->second->functions) kernel->unloaded = true;
+  s.modules.erase(it);
+  return CUDA_SUCCESS;
+}

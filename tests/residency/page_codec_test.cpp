@@ -1,0 +1,144 @@
+// The compression kernels through PageCodec on the sim (which runs its
+// reference of them by name), the stream format's checks, and the sim's
+// modules. The same round trip runs on a GPU in tests/gpu.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "support/codec_roundtrip.hpp"
+#include "support/sim_driver.hpp"
+
+namespace tidepool {
+namespace {
+
+using kernels::Codec;
+
+class PageCodecOnSim : public testing::WithPrimaryContext {
+ protected:
+  void SetUp() override {
+    testing::WithPrimaryContext::SetUp();
+    if (kernels::image().empty()) GTEST_SKIP() << "built without nvcc: no kernels";
+  }
+};
+
+TEST_F(PageCodecOnSim, KernelsMakeTheReferenceStreamsAndUnpackThemOn2MiBPages) {
+  testing::codec_round_trip(testing::sim_driver(), context_, 2 << 20);
+}
+
+TEST_F(PageCodecOnSim, KernelsMakeTheReferenceStreamsAndUnpackThemOnSmallPages) {
+  testing::codec_round_trip(testing::sim_driver(), context_, 64 << 10);
+}
+
+TEST_F(PageCodecOnSim, APageSizeThatIsNotWholeChunksIsRefused) {
+  auto codec = residency::PageCodec::create(testing::sim_driver(), context_, 6000);
+  ASSERT_FALSE(codec.ok());
+  EXPECT_EQ(codec.status().error(), util::Error::not_supported);
+}
+
+TEST_F(PageCodecOnSim, TheSimLoadsOnlyFatbinsAndKnowsOnlyTidepoolsKernels) {
+  const driver::Api& api = testing::sim_driver().api();
+  CUmodule module = nullptr;
+  const char not_an_image[] = "this is not a fatbin";
+  EXPECT_EQ(api.moduleLoadData(&module, not_an_image), CUDA_ERROR_INVALID_IMAGE);
+  ASSERT_EQ(api.moduleLoadData(&module, kernels::image().data()), CUDA_SUCCESS);
+  CUfunction f = nullptr;
+  EXPECT_EQ(api.moduleGetFunction(&f, module, "some_kernel_of_another_library"), CUDA_ERROR_NOT_FOUND);
+  ASSERT_EQ(api.moduleGetFunction(&f, module, kernels::kCountKernel), CUDA_SUCCESS);
+  ASSERT_EQ(api.moduleUnload(module), CUDA_SUCCESS);
+  kernels::PageTasks tasks;  // no pages: a launch of nothing
+  std::uint32_t stride = 1;
+  void* params[] = {&tasks, &stride};
+  EXPECT_EQ(api.launchKernel(f, 1, 1, 1, kernels::kThreadsPerBlock, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_HANDLE)
+      << "a function of an unloaded module cannot be launched";
+  EXPECT_EQ(api.moduleUnload(module), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(PageCodecOnSim, PackedBytesCrossTheBusAtTheCopyBandwidthAndCountAsCopied) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto set_gbps = testing::sim_control<void (*)(double)>("tidepool_sim_set_copy_gbps");
+  auto copied = testing::sim_control<std::uint64_t (*)(int)>("tidepool_sim_copied_bytes");
+  ASSERT_NE(set_gbps, nullptr);
+  ASSERT_NE(copied, nullptr);
+  constexpr std::size_t kPage = 2 << 20;
+  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  residency::PageCodec& codec = *created.value();
+  CUdeviceptr page = 0;
+  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
+  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 5);
+  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  void* host = nullptr;
+  ASSERT_EQ(api.memHostAlloc(&host, kernels::max_stream_bytes(codec.chunks()), CU_MEMHOSTALLOC_DEVICEMAP),
+            CUDA_SUCCESS);
+  CUdeviceptr stream_at = 0;
+  ASSERT_EQ(api.memHostGetDevicePointer(&stream_at, host, 0), CUDA_SUCCESS);
+  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  const std::uint32_t length = codec.plan(0, Codec::zero32);
+  EXPECT_LT(length, kPage * 6 / 10) << "half the words zero: a little over half the bytes";
+  set_gbps(1);  // 1 GB/s: a millisecond a megabyte
+  const std::uint64_t before = copied(0);
+  const residency::PageCodec::Page p{page, stream_at, Codec::zero32, 0};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(codec.pack(&p, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  set_gbps(0);
+  EXPECT_EQ(copied(0) - before, length) << "the stream's bytes, and no more, crossed to the host";
+  EXPECT_GE(ms, static_cast<double>(length) / 1e6 * 0.9) << "the pack took the bus's time for its bytes";
+  (void)api.memFreeHost(host);
+  (void)api.memFree(page);
+}
+
+TEST(ZeroCodecFormat, AStreamIsCheckedBeforeItIsTrusted) {
+  constexpr std::size_t kPage = 4 * kernels::kChunkBytes;
+  const std::vector<unsigned char> page = testing::page_bytes(testing::PageData::half_zero16, kPage, 3);
+  for (const Codec c : {Codec::zero32, Codec::zero16}) {
+    std::vector<unsigned char> stream = testing::reference_stream(page, c);
+    EXPECT_TRUE(kernels::valid_stream(stream.data(), stream.size(), kPage));
+    EXPECT_FALSE(kernels::valid_stream(stream.data(), stream.size() - 4, kPage)) << "truncated";
+    EXPECT_FALSE(kernels::valid_stream(stream.data(), stream.size(), kPage * 2)) << "another page size";
+    EXPECT_FALSE(kernels::valid_stream(nullptr, stream.size(), kPage));
+    std::vector<unsigned char> bad = stream;
+    bad[0] ^= 1;  // the magic
+    EXPECT_FALSE(kernels::valid_stream(bad.data(), bad.size(), kPage));
+    bad = stream;
+    bad[kernels::payloads_at(4)] ^= 0x10;  // a mask bit: the payload no longer matches its length
+    EXPECT_FALSE(kernels::valid_stream(bad.data(), bad.size(), kPage));
+    bad = stream;
+    std::uint32_t offset = 0;
+    std::memcpy(&offset, bad.data() + kernels::offsets_at() + 8, 4);
+    offset += 4;  // chunk 2 starts 4 bytes late
+    std::memcpy(bad.data() + kernels::offsets_at() + 8, &offset, 4);
+    EXPECT_FALSE(kernels::valid_stream(bad.data(), bad.size(), kPage));
+  }
+}
+
+TEST(ZeroCodecFormat, TheReferenceUnpackRefusesAPayloadOfTheWrongLengthAndLeavesTheChunk) {
+  const std::vector<unsigned char> page = testing::page_bytes(testing::PageData::half_zero32, kernels::kChunkBytes, 9);
+  std::vector<unsigned char> payload(kernels::kChunkBytes + 256);
+  const std::uint32_t length = kernels::reference_pack(Codec::zero32, page.data(), payload.data());
+  std::vector<unsigned char> chunk(kernels::kChunkBytes, 0x77);
+  EXPECT_FALSE(kernels::reference_unpack(Codec::zero32, payload.data(), length - 4, chunk.data()));
+  EXPECT_EQ(chunk, std::vector<unsigned char>(kernels::kChunkBytes, 0x77));
+  ASSERT_TRUE(kernels::reference_unpack(Codec::zero32, payload.data(), length, chunk.data()));
+  EXPECT_EQ(chunk, page);
+}
+
+TEST(ZeroCodecFormat, SizesFollowTheNonZeroElements) {
+  EXPECT_EQ(kernels::payload_bytes(Codec::zero32, 0), 128U);
+  EXPECT_EQ(kernels::payload_bytes(Codec::zero32, 1024), 128U + 4096U);
+  EXPECT_EQ(kernels::payload_bytes(Codec::zero16, 3), 256U + 8U) << "odd halves pad to 4 bytes";
+  const std::vector<unsigned char> zeros(kernels::kChunkBytes, 0);
+  EXPECT_EQ(kernels::reference_count(zeros.data()), 0U);
+  std::vector<unsigned char> one(kernels::kChunkBytes, 0);
+  one[2] = 1;  // the high half of word 0
+  EXPECT_EQ(kernels::nonzero_of(kernels::reference_count(one.data()), Codec::zero32), 1U);
+  EXPECT_EQ(kernels::nonzero_of(kernels::reference_count(one.data()), Codec::zero16), 1U);
+}
+
+}  // namespace
+}  // namespace tidepool
