@@ -160,6 +160,8 @@ struct RunResult {
   std::uint64_t raw_by_sample_pages = 0;
   double compression_ratio = 0;
   std::uint64_t verified_words = 0;  // --data other than touch: words checked, none wrong
+  double wait_ms_per_step = 0;       // host time moving threads waited for the device
+  double codec_ms_per_step = 0;      // device time of the compression kernels
 };
 
 struct Counters {
@@ -289,6 +291,8 @@ class Workload {
                                                           : static_cast<double>(b.compression.bytes_before) /
                                                                 static_cast<double>(b.compression.bytes_after);
     r->verified_words = verified_words_;
+    r->wait_ms_per_step = (b.move_wait_ms - a.move_wait_ms) / timed;
+    r->codec_ms_per_step = (b.compression.codec_ms - a.compression.codec_ms) / timed;
     r->host_cache_bytes = b.host_cache_bytes;
     r->host_cache_peak_bytes = b.host_cache_peak_bytes;
     r->pin_calls = b.pin_calls;
@@ -462,6 +466,10 @@ void print_table(const std::vector<RunResult>& runs) {
     if (r.compress != "off" && !r.compressing) status += ", compression off";
     if (r.raw_by_sample_pages > 0) status += ", " + std::to_string(r.raw_by_sample_pages) + " pages raw by sample";
     if (r.verified_words > 0) status += ", " + std::to_string(r.verified_words) + " words verified";
+    char waits[96];
+    std::snprintf(waits, sizeof waits, ", waited %.1f ms/st, codec %.1f ms/st", r.wait_ms_per_step,
+                  r.codec_ms_per_step);
+    status += waits;
     std::printf(
         "%-6s %9s %-5s %-4s %8.1f %6.3f %6.3f %11.1f %10.1f %9.1f %9.1f %8.1f %9.1f %10.1f %5llu %5.2f %8.2f %8.2f "
         "%5llu  %s\n",
@@ -517,7 +525,9 @@ nlohmann::json run_json(const RunResult& r) {
             {"compressed_pages", r.compressed_pages},
             {"raw_by_sample_pages", r.raw_by_sample_pages},
             {"compression_ratio", r.compression_ratio},
-            {"verified_words", r.verified_words}});
+            {"verified_words", r.verified_words},
+            {"wait_ms_per_step", r.wait_ms_per_step},
+            {"codec_ms_per_step", r.codec_ms_per_step}});
   return j;
 }
 

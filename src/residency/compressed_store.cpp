@@ -65,11 +65,14 @@ bool CompressedStore::grow() {
   return true;
 }
 
-void CompressedStore::shrink() {
+void CompressedStore::shrink(std::size_t keep_pages) {
   while (!pages_.empty()) {
     const std::size_t top = pages_.size() * page_size_;
     auto last = free_.empty() ? free_.end() : std::prev(free_.end());
-    if (last == free_.end() || last->first + last->second != top || last->second < page_size_) return;
+    if (last == free_.end() || last->first + last->second != top ||
+        last->second < (keep_pages + 1) * page_size_) {
+      return;
+    }
     const std::size_t page_start = top - page_size_;
     if (api_.memUnmap(base_ + page_start, page_size_) != CUDA_SUCCESS) return;
     cache_.give(pages_.back());
@@ -122,7 +125,7 @@ CUdeviceptr CompressedStore::take(std::size_t bytes) {
       return base_ + offset;
     }
     if (!grow()) {
-      shrink();  // pages grown for this extent and not used go back
+      shrink(0);  // pages grown for this extent and not used go back
       return 0;
     }
   }
@@ -133,8 +136,12 @@ void CompressedStore::give(CUdeviceptr at, std::size_t bytes) {
   if (at == 0 || length == 0) return;
   free_bytes(static_cast<std::size_t>(at - base_), length);
   note_use(-static_cast<std::int64_t>(length));
+  // Free pages at the top are kept up to a slack (a quarter of the bytes in
+  // use, two pages at least), so that a store whose use goes up and down
+  // every step does not map and unmap its top pages every time.
+  const std::size_t keep = std::max<std::size_t>(2, used_.load(std::memory_order_relaxed) / 4 / page_size_);
   driver::ScopedContext scope(api_, context_);
-  shrink();
+  shrink(keep);
 }
 
 CompressedStoreStats CompressedStore::stats() const {

@@ -6,9 +6,10 @@
 // of the store's own that the device may read and write: the store is one
 // run of bytes, so streams lie end to end and one may cross from a page to
 // the next. Extents are taken first fit (kAlign-aligned) from the lowest
-// free bytes; the store grows a page at a time at its top and gives a page
-// back to the cache once the bytes above it and on it are free, so pinned
-// bytes held follow the bytes in use but for holes below the top.
+// free bytes; the store grows a page at a time at its top and gives pages
+// back to the cache once the bytes on and above them are free, beyond a
+// slack (a quarter of the bytes in use) that spares a store whose use rises
+// and falls every step from remapping its top pages each time.
 //
 // Used under the pool's lock, as the rest of the residency layer; stats()
 // may be read from any thread.
@@ -58,7 +59,7 @@ class CompressedStore {
                   std::size_t capacity_pages);
   [[nodiscard]] static std::size_t rounded(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
   bool grow();             // one more page at the top
-  void shrink();           // pages at the top wholly free go back
+  void shrink(std::size_t keep_pages);  // wholly free pages at the top beyond `keep_pages` go back
   void free_bytes(std::size_t offset, std::size_t length);  // into free_, merged with its neighbours
   void note_use(std::int64_t delta);
 

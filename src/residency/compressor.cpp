@@ -83,30 +83,35 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
   std::vector<Codec> choice(n, Codec::raw);
   std::uint64_t unsampled = 0;
   std::uint64_t raw_by_sample = 0;
-  const bool sample = on() && !(mode_ == CompressMode::automatic && backoff_ > 0);
+  const bool automatic = mode_ == CompressMode::automatic;
+  const bool sample = on() && !(automatic && backoff_ > 0);
   if (on() && !sample) {
     --backoff_;
     unsampled = n;
   }
+  // compress:auto, after a batch whose every page paid: the whole count is
+  // the sample, and the pages that pay need no second count.
+  const std::uint32_t stride = automatic && all_paid_ ? 1 : kSampleStride;
   if (sample) {
     (void)api_.eventRecord(codec_start_, stream);
-    if (!codec_->count(pages.data(), n, kSampleStride, stream)) return false;
+    if (!codec_->count(pages.data(), n, stride, stream)) return false;
     (void)api_.eventRecord(codec_end_, stream);
     if (!wait(stream, wait_ms)) return false;
     time_codec(codec_start_, codec_end_);
-    bool paid = false;
+    std::size_t paid = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t zero32 = codec_->estimate(i, kSampleStride, Codec::zero32);
-      const std::uint64_t zero16 = codec_->estimate(i, kSampleStride, Codec::zero16);
+      const std::uint64_t zero32 = codec_->estimate(i, stride, Codec::zero32);
+      const std::uint64_t zero16 = codec_->estimate(i, stride, Codec::zero16);
       const Codec best = zero16 < zero32 ? Codec::zero16 : Codec::zero32;
       if (std::min(zero32, zero16) * 8 <= page_size * (8 - kMinSavingEighths)) {
         choice[i] = best;
-        paid = true;
+        ++paid;
       } else {
         ++raw_by_sample;
       }
     }
-    if (paid) {
+    all_paid_ = paid == n;
+    if (paid > 0) {
       backoff_next_ = 1;
     } else {
       backoff_ = backoff_next_;
@@ -122,16 +127,22 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
     chosen_pages.push_back(pages[i]);
   }
   std::vector<PageCodec::Page> packs;
+  std::vector<std::size_t> pack_moves;  // the move of each pack
   std::vector<std::uint32_t> lengths(n, 0);
   if (!chosen.empty()) {
-    (void)api_.eventRecord(codec_start_, stream);
-    if (!codec_->count(chosen_pages.data(), chosen.size(), 1, stream)) return false;
-    (void)api_.eventRecord(codec_end_, stream);
-    if (!wait(stream, wait_ms)) return false;
-    time_codec(codec_start_, codec_end_);
+    if (stride != 1) {
+      (void)api_.eventRecord(codec_start_, stream);
+      if (!codec_->count(chosen_pages.data(), chosen.size(), 1, stream)) return false;
+      (void)api_.eventRecord(codec_end_, stream);
+      if (!wait(stream, wait_ms)) return false;
+      time_codec(codec_start_, codec_end_);
+    }
     for (std::size_t k = 0; k < chosen.size(); ++k) {
       const std::size_t i = chosen[k];
-      const std::uint32_t length = codec_->plan(k, choice[i]);
+      // Each chosen page's counts: in table k after the second count, in
+      // its own table when the first count was whole.
+      const std::size_t table = stride != 1 ? k : i;
+      const std::uint32_t length = codec_->plan(table, choice[i]);
       const CUdeviceptr at =
           std::uint64_t{length} * 8 <= page_size * (8 - kMinSavingEighths) ? store_->take(length) : 0;
       if (at == 0) {
@@ -140,7 +151,8 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
         continue;
       }
       lengths[i] = length;
-      packs.push_back({pages[i], at, choice[i], k});
+      packs.push_back({pages[i], at, choice[i], table});
+      pack_moves.push_back(i);
     }
   }
   // The rest go raw, into host pages of their own.
@@ -163,14 +175,15 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
     for (space::HostPage* page : raw) {
       if (page != nullptr) cache_.give(page);
     }
-    for (const PageCodec::Page& p : packs) store_->give(p.stream, lengths[chosen[p.table]]);
+    for (std::size_t k = 0; k < packs.size(); ++k) store_->give(packs[k].stream, lengths[pack_moves[k]]);
     return false;
   }
   if (!packs.empty()) time_codec(codec_start_, codec_end_);
   std::uint64_t before = 0;
   std::uint64_t after = 0;
-  for (const PageCodec::Page& p : packs) {
-    const std::size_t i = chosen[p.table];
+  for (std::size_t k = 0; k < packs.size(); ++k) {
+    const PageCodec::Page& p = packs[k];
+    const std::size_t i = pack_moves[k];
     auto* page = new CompressedPage();
     page->handle = stand_in_->handle;
     page->compressed = true;

@@ -7,9 +7,10 @@
 // carries and the host cache holds its compressed bytes only; it is
 // unpacked into its device page on the way back. Each page is sampled first
 // (the count kernel on one chunk in kSampleStride) and goes raw when no
-// codec would save kMinSaving of it; compress:auto also stops sampling for a
+// codec would save kMinSaving of it. compress:auto also stops sampling for a
 // while after a batch in which no page paid, so dense data costs one sample
-// in many batches.
+// in many batches, and after a batch in which every page paid counts the
+// next one whole at once, so sparse data pays no separate sample.
 //
 // The rule that keeps every pointer working: a compressed page's pool
 // address maps a stand-in page that does not hold its bytes, so no access
@@ -124,6 +125,7 @@ class Compressor {
   std::atomic<bool> on_{true};
   std::size_t backoff_ = 0;  // compress:auto: groups left to send raw unsampled
   std::size_t backoff_next_ = 1;
+  bool all_paid_ = false;  // compress:auto: every page of the last sampled batch paid
   std::atomic<std::size_t> compressed_now_{0};
   std::unordered_set<CompressedPage*> live_;  // every compressed page not yet released
 

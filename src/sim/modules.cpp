@@ -11,6 +11,7 @@
 // does otherwise), and takes the time a GPU would: its device bytes at
 // kReferenceDeviceGbps and the bytes it moves between device and host memory at the
 // copy bandwidth (tidepool_sim_set_copy_gbps), which count as copied bytes.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -27,7 +28,8 @@ namespace codec = tidepool::kernels;
 // time are made of.
 struct ReferenceRegion {
   std::uintptr_t begin = 0;
-  std::size_t bytes = 0;
+  std::uint64_t span = 0;   // the range it may touch
+  std::uint64_t bytes = 0;  // the bytes it moves there
   bool write = false;
 };
 // A reference kernel: with `run` false it only lists the regions it would reach.
@@ -71,59 +73,70 @@ void report_malformed_stream(const codec::PageTask& task, std::uint32_t chunk) {
   }
 }
 
-// `run` false: only the regions it would reach, for the access check.
-void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+// Each kernel lists one region per page and stream it reaches (not one per
+// chunk: each region costs the sim a lookup under its lock); `run` false: it
+// only lists them.
+void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid,
+                            std::vector<ReferenceRegion>* regions, bool run) {
   std::uint32_t stride = 0;
   std::memcpy(&stride, params[1], sizeof(stride));
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
-    for (unsigned x = 0; x < grid[0]; ++x) {
+    std::uint32_t sampled = 0;
+    for (unsigned x = 0; x < grid[0] && std::uint64_t{x} * stride < task.chunks; ++x) ++sampled;
+    if (sampled == 0) continue;
+    regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{task.chunks} * codec::kChunkBytes,
+                        std::uint64_t{sampled} * codec::kChunkBytes, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.table), std::uint64_t{task.chunks} * 4, sampled * 4ULL, true});
+    for (std::uint32_t x = 0; run && x < sampled; ++x) {
       const std::uint64_t chunk = std::uint64_t{x} * stride;
-      if (chunk >= task.chunks) break;
-      const std::uintptr_t from = task.device + chunk * codec::kChunkBytes;
-      regions->push_back({from, codec::kChunkBytes, false});
-      regions->push_back({static_cast<std::uintptr_t>(task.table + chunk * 4), 4, true});
-      if (run) {
-        const std::uint32_t word = codec::reference_count(reinterpret_cast<const void*>(from));
-        std::memcpy(reinterpret_cast<void*>(task.table + chunk * 4), &word, sizeof(word));
-      }
+      const std::uint32_t word =
+          codec::reference_count(reinterpret_cast<const void*>(task.device + chunk * codec::kChunkBytes));
+      std::memcpy(reinterpret_cast<void*>(task.table + chunk * 4), &word, sizeof(word));
     }
   }
 }
 
-void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
+                           bool run) {
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
+    const std::uint32_t chunks = std::min<std::uint32_t>(task.chunks, grid[0]);
+    if (chunks == 0) continue;
     const auto c = static_cast<codec::Codec>(task.codec);
-    if (task.chunks > 0 && grid[0] > 0) {
-      const std::uint32_t prefix = codec::payloads_at(task.chunks);
-      regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, false});
-      regions->push_back({static_cast<std::uintptr_t>(task.stream), prefix, true});
-      if (run) std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
-    }
-    for (unsigned chunk = 0; chunk < grid[0] && chunk < task.chunks; ++chunk) {
+    const std::uint32_t prefix = codec::payloads_at(task.chunks);
+    const std::uint32_t end = reference_offset(task.table, chunks);
+    regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, prefix, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
+                        std::uint64_t{chunks} * codec::kChunkBytes, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, true});
+    if (!run) continue;
+    std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
+    for (std::uint32_t chunk = 0; chunk < chunks; ++chunk) {
       const std::uintptr_t from = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
-      const std::uint32_t at = reference_offset(task.table, chunk);
-      const std::uint32_t length = reference_offset(task.table, chunk + 1) - at;
-      regions->push_back({from, codec::kChunkBytes, false});
-      regions->push_back({static_cast<std::uintptr_t>(task.stream + at), length, true});
-      if (run) (void)codec::reference_pack(c, reinterpret_cast<const void*>(from), reinterpret_cast<void*>(task.stream + at));
+      (void)codec::reference_pack(c, reinterpret_cast<const void*>(from),
+                                  reinterpret_cast<void*>(task.stream + reference_offset(task.table, chunk)));
     }
   }
 }
 
-void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions, bool run) {
+void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid,
+                             std::vector<ReferenceRegion>* regions, bool run) {
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
+    const std::uint32_t chunks = std::min<std::uint32_t>(task.chunks, grid[0]);
+    if (chunks == 0) continue;
     const auto c = static_cast<codec::Codec>(task.codec);
-    for (unsigned chunk = 0; chunk < grid[0] && chunk < task.chunks; ++chunk) {
+    const std::uint32_t end = reference_offset(task.stream, chunks);
+    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
+                        std::uint64_t{chunks} * codec::kChunkBytes, true});
+    for (std::uint32_t chunk = 0; run && chunk < chunks; ++chunk) {
       const std::uintptr_t to = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
       const std::uint32_t at = reference_offset(task.stream, chunk);
       const std::uint32_t length = reference_offset(task.stream, chunk + 1) - at;
-      regions->push_back({static_cast<std::uintptr_t>(task.stream + at), length, false});
-      regions->push_back({to, codec::kChunkBytes, true});
-      if (run && !codec::reference_unpack(c, reinterpret_cast<const void*>(task.stream + at), length,
-                                          reinterpret_cast<void*>(to))) {
+      if (!codec::reference_unpack(c, reinterpret_cast<const void*>(task.stream + at), length,
+                                   reinterpret_cast<void*>(to))) {
         report_malformed_stream(task, chunk);
       }
     }
@@ -159,7 +172,7 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
   touches.reserve(regions.size());
   ReferenceTraffic traffic;
   for (const ReferenceRegion& r : regions) {
-    touches.push_back({r.begin, r.begin + r.bytes});
+    touches.push_back({r.begin, r.begin + r.span});
     if (!host_located(r.begin)) {
       traffic.device += r.bytes;
     } else if (r.write) {

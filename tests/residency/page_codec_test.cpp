@@ -3,6 +3,7 @@
 // modules. The same round trip runs on a GPU in tests/gpu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -126,6 +127,46 @@ TEST(ZeroCodecFormat, TheReferenceUnpackRefusesAPayloadOfTheWrongLengthAndLeaves
   EXPECT_EQ(chunk, std::vector<unsigned char>(kernels::kChunkBytes, 0x77));
   ASSERT_TRUE(kernels::reference_unpack(Codec::zero32, payload.data(), length, chunk.data()));
   EXPECT_EQ(chunk, page);
+}
+
+// The format read plainly, element by element, as zero_codec.hpp states it:
+// whichever path the reference takes (AVX-512 or loops) must give its bytes.
+template <typename Element>
+std::vector<unsigned char> plain_payload(const unsigned char* chunk) {
+  const std::size_t elements = kernels::kChunkBytes / sizeof(Element);
+  std::vector<unsigned char> out(elements / 8, 0);
+  std::vector<unsigned char> values;
+  for (std::size_t i = 0; i < elements; ++i) {
+    Element e;
+    std::memcpy(&e, chunk + i * sizeof(Element), sizeof(Element));
+    if (e == 0) continue;
+    out[i / 8] = static_cast<unsigned char>(out[i / 8] | (1U << (i % 8)));
+    values.insert(values.end(), chunk + i * sizeof(Element), chunk + (i + 1) * sizeof(Element));
+  }
+  while (values.size() % 4 != 0) values.push_back(0);
+  out.insert(out.end(), values.begin(), values.end());
+  return out;
+}
+
+TEST(ZeroCodecFormat, TheReferenceWritesTheFormatAsItIsStated) {
+  for (const testing::PageData kind : {testing::PageData::dense_random, testing::PageData::half_zero32,
+                                       testing::PageData::half_zero16, testing::PageData::all_zero,
+                                       testing::PageData::sparse_words}) {
+    SCOPED_TRACE(testing::page_data_name(kind));
+    const std::vector<unsigned char> chunk = testing::page_bytes(kind, kernels::kChunkBytes, 11);
+    for (const Codec c : {Codec::zero32, Codec::zero16}) {
+      const std::vector<unsigned char> plain =
+          c == Codec::zero32 ? plain_payload<std::uint32_t>(chunk.data()) : plain_payload<std::uint16_t>(chunk.data());
+      std::vector<unsigned char> payload(kernels::kChunkBytes + 512, 0xEE);
+      const std::uint32_t length = kernels::reference_pack(c, chunk.data(), payload.data());
+      ASSERT_EQ(length, plain.size());
+      EXPECT_TRUE(std::equal(plain.begin(), plain.end(), payload.begin()));
+      EXPECT_EQ(payload[length], 0xEE) << "written past the payload";
+      std::vector<unsigned char> back(kernels::kChunkBytes, 0x33);
+      ASSERT_TRUE(kernels::reference_unpack(c, plain.data(), length, back.data()));
+      EXPECT_EQ(back, chunk);
+    }
+  }
 }
 
 TEST(ZeroCodecFormat, SizesFollowTheNonZeroElements) {
