@@ -25,7 +25,8 @@ void instantiated(CUresult r, const CUgraphExec* exec, CUgraph graph) noexcept {
   try {
     tidepool::runtime::Runtime::get().graph_instantiated(*exec, graph);
   } catch (...) {
-    // Out of host memory: the graph runs unscanned, as before the hooks.
+    // Out of host memory: the graph runs unscanned, and may use any block.
+    tidepool::runtime::Runtime::get().scan_failed();
   }
 }
 
@@ -34,6 +35,7 @@ void kernel_set(CUresult r, CUgraphExec exec, CUfunction function, void** params
   try {
     tidepool::runtime::Runtime::get().graph_kernel_set(exec, function, params, extra);
   } catch (...) {
+    tidepool::runtime::Runtime::get().scan_failed();
   }
 }
 
@@ -42,6 +44,7 @@ void copy_set(CUresult r, CUgraphExec exec, CUdeviceptr first, CUdeviceptr secon
   try {
     tidepool::runtime::Runtime::get().graph_copy_set(exec, first, second);
   } catch (...) {
+    tidepool::runtime::Runtime::get().scan_failed();
   }
 }
 
@@ -59,6 +62,7 @@ CUresult guarded_graph_launch(CUgraphExec exec, CUstream stream, Call&& call) {
     rt.before_graph_launch(exec, stream, &submission);
   } catch (...) {
     // What was pinned before the throw is released below all the same.
+    rt.scan_failed();
   }
   const CUresult r = call();
   rt.after_submission(submission);

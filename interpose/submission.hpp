@@ -24,6 +24,7 @@ CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstre
   try {
     rt.before_launch(function, params, extra, stream, &submission);
   } catch (...) {
+    rt.scan_failed();
   }
   const CUresult r = call();
   rt.after_submission(submission);
@@ -39,6 +40,7 @@ CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stre
   try {
     rt.before_copy(first, second, stream, &submission);
   } catch (...) {
+    rt.scan_failed();
   }
   const CUresult r = call();
   rt.after_submission(submission);

@@ -125,7 +125,7 @@ __attribute__((target("avx512f"))) void unpack32_avx512(const void* payload, voi
 
 bool use_avx512() {
   static const bool has = [] {
-    if (const char* off = std::getenv("TIDEPOOL_SIM_SCALAR_CODEC"); off != nullptr && *off == '1') return false;
+    if (const char* off = ::secure_getenv("TIDEPOOL_SIM_SCALAR_CODEC"); off != nullptr && *off == '1') return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
   }();

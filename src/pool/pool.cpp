@@ -460,13 +460,6 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
     if (host_pages_in(r, block->address, block->size) == 0 && !synchronize_context()) {
       return {util::Error::driver_error, "could not wait for the shared block's pages to come back"};
     }
-    // Pages that stay on the host are shared where they lie, so they must hold their bytes.
-    if (mover_->has_unreadable_pages()) {
-      mover_->make_readable(*block->segment->reservation, block->address, block->size);
-      if (mover_->has_unreadable_pages() && any_unreadable(r, block->address, block->size)) {
-        return {util::Error::out_of_memory, "the shared block's compressed pages could not be unpacked"};
-      }
-    }
   }
   if (util::Status shared = space_.share(r, block->address, block->size, pages); !shared) return shared;
   block->import_holds++;
@@ -577,15 +570,6 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
   if (host_pages_in(r, block.address, block.size) == 0) block.read_on_host = false;
   stats_.host_pages = space_.host_pages();
   return s;
-}
-
-bool Pool::any_unreadable(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {
-  if (r.is_chunk() || length == 0) return false;
-  for (std::size_t p = r.page_of(begin); p <= r.page_of(begin + length - 1); ++p) {
-    const space::HostPage* host = r.page(p).host;
-    if (r.page(p).residency == space::Residency::host && host != nullptr && host->compressed) return true;
-  }
-  return false;
 }
 
 std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {

@@ -402,8 +402,6 @@ class Pool {
   util::Status bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
                                  std::uint32_t own_pins);
   static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
-  // Whether a page under the range lies on the host compressed (PageMover::make_readable).
-  static bool any_unreadable(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // use_for_submission's work for one word, under the lock.
   bool use_for_submission_locked(SubmittedWord* word, std::uintptr_t stream, OnHost on_host, Pins* pins);
   // Moves live blocks' pages to the host until `pages` device pages are

@@ -83,9 +83,17 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
   std::vector<Codec> choice(n, Codec::raw);
   std::uint64_t unsampled = 0;
   std::uint64_t raw_by_sample = 0;
+  std::uint64_t no_room = 0;
   const bool automatic = mode_ == CompressMode::automatic;
-  const bool sample = on() && !(automatic && backoff_ > 0);
-  if (on() && !sample) {
+  // Every compressed page must be able to become a raw host page (an
+  // unreadable launch unpacks them all): compress only while the host
+  // cache's bound leaves room for all of them raw, this batch included.
+  const std::size_t limit_pages = cache_.limit_bytes() / page_size;
+  const std::size_t raw_pages = cache_.stats().in_use_bytes / page_size - store_->stats().held_bytes / page_size;
+  const bool room = raw_pages + compressed_now() + n <= limit_pages;
+  const bool sample = on() && room && !(automatic && backoff_ > 0);
+  if (on() && !room) no_room = n;
+  if (on() && room && !sample) {
     --backoff_;
     unsampled = n;
   }
@@ -205,6 +213,7 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
   stats_.bytes_after += after;
   stats_.raw_pages += raw_by_sample;
   stats_.unsampled_pages += unsampled;
+  stats_.raw_for_room_pages += no_room;
   return true;
 }
 
@@ -215,6 +224,10 @@ bool Compressor::fill(CUdeviceptr to, const space::HostPage& from, CUstream stre
   const auto& page = static_cast<const CompressedPage&>(from);
   const PageCodec::Page p{to, page.stream, page.codec, 0};
   return codec_->unpack(&p, 1, stream);
+}
+
+void Compressor::clear_stand_in(CUstream stream) {
+  (void)api_.memsetD8Async(stand_in_->staging, 0, codec_->page_size(), stream);
 }
 
 void Compressor::release(space::HostPage* page) {
@@ -242,7 +255,7 @@ bool Compressor::expand(space::AddressSpace& space, space::Reservation& r, std::
   }
   space::HostPage* released = nullptr;
   if (!unpacked || !space.swap_host_page(r, p, raw, &released)) {
-    if (raw != nullptr) cache_.give(raw);
+    if (raw != nullptr && raw->current.reservation == nullptr) cache_.give(raw);  // else the space keeps it
     std::lock_guard<std::mutex> guard(stats_lock_);
     stats_.expand_failures++;
     return false;

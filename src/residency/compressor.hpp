@@ -19,11 +19,21 @@
 // bringing pages back (prefetch:launch or learn). Every launch, copy, set
 // and graph launch that names a block, and an IPC export of it, first makes
 // its compressed pages readable (PageMover::make_readable): back on the
-// device, or unpacked into a raw host page where the budget has no room. A
+// device, or unpacked into a raw host page where the budget has no room (a
+// page is compressed only while the host cache's bound could hold every
+// compressed page raw, so there is always room to unpack them). A
 // launch whose parameters cannot be read may reach any block: the first one
 // makes every compressed page raw and turns compression off for the rest of
 // the run, as does a launch naming more blocks than a submission can pin
-// (pool::Pins::kMax), since one of those could be evicted before it runs. Like prefetch:learn, this trusts kernels to reach pool memory
+// (pool::Pins::kMax), since one of those could be evicted before it runs, and
+// a graph with a node whose memory tidepool cannot read, or a scan cut
+// short. A copy or set is taken to stay within the allocation its addresses
+// name, as CUDA asks. Outside the rule: the entry points the preload does not
+// hook (stream memory operations, copies to and from CUDA arrays,
+// cuMemcpyBatchAsync) on pool memory.
+//
+// Under the pool's lock, as the rest of the residency layer, but for stats(),
+// on() and compressed_now(). Like prefetch:learn, this trusts kernels to reach pool memory
 // through their parameters, not through pointers stored in device memory.
 #pragma once
 
@@ -55,6 +65,7 @@ struct CompressStats {
   std::uint64_t bytes_after = 0;        // their streams' bytes
   std::uint64_t raw_pages = 0;          // evicted pages sent raw because the sample said they would not pay
   std::uint64_t unsampled_pages = 0;    // compress:auto: sent raw without a sample while sampling backed off
+  std::uint64_t raw_for_room_pages = 0;  // sent raw: the host cache had no room to unpack them all later
   std::uint64_t expanded_pages = 0;     // unpacked into raw host pages to be read where they lie
   std::uint64_t expand_failures = 0;    // the host cache had no page for that: the page stayed compressed
   std::uint64_t compressed_now = 0;     // pages compressed on the host now
@@ -97,6 +108,9 @@ class Compressor {
   // `stream` into a raw host page that then takes its place. False (the page
   // still compressed) when the cache has no page or the unpack failed.
   bool expand(space::AddressSpace& space, space::Reservation& r, std::size_t p, CUstream stream);
+  // Zeros the stand-in again, on `stream` after what it holds (an unpack
+  // that wrote into it: a move to the device whose remap failed).
+  void clear_stand_in(CUstream stream);
   // No more compression (pages already compressed stay so until read).
   void turn_off() noexcept { on_.store(false, std::memory_order_relaxed); }
   [[nodiscard]] bool on() const noexcept { return on_.load(std::memory_order_relaxed); }

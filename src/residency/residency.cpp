@@ -73,15 +73,22 @@ void Residency::return_pages(std::vector<space::HostPage*> pages) {
   for (space::HostPage* page : pages) release(page);
 }
 
+void Residency::make_page_readable(space::Reservation& reservation, std::size_t p) {
+  const space::HostPage* host = reservation.page(p).host;
+  if (reservation.page(p).residency != space::Residency::host || host == nullptr || !host->compressed) return;
+  if (compressor_->expand(space_, reservation, p, transit_->to_device_stream())) return;
+  // No raw page could be made (a failed pin): back to the device, where the
+  // budget has room.
+  if (space_.available_pages() == 0) return;
+  std::vector<PageMove> one{{&reservation, p, reservation.page(p).host, false}};
+  (void)transit_->to_device(space_, one);
+  transit_->wait_for_copies_in();
+}
+
 void Residency::make_readable(space::Reservation& reservation, std::uintptr_t address, std::size_t length) {
   if (!has_unreadable_pages() || length == 0) return;
   const std::size_t last = reservation.page_of(address + length - 1);
-  for (std::size_t p = reservation.page_of(address); p <= last; ++p) {
-    const space::HostPage* host = reservation.page(p).host;
-    if (reservation.page(p).residency == space::Residency::host && host != nullptr && host->compressed) {
-      (void)compressor_->expand(space_, reservation, p, transit_->to_device_stream());
-    }
-  }
+  for (std::size_t p = reservation.page_of(address); p <= last; ++p) make_page_readable(reservation, p);
 }
 
 void Residency::collect_released_host_pages() {
@@ -232,12 +239,11 @@ void Residency::before_use(std::uint64_t buffer_id, std::uintptr_t stream) {
 
 bool Residency::unread_launch() {
   const bool learn_first = learned_ != nullptr && learned_->trust_lost();
-  if (compressor_ == nullptr || !compressor_->on()) return learn_first;
+  if (compressor_ == nullptr) return learn_first;
+  const bool was_on = compressor_->on();
   compressor_->turn_off();
-  for (const space::PageLocation& at : compressor_->compressed_locations()) {
-    (void)compressor_->expand(space_, *at.reservation, at.page, transit_->to_device_stream());
-  }
-  return true;
+  for (const space::PageLocation& at : compressor_->compressed_locations()) make_page_readable(*at.reservation, at.page);
+  return learn_first || was_on;
 }
 
 void Residency::forget(std::uint64_t buffer_id) {

@@ -150,6 +150,8 @@ class Residency final : public pool::PageMover {
             std::unique_ptr<EvictionPolicy> policy, const ResidencyOptions& options);
   void return_pages(std::vector<space::HostPage*> pages);
   void release(space::HostPage* page);  // to the compressor (compressed or raw) or the cache
+  // A compressed page unpacked where it lies, or brought back where that fails.
+  void make_page_readable(space::Reservation& reservation, std::size_t p);
   // Inflight copies that finished are dropped, then the transit's finished
   // copies give their host pages back (in that order: reaped events are reused).
   void reap_transit(bool wait);

@@ -229,8 +229,10 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   }
   if (!joined) {
     // The copies may be queued behind the flag: they run once it opens, on
-    // pages still mapped to their host pages, writing each onto itself.
+    // pages still mapped to their host pages, writing each onto itself (a
+    // compressed page's unpack into the stand-in, zeroed after).
     if (waiting) {
+      if (compressor_ != nullptr) compressor_->clear_stand_in(to_device_stream_);
       open(generation);
       (void)api_.streamSynchronize(to_device_stream_);
     }
@@ -240,11 +242,16 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   }
   {
     const util::HostTime remapping(&stats_.remap_ms);
+    bool stand_in_written = false;
     for (PageMove& m : moves) {
       space::HostPage* released = nullptr;
       m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
       if (m.moved) pending.pages.push_back(released);
+      // A compressed page left where it was: the unpack queued for it
+      // writes its bytes into the shared stand-in, which is zeroed after.
+      stand_in_written = stand_in_written || (!m.moved && m.host->compressed);
     }
+    if (stand_in_written && compressor_ != nullptr) compressor_->clear_stand_in(to_device_stream_);
   }
   guard.open_now();
   stats_.gates++;

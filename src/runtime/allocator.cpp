@@ -207,9 +207,7 @@ bool Allocator::use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins*
 
 void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream) {
   if (residency_ == nullptr) return;
-  // Blocks past Pins::kMax are not pinned: one could be evicted before the
-  // launch is queued, and a compressed page cannot be read where it lies.
-  if (use.pins != nullptr && use.pins->overflow && residency_->compressing()) unread_launch();
+  if (use.pins != nullptr && use.pins->overflow) pins_overflowed();
   if (use.deferred_pages > 0) {
     const auto pages = pool_->bring_back_for_launch(
         use.blocks.data(), use.count, reinterpret_cast<std::uintptr_t>(stream), use.blocks[0].used_at, *use.pins);
@@ -222,9 +220,18 @@ void Allocator::end_launch(CUfunction function, LaunchUse& use, CUstream stream)
   }
 }
 
+void Allocator::pins_overflowed() {
+  // Blocks past Pins::kMax are not pinned: one could be evicted before the
+  // launch is queued, and a compressed page cannot be read where it lies.
+  if (residency_ != nullptr && (residency_->compressing() || residency_->has_unreadable_pages())) unread_launch();
+}
+
 void Allocator::unread_launch() {
-  if (residency_ == nullptr || (!residency_->learning() && !residency_->compressing()) ||
-      scan_distrusted_.load(std::memory_order_acquire)) {
+  if (residency_ == nullptr) return;
+  // Pages left compressed (an unpack that failed before) are tried again.
+  const bool unreadable = residency_->has_unreadable_pages();
+  if (!unreadable && ((!residency_->learning() && !residency_->compressing()) ||
+                      scan_distrusted_.load(std::memory_order_acquire))) {
     return;
   }
   const bool compressing = residency_->compressing();

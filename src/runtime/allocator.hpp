@@ -171,6 +171,8 @@ class Allocator {
   // A copy or set on `stream` touches `address`: as use_in_launch (never
   // bring_back_later).
   bool use_in_copy(std::uintptr_t address, CUstream stream, pool::Pins* pins, pool::Pool::OnHost on_host);
+  // A submission named more blocks than it could pin (pool::Pins::kMax).
+  void pins_overflowed();
   // The submission that took `pins` has been queued.
   void release_pins(const pool::Pins& pins) { pool_->release_pins(pins); }
   // Where words the launch scan passes to use_in_launch must lie: empty

@@ -566,9 +566,27 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
       return false;
     });
   }
+  if (s->pins.overflow) {
+    // The pins are shared by every pool the launch named.
+    (void)find_allocator([&](Allocator* a) {
+      a->pins_overflowed();
+      return false;
+    });
+  }
   if (owner == nullptr) return;
   counts.add(kLaunchesNamingBlocks);
   owner->end_launch(function, use, stream);
+}
+
+void Runtime::scan_failed() noexcept {
+  try {
+    (void)find_allocator([&](Allocator* a) {
+      a->unread_launch();
+      return false;
+    });
+  } catch (...) {
+    // Nothing more can be done for this submission; it goes to the driver as it is.
+  }
 }
 
 void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s) {
@@ -620,7 +638,7 @@ void Runtime::hold_for_graph(CUgraphExec exec, const GraphUse& use) {
       return true;
     });
   };
-  bool read = true;
+  bool read = !use.unread;
   for (const KernelNode& k : use.kernels) {
     read = launch_scanner_->for_each_word(k.function, k.params, k.extra, hold) && read;
   }
@@ -662,29 +680,47 @@ void Runtime::read_graph(CUgraph graph, int depth, GraphUse* use) const {
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
     if (api.graphNodeGetType(node, &type) != CUDA_SUCCESS) continue;
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL && api.graphKernelNodeGetParams != nullptr) {
+    // A node whose parameters cannot be read makes the graph's use unread.
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
       CUDA_KERNEL_NODE_PARAMS params{};
       // A node captured from a runtime launch may name a library kernel
       // (`kern`, used when `func` is null), which the scan reads as well.
-      if (api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS) {
-        const CUfunction function = params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
-        if (function != nullptr) use->kernels.push_back({function, params.kernelParams, params.extra});
+      const bool got = api.graphKernelNodeGetParams != nullptr &&
+                       api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS;
+      const CUfunction function = !got                    ? nullptr
+                                  : params.func != nullptr ? params.func
+                                                           : reinterpret_cast<CUfunction>(params.kern);
+      if (function != nullptr) {
+        use->kernels.push_back({function, params.kernelParams, params.extra});
+      } else {
+        use->unread = true;
       }
-    } else if (type == CU_GRAPH_NODE_TYPE_MEMCPY && api.graphMemcpyNodeGetParams != nullptr) {
+    } else if (type == CU_GRAPH_NODE_TYPE_MEMCPY) {
       CUDA_MEMCPY3D copy{};
-      if (api.graphMemcpyNodeGetParams(node, &copy) == CUDA_SUCCESS) {
+      if (api.graphMemcpyNodeGetParams != nullptr && api.graphMemcpyNodeGetParams(node, &copy) == CUDA_SUCCESS) {
         const auto [source, destination] = copy_addresses(copy);
         use->addresses.push_back(source);
         use->addresses.push_back(destination);
+      } else {
+        use->unread = true;
       }
-    } else if (type == CU_GRAPH_NODE_TYPE_MEMSET && api.graphMemsetNodeGetParams != nullptr) {
+    } else if (type == CU_GRAPH_NODE_TYPE_MEMSET) {
       CUDA_MEMSET_NODE_PARAMS set{};
-      if (api.graphMemsetNodeGetParams(node, &set) == CUDA_SUCCESS) use->addresses.push_back(set.dst);
-    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && api.graphChildGraphNodeGetGraph != nullptr && depth > 0) {
-      CUgraph child = nullptr;
-      if (api.graphChildGraphNodeGetGraph(node, &child) == CUDA_SUCCESS && child != nullptr) {
-        read_graph(child, depth - 1, use);
+      if (api.graphMemsetNodeGetParams != nullptr && api.graphMemsetNodeGetParams(node, &set) == CUDA_SUCCESS) {
+        use->addresses.push_back(set.dst);
+      } else {
+        use->unread = true;
       }
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph child = nullptr;
+      if (api.graphChildGraphNodeGetGraph != nullptr && depth > 0 &&
+          api.graphChildGraphNodeGetGraph(node, &child) == CUDA_SUCCESS && child != nullptr) {
+        read_graph(child, depth - 1, use);
+      } else {
+        use->unread = true;
+      }
+    } else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      use->unread = true;  // its bodies are graphs the driver does not hand out here
     }
   }
 }

@@ -188,6 +188,9 @@ class Runtime {
   // `first` and `second`: the device addresses a copy or set touches (0: none).
   void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
   void after_submission(const Submission& s);
+  // A scan above stopped partway (it threw): the submission may name blocks
+  // it did not reach, as a launch whose parameters cannot be read may.
+  void scan_failed() noexcept;
   // The device `stream` (a handle as the hooks pass it) runs on; -1 when it
   // cannot be told, or when no other device can reach a pool (one pool, and
   // no peer access to it): then every submission that names a block is its
@@ -276,6 +279,10 @@ class Runtime {
   struct GraphUse {
     std::vector<KernelNode> kernels;
     std::vector<std::uintptr_t> addresses;
+    // Nodes whose memory could not be read (a kernel node without its
+    // parameters, a conditional node's bodies, child graphs too deep): its
+    // launches may use any block, as an unread launch may.
+    bool unread = false;
   };
   // Adds `graph`'s nodes, and those of its child graphs (to `depth` levels).
   void read_graph(CUgraph graph, int depth, GraphUse* use) const;

@@ -262,7 +262,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuModuleUnload(CUmodule module) {
   if (it == s.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
   // Its functions' handles stop working; their records stay, as work
   // already queued still runs them.
-  for (auto& [name, kernel] : it->second->functions) kernel->unloaded = true;
+  for (auto& [name, kernel] : it->second->functions) kernel->unloaded.store(true);
   s.modules.erase(it);
   return CUDA_SUCCESS;
 }

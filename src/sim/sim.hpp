@@ -265,7 +265,7 @@ struct Kernel {
   // A kernel of a loaded module (modules.cpp), run through the sim's
   // reference of it; `unloaded` once its module is.
   const ReferenceKernel* reference = nullptr;
-  bool unloaded = false;
+  std::atomic<bool> unloaded{false};
 };
 
 struct Fault {

@@ -1274,7 +1274,7 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        CUstream handle, void** params, void** extra) {
   if (current_context() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Kernel* k = find_kernel(f);
-  if (k == nullptr || k->unloaded) return CUDA_ERROR_INVALID_HANDLE;
+  if (k == nullptr || k->unloaded.load()) return CUDA_ERROR_INVALID_HANDLE;
   if (gx * gy * gz == 0 || bx * by * bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;  // one form or the other
   if (!k->sizes.empty() && params == nullptr && extra == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -521,7 +521,19 @@ util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPag
   if (s) {
     counters_.maps++;
     s = grant_access(address, page_size_);
-    if (!s && driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) counters_.unmaps++;
+    if (!s) {
+      if (!driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) {
+        // Neither usable nor removable: the replacement stays the space's
+        // (its caller must not reuse it), the page is lost to the pool.
+        entry.host = replacement;
+        old->current = {};
+        replacement->current = {&r, p};
+        *released = old;
+        r.set_residency(p, Residency::broken);
+        return s;
+      }
+      counters_.unmaps++;
+    }
   }
   if (!s) {
     mapped = old;
