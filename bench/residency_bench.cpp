@@ -254,8 +254,7 @@ class Workload {
         done = false;
       }
       if (done && wrong_words_.load() > 0) {
-        r->failure = "step " + std::to_string(step) + ": " + std::to_string(wrong_words_.load()) +
-                     " words read wrong";
+        r->failure = "step " + std::to_string(step) + ": " + std::to_string(wrong_words_.load()) + " words read wrong";
         done = false;
       }
       if (!done) {
@@ -376,9 +375,8 @@ class Workload {
       const std::string where = prefix + "forward layer " + std::to_string(i);
       const auto l = static_cast<std::size_t>(i);
       if (!allocate(where, &activation[l], r)) return false;
-      if (!launch(where, i > 0 ? activation[l - 1] : 0, 0, activation[l], r, i > 0 ? spec(step, i - 1, false)
-                                                                                     : bench::DataSpec{},
-                  {}, spec(step, i, false))) {
+      if (!launch(where, i > 0 ? activation[l - 1] : 0, 0, activation[l], r,
+                  i > 0 ? spec(step, i - 1, false) : bench::DataSpec{}, {}, spec(step, i, false))) {
         return false;
       }
     }
@@ -442,8 +440,9 @@ double mib(double bytes) { return bytes / static_cast<double>(util::MiB); }
 // pin calls, copy rates and ooms cover the whole run, warm-up included.
 void print_table(const std::vector<RunResult>& runs) {
   std::printf("%-6s %9s %-5s %-4s %8s %6s %6s %11s %10s %9s %9s %8s %9s %10s %5s %5s %8s %8s %5s  %s\n", "budget",
-              "budgetMiB", "mode", "zip", "step_ms", "kept", "steady", "evictMiB/st", "prefMiB/st", "busMiB/st", "hostrd/st", "gates/st", "pinnedMiB",
-              "pinPeakMiB", "pins", "ratio", "d2h_GBps", "h2d_GBps", "ooms", "status");
+              "budgetMiB", "mode", "zip", "step_ms", "kept", "steady", "evictMiB/st", "prefMiB/st", "busMiB/st",
+              "hostrd/st", "gates/st", "pinnedMiB", "pinPeakMiB", "pins", "ratio", "d2h_GBps", "h2d_GBps", "ooms",
+              "status");
   for (const RunResult& r : runs) {
     const std::string budget_mib = r.budget_bytes == 0 ? "-" : std::to_string(r.budget_bytes / util::MiB);
     if (!r.completed) {
@@ -484,8 +483,9 @@ void print_table(const std::vector<RunResult>& runs) {
 
 nlohmann::json run_json(const RunResult& r) {
   nlohmann::json j = {{"budget", r.budget_label},       {"budget_fraction", r.budget_fraction},
-                      {"budget_bytes", r.budget_bytes}, {"mode", r.mode}, {"compress", r.compress},
-                      {"completed", r.completed},       {"eviction_on", r.eviction_on}};
+                      {"budget_bytes", r.budget_bytes}, {"mode", r.mode},
+                      {"compress", r.compress},         {"completed", r.completed},
+                      {"eviction_on", r.eviction_on}};
   if (!r.completed) {
     j["failure"] = r.failure;
     j["ooms"] = r.ooms;
@@ -550,7 +550,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 1000.0))
       ->delimiter(',');
   app.add_option("--json", o.json, "Also write the results as JSON here");
-  app.add_option("--data", o.data, "What blocks hold: touch (a word a page), dense, half-zero or mix (verified in full)")
+  app.add_option("--data", o.data,
+                 "What blocks hold: touch (a word a page), dense, half-zero or mix (verified in full)")
       ->check(CLI::IsMember({"touch", "dense", "half-zero", "mix"}));
   app.add_option("--compress", o.compress, "compress settings to run each budget and mode with")
       ->check(CLI::IsMember({"off", "zero", "auto"}))

@@ -28,7 +28,6 @@
 // copy counters the bytes over the bus.
 #include <cuda.h>
 #include <dlfcn.h>
-
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -280,9 +279,9 @@ Run run_child(const Options& o, const std::string& self, Run run) {
     const json whole = json::parse(in, nullptr, false);
     if (!whole.is_discarded() && whole.contains("devices") && !whole["devices"].empty()) {
       const json& d = whole["devices"][0];
-      for (const char* key : {"host_cache_peak_bytes", "evicted_bytes", "compressing", "compressed_pages",
-                              "compression_ratio", "raw_by_sample_pages", "unsampled_pages", "expand_failures",
-                              "codec_ms", "residency_wait_ms"}) {
+      for (const char* key :
+           {"host_cache_peak_bytes", "evicted_bytes", "compressing", "compressed_pages", "compression_ratio",
+            "raw_by_sample_pages", "unsampled_pages", "expand_failures", "codec_ms", "residency_wait_ms"}) {
         if (d.contains(key)) run.result[key] = d[key];
       }
     }
@@ -299,15 +298,14 @@ Run run_child(const Options& o, const std::string& self, Run run) {
 void print(const Run& r, const Run& reference) {
   const bool done = r.result.value("completed", false);
   const auto kept = [](double ref, double ms) { return ms > 0 ? ref / ms : 0.0; };
-  std::printf("%-6s %-6s %9.0f %-6s %-4s %8.1f %6.3f %6.3f %9llu %9.1f %10.1f %5.2f  %s\n", r.frees.c_str(),
-              r.budget.c_str(), static_cast<double>(r.budget_bytes) / kMiB, r.mode.c_str(), r.compress.c_str(),
-              r.mean_ms, done ? kept(reference.mean_ms, r.mean_ms) : 0.0,
-              done ? kept(reference.steady_ms, r.steady_ms) : 0.0,
-              static_cast<unsigned long long>(r.result.value("host_read_launches", 0ULL)),
-              r.result.value("bus_bytes_per_step", 0.0) / kMiB,
-              static_cast<double>(r.result.value("host_cache_peak_bytes", 0ULL)) / kMiB,
-              r.result.value("compression_ratio", 0.0),
-              done ? "ok" : r.result.value("failure", std::string("failed")).c_str());
+  std::printf(
+      "%-6s %-6s %9.0f %-6s %-4s %8.1f %6.3f %6.3f %9llu %9.1f %10.1f %5.2f  %s\n", r.frees.c_str(), r.budget.c_str(),
+      static_cast<double>(r.budget_bytes) / kMiB, r.mode.c_str(), r.compress.c_str(), r.mean_ms,
+      done ? kept(reference.mean_ms, r.mean_ms) : 0.0, done ? kept(reference.steady_ms, r.steady_ms) : 0.0,
+      static_cast<unsigned long long>(r.result.value("host_read_launches", 0ULL)),
+      r.result.value("bus_bytes_per_step", 0.0) / kMiB,
+      static_cast<double>(r.result.value("host_cache_peak_bytes", 0ULL)) / kMiB,
+      r.result.value("compression_ratio", 0.0), done ? "ok" : r.result.value("failure", std::string("failed")).c_str());
   std::fflush(stdout);
 }
 
@@ -391,7 +389,8 @@ int main(int argc, char** argv) {
   app.add_option("--vmm-us", o.vmm_us, "Host µs per 2 MiB page of each sim VMM call (TIDEPOOL_SIM_VMM_US); empty: free")
       ->capture_default_str();
   app.add_option("--json", o.json_path, "Also write the results as JSON here");
-  app.add_option("--data", o.data, "What blocks hold: touch (a word a page), dense, half-zero or mix (verified in full)")
+  app.add_option("--data", o.data,
+                 "What blocks hold: touch (a word a page), dense, half-zero or mix (verified in full)")
       ->check(CLI::IsMember({"touch", "dense", "half-zero", "mix"}));
   app.add_option("--compress", o.compress, "compress settings each launch and learn run is repeated with")
       ->delimiter(',')

@@ -30,7 +30,9 @@ __device__ unsigned block_sum(unsigned value, unsigned* partial) {
   return total;
 }
 
-__device__ unsigned nonzero_halves(unsigned word) { return ((word & 0xffffU) != 0 ? 1U : 0U) + ((word >> 16) != 0 ? 1U : 0U); }
+__device__ unsigned nonzero_halves(unsigned word) {
+  return ((word & 0xffffU) != 0 ? 1U : 0U) + ((word >> 16) != 0 ? 1U : 0U);
+}
 
 // Each mask word's first element's place among the chunk's non-zero ones.
 template <unsigned kMasks>

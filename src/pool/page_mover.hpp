@@ -164,8 +164,7 @@ class PageMover {
   // block, a graph holding it and an IPC export of it call it before the
   // access they let through.
   [[nodiscard]] virtual bool has_unreadable_pages() const { return false; }
-  virtual void make_readable(space::Reservation& /*reservation*/, std::uintptr_t /*address*/,
-                             std::size_t /*length*/) {}
+  virtual void make_readable(space::Reservation& /*reservation*/, std::uintptr_t /*address*/, std::size_t /*length*/) {}
 
   // Learned prefetch (a mover that keeps a schedule; the defaults ignore it).
   // A scanned launch of `kernel` named `blocks`; `all_blocks` false: it

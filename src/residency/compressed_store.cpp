@@ -5,9 +5,8 @@
 
 namespace tidepool::residency {
 
-util::Result<std::unique_ptr<CompressedStore>> CompressedStore::create(const driver::Driver& driver,
-                                                                       CUcontext context, int device,
-                                                                       HostCache& cache) {
+util::Result<std::unique_ptr<CompressedStore>> CompressedStore::create(const driver::Driver& driver, CUcontext context,
+                                                                       int device, HostCache& cache) {
   const driver::Api& api = driver.api();
   const std::size_t page_size = cache.page_size();
   const std::size_t capacity_pages = std::max<std::size_t>(1, cache.limit_bytes() / page_size);
@@ -69,8 +68,7 @@ void CompressedStore::shrink(std::size_t keep_pages) {
   while (!pages_.empty()) {
     const std::size_t top = pages_.size() * page_size_;
     auto last = free_.empty() ? free_.end() : std::prev(free_.end());
-    if (last == free_.end() || last->first + last->second != top ||
-        last->second < (keep_pages + 1) * page_size_) {
+    if (last == free_.end() || last->first + last->second != top || last->second < (keep_pages + 1) * page_size_) {
       return;
     }
     const std::size_t page_start = top - page_size_;
@@ -103,8 +101,8 @@ void CompressedStore::free_bytes(std::size_t offset, std::size_t length) {
 }
 
 void CompressedStore::note_use(std::int64_t delta) {
-  const std::uint64_t used = used_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed) +
-                             static_cast<std::uint64_t>(delta);
+  const std::uint64_t used =
+      used_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed) + static_cast<std::uint64_t>(delta);
   if (delta > 0 && used > peak_used_.load(std::memory_order_relaxed)) {
     peak_used_.store(used, std::memory_order_relaxed);
   }

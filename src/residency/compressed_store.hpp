@@ -58,8 +58,8 @@ class CompressedStore {
   CompressedStore(const driver::Driver& driver, CUcontext context, int device, HostCache& cache, CUdeviceptr base,
                   std::size_t capacity_pages);
   [[nodiscard]] static std::size_t rounded(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-  bool grow();             // one more page at the top
-  void shrink(std::size_t keep_pages);  // wholly free pages at the top beyond `keep_pages` go back
+  bool grow();                                              // one more page at the top
+  void shrink(std::size_t keep_pages);                      // wholly free pages at the top beyond `keep_pages` go back
   void free_bytes(std::size_t offset, std::size_t length);  // into free_, merged with its neighbours
   void note_use(std::int64_t delta);
 
@@ -70,7 +70,7 @@ class CompressedStore {
   CUdeviceptr base_;
   std::size_t page_size_;
   std::size_t capacity_pages_;
-  std::vector<space::HostPage*> pages_;     // mapped at base_ + i * page_size_
+  std::vector<space::HostPage*> pages_;      // mapped at base_ + i * page_size_
   std::map<std::size_t, std::size_t> free_;  // free extents: offset -> length
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> peak_used_{0};

@@ -23,8 +23,8 @@ util::Result<std::unique_ptr<Compressor>> Compressor::create(const driver::Drive
     driver::ScopedContext scope(api, context);
     (void)api.memsetD8(stand_in->staging, 0, cache.page_size());
   }
-  std::unique_ptr<Compressor> compressor(new Compressor(driver, context, cache, mode, std::move(codec).value(),
-                                                        std::move(store).value(), stand_in));
+  std::unique_ptr<Compressor> compressor(
+      new Compressor(driver, context, cache, mode, std::move(codec).value(), std::move(store).value(), stand_in));
   driver::ScopedContext scope(api, context);
   if (api.eventCreate(&compressor->codec_start_, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
       api.eventCreate(&compressor->codec_end_, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {

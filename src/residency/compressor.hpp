@@ -60,16 +60,16 @@ namespace tidepool::residency {
 enum class CompressMode { off, zero, automatic };
 
 struct CompressStats {
-  std::uint64_t compressed_pages = 0;   // evicted pages that went compressed
-  std::uint64_t bytes_before = 0;       // their bytes
-  std::uint64_t bytes_after = 0;        // their streams' bytes
-  std::uint64_t raw_pages = 0;          // evicted pages sent raw because the sample said they would not pay
-  std::uint64_t unsampled_pages = 0;    // compress:auto: sent raw without a sample while sampling backed off
+  std::uint64_t compressed_pages = 0;    // evicted pages that went compressed
+  std::uint64_t bytes_before = 0;        // their bytes
+  std::uint64_t bytes_after = 0;         // their streams' bytes
+  std::uint64_t raw_pages = 0;           // evicted pages sent raw because the sample said they would not pay
+  std::uint64_t unsampled_pages = 0;     // compress:auto: sent raw without a sample while sampling backed off
   std::uint64_t raw_for_room_pages = 0;  // sent raw: the host cache had no room to unpack them all later
-  std::uint64_t expanded_pages = 0;     // unpacked into raw host pages to be read where they lie
-  std::uint64_t expand_failures = 0;    // the host cache had no page for that: the page stayed compressed
-  std::uint64_t compressed_now = 0;     // pages compressed on the host now
-  double codec_ms = 0;                  // device time of the sample, count and pack kernels
+  std::uint64_t expanded_pages = 0;      // unpacked into raw host pages to be read where they lie
+  std::uint64_t expand_failures = 0;     // the host cache had no page for that: the page stayed compressed
+  std::uint64_t compressed_now = 0;      // pages compressed on the host now
+  double codec_ms = 0;                   // device time of the sample, count and pack kernels
   CompressedStoreStats store;
 };
 
@@ -82,11 +82,11 @@ struct CompressedPage : space::HostPage {
 
 class Compressor {
  public:
-  static constexpr std::uint32_t kSampleStride = 16;  // one chunk in 16 (64 KiB in 2 MiB) is sampled
+  static constexpr std::uint32_t kSampleStride = 16;     // one chunk in 16 (64 KiB in 2 MiB) is sampled
   static constexpr std::uint32_t kMinSavingEighths = 1;  // a stream must be at most 7/8 of the page
 
-  static util::Result<std::unique_ptr<Compressor>> create(const driver::Driver& driver, CUcontext context,
-                                                          int device, HostCache& cache, CompressMode mode);
+  static util::Result<std::unique_ptr<Compressor>> create(const driver::Driver& driver, CUcontext context, int device,
+                                                          HostCache& cache, CompressMode mode);
   ~Compressor();
   Compressor(const Compressor&) = delete;
   Compressor& operator=(const Compressor&) = delete;

@@ -25,9 +25,9 @@ util::Result<std::unique_ptr<PageCodec>> PageCodec::create(const driver::Driver&
   std::unique_ptr<PageCodec> codec(new PageCodec(driver, context, page_size));
   driver::ScopedContext scope(api, context);
   if (auto s = driver::check(api.moduleLoadData(&codec->module_, image.data()), "cuModuleLoadData"); !s) return s;
-  for (auto [function, name] : {std::pair{&codec->count_, kernels::kCountKernel},
-                                std::pair{&codec->pack_, kernels::kPackKernel},
-                                std::pair{&codec->unpack_, kernels::kUnpackKernel}}) {
+  for (auto [function, name] :
+       {std::pair{&codec->count_, kernels::kCountKernel}, std::pair{&codec->pack_, kernels::kPackKernel},
+        std::pair{&codec->unpack_, kernels::kUnpackKernel}}) {
     if (auto s = driver::check(api.moduleGetFunction(function, codec->module_, name), "cuModuleGetFunction"); !s) {
       return s;
     }
@@ -40,7 +40,8 @@ util::Result<std::unique_ptr<PageCodec>> PageCodec::create(const driver::Driver&
     return s;
   }
   codec->tables_ = static_cast<unsigned char*>(tables);
-  if (auto s = driver::check(api.memHostGetDevicePointer(&codec->tables_device_, tables, 0), "cuMemHostGetDevicePointer");
+  if (auto s =
+          driver::check(api.memHostGetDevicePointer(&codec->tables_device_, tables, 0), "cuMemHostGetDevicePointer");
       !s) {
     return s;
   }

@@ -242,7 +242,8 @@ bool Residency::unread_launch() {
   if (compressor_ == nullptr) return learn_first;
   const bool was_on = compressor_->on();
   compressor_->turn_off();
-  for (const space::PageLocation& at : compressor_->compressed_locations()) make_page_readable(*at.reservation, at.page);
+  for (const space::PageLocation& at : compressor_->compressed_locations())
+    make_page_readable(*at.reservation, at.page);
   return learn_first || was_on;
 }
 

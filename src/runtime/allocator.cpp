@@ -230,8 +230,8 @@ void Allocator::unread_launch() {
   if (residency_ == nullptr) return;
   // Pages left compressed (an unpack that failed before) are tried again.
   const bool unreadable = residency_->has_unreadable_pages();
-  if (!unreadable && ((!residency_->learning() && !residency_->compressing()) ||
-                      scan_distrusted_.load(std::memory_order_acquire))) {
+  if (!unreadable &&
+      ((!residency_->learning() && !residency_->compressing()) || scan_distrusted_.load(std::memory_order_acquire))) {
     return;
   }
   const bool compressing = residency_->compressing();

@@ -2,11 +2,12 @@
 // all come from the rows of TIDEPOOL_OPTIONS, so they cannot drift apart.
 #include "runtime/config.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -386,11 +387,10 @@ std::string describe(const Config& config) {
   return "device_limit:" + limit + ",policy:" + config.policy + ",evict:" + (config.evict ? "on" : "off") +
          ",host_cache:" + std::to_string(config.host_cache) + ",evict_policy:" + config.evict_policy +
          ",prefetch:" + kPrefetchNames[static_cast<int>(config.prefetch)] +
-         ",compress:" + compress_mode_name(config.compress) +
-         ",free_barrier:" + (config.free_barrier ? "on" : "off") + ",small_size:" + std::to_string(config.small_size) +
-         ",hold_slack:" + std::to_string(config.hold_slack) + "%,report:" + config.report + ",trace:" + config.trace +
-         ",log:" + kLevelNames[static_cast<int>(config.log)] + ",log_file:" + config.log_file +
-         ",cuda_lib:" + config.cuda_lib;
+         ",compress:" + compress_mode_name(config.compress) + ",free_barrier:" + (config.free_barrier ? "on" : "off") +
+         ",small_size:" + std::to_string(config.small_size) + ",hold_slack:" + std::to_string(config.hold_slack) +
+         "%,report:" + config.report + ",trace:" + config.trace + ",log:" + kLevelNames[static_cast<int>(config.log)] +
+         ",log_file:" + config.log_file + ",cuda_lib:" + config.cuda_lib;
 }
 
 std::string options_markdown() {

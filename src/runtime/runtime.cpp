@@ -355,9 +355,10 @@ Allocator* Runtime::allocator(int device) {
   if (options.residency.compress != residency::CompressMode::off && !interposed_) {
     // A compressed page cannot be read where it lies: only the preload's
     // hooks see every launch, copy and set that might read it.
-    log_warn("device {}: compress needs the preload (launches tidepool does not see could read compressed pages): "
-             "evicted pages go raw",
-             device);
+    log_warn(
+        "device {}: compress needs the preload (launches tidepool does not see could read compressed pages): "
+        "evicted pages go raw",
+        device);
     options.residency.compress = residency::CompressMode::off;
   }
   // A budget that cannot work on this device is refused before anything is reserved.
@@ -685,9 +686,9 @@ void Runtime::read_graph(CUgraph graph, int depth, GraphUse* use) const {
       CUDA_KERNEL_NODE_PARAMS params{};
       // A node captured from a runtime launch may name a library kernel
       // (`kern`, used when `func` is null), which the scan reads as well.
-      const bool got = api.graphKernelNodeGetParams != nullptr &&
-                       api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS;
-      const CUfunction function = !got                    ? nullptr
+      const bool got =
+          api.graphKernelNodeGetParams != nullptr && api.graphKernelNodeGetParams(node, &params) == CUDA_SUCCESS;
+      const CUfunction function = !got                     ? nullptr
                                   : params.func != nullptr ? params.func
                                                            : reinterpret_cast<CUfunction>(params.kern);
       if (function != nullptr) {

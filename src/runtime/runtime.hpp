@@ -266,7 +266,7 @@ class Runtime {
   std::unique_ptr<TraceRecorder> trace_;                      // outlives the allocators: ~Runtime deletes them first
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
-  bool interposed_ = false;  // the preload's hooks are in the process
+  bool interposed_ = false;                                   // the preload's hooks are in the process
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
   GraphHolds graph_holds_;
   struct KernelNode {

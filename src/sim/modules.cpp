@@ -33,8 +33,8 @@ struct ReferenceRegion {
   bool write = false;
 };
 // A reference kernel: with `run` false it only lists the regions it would reach.
-using ReferenceRun = void (*)(void** params, const std::array<unsigned, 3>& grid,
-                              std::vector<ReferenceRegion>* regions, bool run);
+using ReferenceRun = void (*)(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
+                              bool run);
 
 namespace {
 
@@ -48,7 +48,6 @@ struct ReferenceTraffic {
   std::uint64_t to_host = 0;  // written to host memory
   std::uint64_t to_device = 0;
 };
-
 
 // Page `page` of the launch; a page past the launch's count (a grid taller
 // than it) has no chunks, as the kernels skip it.
@@ -76,8 +75,8 @@ void report_malformed_stream(const codec::PageTask& task, std::uint32_t chunk) {
 // Each kernel lists one region per page and stream it reaches (not one per
 // chunk: each region costs the sim a lookup under its lock); `run` false: it
 // only lists them.
-void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid,
-                            std::vector<ReferenceRegion>* regions, bool run) {
+void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
+                            bool run) {
   std::uint32_t stride = 0;
   std::memcpy(&stride, params[1], sizeof(stride));
   for (unsigned page = 0; page < grid[1]; ++page) {
@@ -120,8 +119,8 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
   }
 }
 
-void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid,
-                             std::vector<ReferenceRegion>* regions, bool run) {
+void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
+                             bool run) {
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
     const std::uint32_t chunks = std::min<std::uint32_t>(task.chunks, grid[0]);

@@ -331,8 +331,8 @@ struct State {
   std::unordered_map<Event*, std::unique_ptr<Event>> events;
   std::unordered_map<Kernel*, std::unique_ptr<Kernel>> kernels;
   std::unordered_map<Module*, std::unique_ptr<Module>> modules;  // loaded (cuModuleLoadData)
-  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;  // ended captures' graphs
-  std::unordered_set<const Graph*> child_graphs;              // owned by child-graph nodes of those
+  std::unordered_map<Graph*, std::unique_ptr<Graph>> graphs;     // ended captures' graphs
+  std::unordered_set<const Graph*> child_graphs;                 // owned by child-graph nodes of those
   std::unordered_map<GraphExec*, std::shared_ptr<GraphExec>> graph_execs;
   std::vector<std::shared_ptr<Capture>> captures;  // capture sequences in progress
   std::uint64_t next_capture_id = 0;

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -149,11 +149,12 @@ TEST_F(RealDriver, CompressionKernelsKeepUpWithTheHostLink) {
   const double pack_ms = timed([&] { ASSERT_TRUE(codec.pack(packs.data(), packs.size(), nullptr)); });
   const double unpack_ms = timed([&] { ASSERT_TRUE(codec.unpack(packs.data(), packs.size(), nullptr)); });
   const double page_bytes = static_cast<double>(kPages * kPage);
-  std::printf("codec on %zu pages of 2 MiB, half zero: count %.1f GB/s, pack %.1f GB/s of pages (%.1f GB/s to the "
-              "host), unpack %.1f GB/s of pages; ratio %.2f\n",
-              kPages, page_bytes / count_ms / 1e6, page_bytes / pack_ms / 1e6,
-              static_cast<double>(stream_bytes) / pack_ms / 1e6, page_bytes / unpack_ms / 1e6,
-              page_bytes / static_cast<double>(stream_bytes));
+  std::printf(
+      "codec on %zu pages of 2 MiB, half zero: count %.1f GB/s, pack %.1f GB/s of pages (%.1f GB/s to the "
+      "host), unpack %.1f GB/s of pages; ratio %.2f\n",
+      kPages, page_bytes / count_ms / 1e6, page_bytes / pack_ms / 1e6,
+      static_cast<double>(stream_bytes) / pack_ms / 1e6, page_bytes / unpack_ms / 1e6,
+      page_bytes / static_cast<double>(stream_bytes));
   RecordProperty("pack_gbps", std::to_string(page_bytes / pack_ms / 1e6));
   RecordProperty("unpack_gbps", std::to_string(page_bytes / unpack_ms / 1e6));
   (void)api.eventDestroy(start);

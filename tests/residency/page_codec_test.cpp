@@ -149,9 +149,9 @@ std::vector<unsigned char> plain_payload(const unsigned char* chunk) {
 }
 
 TEST(ZeroCodecFormat, TheReferenceWritesTheFormatAsItIsStated) {
-  for (const testing::PageData kind : {testing::PageData::dense_random, testing::PageData::half_zero32,
-                                       testing::PageData::half_zero16, testing::PageData::all_zero,
-                                       testing::PageData::sparse_words}) {
+  for (const testing::PageData kind :
+       {testing::PageData::dense_random, testing::PageData::half_zero32, testing::PageData::half_zero16,
+        testing::PageData::all_zero, testing::PageData::sparse_words}) {
     SCOPED_TRACE(testing::page_data_name(kind));
     const std::vector<unsigned char> chunk = testing::page_bytes(kind, kernels::kChunkBytes, 11);
     for (const Codec c : {Codec::zero32, Codec::zero16}) {

@@ -66,7 +66,8 @@ inline std::vector<unsigned char> page_bytes(PageData d, std::size_t size, std::
 inline std::vector<unsigned char> reference_stream(const std::vector<unsigned char>& page, kernels::Codec codec) {
   const auto chunks = static_cast<std::uint32_t>(page.size() / kernels::kChunkBytes);
   std::vector<std::uint32_t> counts(chunks);
-  for (std::uint32_t c = 0; c < chunks; ++c) counts[c] = kernels::reference_count(page.data() + c * kernels::kChunkBytes);
+  for (std::uint32_t c = 0; c < chunks; ++c)
+    counts[c] = kernels::reference_count(page.data() + c * kernels::kChunkBytes);
   std::vector<unsigned char> stream(kernels::max_stream_bytes(chunks));
   const std::uint32_t length = kernels::write_prefix(codec, counts.data(), chunks, stream.data());
   std::uint32_t at = kernels::payloads_at(chunks);
@@ -86,7 +87,7 @@ inline void codec_round_trip(const driver::Driver& driver, CUcontext context, st
   ASSERT_TRUE(created.ok()) << created.status().message();
   residency::PageCodec& codec = *created.value();
   const std::uint32_t chunks = codec.chunks();
-  const std::vector<PageData> kinds = {PageData::dense_random, PageData::half_zero32, PageData::half_zero16,
+  const std::vector<PageData> kinds = {PageData::dense_random, PageData::half_zero32,  PageData::half_zero16,
                                        PageData::all_zero,     PageData::sparse_words, PageData::tail_zero};
   const std::size_t n = kinds.size();
   CUdeviceptr device = 0;
