@@ -44,16 +44,7 @@ bool CompressedStore::grow() {
   space::HostPage* page = cache_.take();
   if (page == nullptr) return false;
   const CUdeviceptr at = base_ + pages_.size() * page_size_;
-  if (api_.memMap(at, page_size_, 0, page->handle, 0) != CUDA_SUCCESS) {
-    cache_.give(page);
-    return false;
-  }
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (api_.memSetAccess(at, page_size_, &access, 1) != CUDA_SUCCESS) {
-    (void)api_.memUnmap(at, page_size_);
+  if (!map_for_device(api_, at, page_size_, page->handle, device_)) {
     cache_.give(page);
     return false;
   }

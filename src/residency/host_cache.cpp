@@ -90,20 +90,23 @@ HostCache::~HostCache() {
   if (api_.memAddressFree != nullptr) (void)api_.memAddressFree(staging_base_, limit_pages_ * page_size_);
 }
 
+bool map_for_device(const driver::Api& api, CUdeviceptr at, std::size_t bytes, CUmemGenericAllocationHandle handle,
+                    int device) {
+  if (api.memMap(at, bytes, 0, handle, 0) != CUDA_SUCCESS) return false;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (api.memSetAccess(at, bytes, &access, 1) == CUDA_SUCCESS) return true;
+  (void)api.memUnmap(at, bytes);
+  return false;
+}
+
 space::HostPage* HostCache::pin(std::size_t slot) {
   const CUdeviceptr at = staging_base_ + slot * page_size_;
   CUmemGenericAllocationHandle handle = 0;
   if (api_.memCreate(&handle, page_size_, &prop_, 0) != CUDA_SUCCESS) return nullptr;
-  if (api_.memMap(at, page_size_, 0, handle, 0) != CUDA_SUCCESS) {
-    (void)api_.memRelease(handle);
-    return nullptr;
-  }
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (api_.memSetAccess(at, page_size_, &access, 1) != CUDA_SUCCESS) {
-    (void)api_.memUnmap(at, page_size_);
+  if (!map_for_device(api_, at, page_size_, handle, device_)) {
     (void)api_.memRelease(handle);
     return nullptr;
   }

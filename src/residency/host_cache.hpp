@@ -103,4 +103,9 @@ class HostCache {
 // The default bound: half the host's physical memory.
 std::size_t default_host_cache_bytes();
 
+// Maps `handle` at [at, at + bytes) for `device` to read and write; false,
+// with nothing left mapped there, when either call fails.
+bool map_for_device(const driver::Api& api, CUdeviceptr at, std::size_t bytes, CUmemGenericAllocationHandle handle,
+                    int device);
+
 }  // namespace tidepool::residency

@@ -100,33 +100,27 @@ std::uint32_t PageCodec::plan(std::size_t i, Codec codec) {
   return kernels::write_prefix(codec, counts.data(), chunks_, table(i));
 }
 
-bool PageCodec::pack(const Page* pages, std::size_t n, CUstream stream) {
-  if (n > kBatch) return false;
+kernels::PageTasks PageCodec::tasks_of(const Page* pages, std::size_t n, bool tables) const {
   kernels::PageTasks tasks;
   for (std::size_t i = 0; i < n; ++i) {
     kernels::PageTask& t = tasks.page[i];
     t.device = pages[i].device;
     t.stream = pages[i].stream;
-    t.table = tables_device_ + pages[i].table * table_bytes();
+    t.table = tables ? tables_device_ + pages[i].table * table_bytes() : 0;
     t.chunks = chunks_;
     t.codec = static_cast<std::uint32_t>(pages[i].codec);
   }
   tasks.count = static_cast<std::uint32_t>(n);
-  return launch(pack_, tasks, chunks_, nullptr, stream);
+  return tasks;
+}
+
+bool PageCodec::pack(const Page* pages, std::size_t n, CUstream stream) {
+  return n <= kBatch && launch(pack_, tasks_of(pages, n, true), chunks_, nullptr, stream);
 }
 
 bool PageCodec::unpack(const Page* pages, std::size_t n, CUstream stream) {
-  if (n > kBatch) return false;
-  kernels::PageTasks tasks;
-  for (std::size_t i = 0; i < n; ++i) {
-    kernels::PageTask& t = tasks.page[i];
-    t.device = pages[i].device;
-    t.stream = pages[i].stream;
-    t.chunks = chunks_;
-    t.codec = static_cast<std::uint32_t>(pages[i].codec);
-  }
-  tasks.count = static_cast<std::uint32_t>(n);
-  return launch(unpack_, tasks, chunks_, nullptr, stream);
+  // The stream holds its own offsets: no table.
+  return n <= kBatch && launch(unpack_, tasks_of(pages, n, false), chunks_, nullptr, stream);
 }
 
 }  // namespace tidepool::residency

@@ -68,6 +68,8 @@ class PageCodec {
   PageCodec(const driver::Driver& driver, CUcontext context, std::size_t page_size);
   bool launch(CUfunction function, const kernels::PageTasks& tasks, std::uint32_t grid_x, std::uint32_t* stride,
               CUstream stream);
+  // The launch's tasks for `pages`, with their tables (pack) or without (unpack).
+  [[nodiscard]] kernels::PageTasks tasks_of(const Page* pages, std::size_t n, bool tables) const;
   [[nodiscard]] std::size_t table_bytes() const noexcept { return kernels::payloads_at(chunks_); }
   [[nodiscard]] std::uint32_t* table(std::size_t i) const noexcept {
     return reinterpret_cast<std::uint32_t*>(tables_ + i * table_bytes());
