@@ -212,6 +212,7 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
   stats_.bytes_before += before;
   stats_.bytes_after += after;
   stats_.raw_pages += raw_by_sample;
+  stats_.raw_bytes += raw_by_sample * page_size;
   stats_.unsampled_pages += unsampled;
   stats_.raw_for_room_pages += no_room;
   return true;

@@ -64,6 +64,7 @@ struct CompressStats {
   std::uint64_t bytes_before = 0;        // their bytes
   std::uint64_t bytes_after = 0;         // their streams' bytes
   std::uint64_t raw_pages = 0;           // evicted pages sent raw because the sample said they would not pay
+  std::uint64_t raw_bytes = 0;           // their bytes
   std::uint64_t unsampled_pages = 0;     // compress:auto: sent raw without a sample while sampling backed off
   std::uint64_t raw_for_room_pages = 0;  // sent raw: the host cache had no room to unpack them all later
   std::uint64_t expanded_pages = 0;      // unpacked into raw host pages to be read where they lie

@@ -238,7 +238,9 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["compression_ratio"] =
       z.bytes_after == 0 ? 0.0 : static_cast<double>(z.bytes_before) / static_cast<double>(z.bytes_after);
   out["raw_by_sample_pages"] = z.raw_pages;
+  out["raw_by_sample_bytes"] = z.raw_bytes;
   out["unsampled_pages"] = z.unsampled_pages;
+  out["raw_for_room_pages"] = z.raw_for_room_pages;
   out["expanded_pages"] = z.expanded_pages;
   out["expand_failures"] = z.expand_failures;
   out["compressed_now_pages"] = z.compressed_now;
