@@ -276,6 +276,19 @@ std::vector<space::PageLocation> Compressor::compressed_locations() const {
   return at;
 }
 
+bool Compressor::try_stats(std::chrono::steady_clock::time_point deadline, CompressStats* out) const {
+  CompressStats s;
+  {
+    std::unique_lock<std::mutex> guard(stats_lock_, std::defer_lock);
+    if (!util::try_lock_until(guard, deadline)) return false;
+    s = stats_;
+  }
+  s.store = store_->stats();
+  s.compressed_now = compressed_now();
+  *out = s;
+  return true;
+}
+
 CompressStats Compressor::stats() const {
   CompressStats s;
   {

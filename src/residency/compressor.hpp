@@ -40,6 +40,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -119,6 +120,8 @@ class Compressor {
   [[nodiscard]] std::vector<space::PageLocation> compressed_locations() const;
   [[nodiscard]] std::size_t compressed_now() const noexcept { return compressed_now_.load(std::memory_order_relaxed); }
   [[nodiscard]] CompressStats stats() const;
+  // stats(), unless its lock is still held at `deadline` (the exit path).
+  bool try_stats(std::chrono::steady_clock::time_point deadline, CompressStats* out) const;
 
  private:
   Compressor(const driver::Driver& driver, CUcontext context, HostCache& cache, CompressMode mode,

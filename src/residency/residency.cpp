@@ -257,6 +257,7 @@ ResidencyStats Residency::stats() const {
     std::lock_guard<std::mutex> guard(stats_lock_);
     s = counters_;
   }
+  if (compressor_ != nullptr) s.compression = compressor_->stats();
   complete_stats(learned_ != nullptr ? learned_->stats() : LearnedStats{}, cache_->stats(), &s);
   return s;
 }
@@ -272,6 +273,7 @@ bool Residency::try_stats(std::chrono::steady_clock::time_point deadline, Reside
   if (learned_ != nullptr && !learned_->try_stats(deadline, &learned)) return false;
   HostCacheStats cache;
   if (!cache_->try_stats(deadline, &cache)) return false;
+  if (compressor_ != nullptr && !compressor_->try_stats(deadline, &s.compression)) return false;
   complete_stats(learned, cache, &s);
   *out = s;
   return true;
@@ -296,10 +298,7 @@ void Residency::complete_stats(const LearnedStats& learned, const HostCacheStats
   s->sync_pins = cache.sync_pins;
   s->sync_pin_ms = cache.sync_pin_ms;
   s->host_resident_bytes = cache.in_use_bytes;
-  if (compressor_ != nullptr) {
-    s->compressing = compressor_->on();
-    s->compression = compressor_->stats();
-  }
+  if (compressor_ != nullptr) s->compressing = compressor_->on();
 }
 
 }  // namespace tidepool::residency
