@@ -105,6 +105,10 @@ def correctness(d):
         failed = sum(1 for t in tests if t.get("failures"))
         skipped = sum(1 for t in tests if t.get("result") == "SKIPPED")
         figures["gpu_tests"] = {"tests": len(tests), "failed": failed, "skipped": skipped}
+        # The compression kernels' throughput (RealDriver.CompressionKernelsKeepUpWithTheHostLink).
+        for t in tests:
+            if "pack_gbps" in t:
+                figures["codec_gbps"] = {key: float(t[key]) for key in ("pack_gbps", "unpack_gbps") if key in t}
         ok &= failed == 0 and skipped == 0 and len(tests) > 0
     print(json.dumps(figures))
     return 0 if ok else 1
