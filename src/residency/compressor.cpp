@@ -15,16 +15,8 @@ util::Result<std::unique_ptr<Compressor>> Compressor::create(const driver::Drive
   auto store = CompressedStore::create(driver, context, device, cache);
   if (!store) return store.status();
   const driver::Api& api = driver.api();
-  space::HostPage* stand_in = cache.take();
-  if (stand_in == nullptr) return util::Status(util::Error::out_of_memory, "the host cache has no page for a stand-in");
-  {
-    // Zeros, so that an access the rule failed to see reads zeros rather
-    // than another page's leftovers.
-    driver::ScopedContext scope(api, context);
-    (void)api.memsetD8(stand_in->staging, 0, cache.page_size());
-  }
   std::unique_ptr<Compressor> compressor(
-      new Compressor(driver, context, cache, mode, std::move(codec).value(), std::move(store).value(), stand_in));
+      new Compressor(driver, context, cache, mode, std::move(codec).value(), std::move(store).value()));
   driver::ScopedContext scope(api, context);
   if (api.eventCreate(&compressor->codec_start_, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
       api.eventCreate(&compressor->codec_end_, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
@@ -34,15 +26,13 @@ util::Result<std::unique_ptr<Compressor>> Compressor::create(const driver::Drive
 }
 
 Compressor::Compressor(const driver::Driver& driver, CUcontext context, HostCache& cache, CompressMode mode,
-                       std::unique_ptr<PageCodec> codec, std::unique_ptr<CompressedStore> store,
-                       space::HostPage* stand_in)
+                       std::unique_ptr<PageCodec> codec, std::unique_ptr<CompressedStore> store)
     : api_(driver.api()),
       context_(context),
       cache_(cache),
       mode_(mode),
       codec_(std::move(codec)),
-      store_(std::move(store)),
-      stand_in_(stand_in) {}
+      store_(std::move(store)) {}
 
 Compressor::~Compressor() {
   driver::ScopedContext scope(api_, context_);
@@ -52,7 +42,22 @@ Compressor::~Compressor() {
   if (codec_start_ != nullptr) (void)api_.eventDestroy(codec_start_);
   if (codec_end_ != nullptr) (void)api_.eventDestroy(codec_end_);
   store_.reset();
-  cache_.give(stand_in_);
+  if (stand_in_ != nullptr) cache_.give(stand_in_);
+}
+
+bool Compressor::make_stand_in(CUstream stream) {
+  if (stand_in_ != nullptr) return true;
+  space::HostPage* page = cache_.take();
+  if (page == nullptr) return false;
+  // Zeros, so that an access the rule failed to see reads zeros rather than
+  // another page's leftovers. On the codec's stream: a gate may hold the
+  // legacy stream, which a synchronous set would wait behind.
+  if (api_.memsetD8Async(page->staging, 0, codec_->page_size(), stream) != CUDA_SUCCESS) {
+    cache_.give(page);
+    return false;
+  }
+  stand_in_ = page;
+  return true;
 }
 
 bool Compressor::wait(CUstream stream, double* wait_ms) const {
@@ -163,6 +168,16 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
       pack_moves.push_back(i);
     }
   }
+  // The first compressed page makes the stand-in (a page that never
+  // compresses costs none); without it the pages go raw after all.
+  if (!packs.empty() && !make_stand_in(stream)) {
+    for (std::size_t k = 0; k < packs.size(); ++k) {
+      store_->give(packs[k].stream, lengths[pack_moves[k]]);
+      choice[pack_moves[k]] = Codec::raw;
+    }
+    packs.clear();
+    pack_moves.clear();
+  }
   // The rest go raw, into host pages of their own.
   std::vector<space::HostPage*> raw(n, nullptr);
   bool queued = true;
@@ -228,7 +243,7 @@ bool Compressor::fill(CUdeviceptr to, const space::HostPage& from, CUstream stre
 }
 
 void Compressor::clear_stand_in(CUstream stream) {
-  (void)api_.memsetD8Async(stand_in_->staging, 0, codec_->page_size(), stream);
+  if (stand_in_ != nullptr) (void)api_.memsetD8Async(stand_in_->staging, 0, codec_->page_size(), stream);
 }
 
 void Compressor::release(space::HostPage* page) {

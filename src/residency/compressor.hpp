@@ -125,7 +125,10 @@ class Compressor {
 
  private:
   Compressor(const driver::Driver& driver, CUcontext context, HostCache& cache, CompressMode mode,
-             std::unique_ptr<PageCodec> codec, std::unique_ptr<CompressedStore> store, space::HostPage* stand_in);
+             std::unique_ptr<PageCodec> codec, std::unique_ptr<CompressedStore> store);
+  // Takes the stand-in from the cache the first time, zeroed on `stream`;
+  // false when the cache has no page for it.
+  bool make_stand_in(CUstream stream);
   // One group of at most PageCodec::kBatch moves.
   bool to_host_group(PageMove* moves, std::size_t n, CUstream stream, double* wait_ms);
   bool wait(CUstream stream, double* wait_ms) const;
@@ -137,7 +140,7 @@ class Compressor {
   CompressMode mode_;
   std::unique_ptr<PageCodec> codec_;
   std::unique_ptr<CompressedStore> store_;
-  space::HostPage* stand_in_;  // a cache page mapped wherever a compressed page is
+  space::HostPage* stand_in_ = nullptr;  // a cache page mapped wherever a compressed page is, from the first one
   CUevent codec_start_ = nullptr;
   CUevent codec_end_ = nullptr;
   std::atomic<bool> on_{true};
