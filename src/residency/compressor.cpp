@@ -42,22 +42,6 @@ Compressor::~Compressor() {
   if (codec_start_ != nullptr) (void)api_.eventDestroy(codec_start_);
   if (codec_end_ != nullptr) (void)api_.eventDestroy(codec_end_);
   store_.reset();
-  if (stand_in_ != nullptr) cache_.give(stand_in_);
-}
-
-bool Compressor::make_stand_in(CUstream stream) {
-  if (stand_in_ != nullptr) return true;
-  space::HostPage* page = cache_.take();
-  if (page == nullptr) return false;
-  // Zeros, so that an access the rule failed to see reads zeros rather than
-  // another page's leftovers. On the codec's stream: a gate may hold the
-  // legacy stream, which a synchronous set would wait behind.
-  if (api_.memsetD8Async(page->staging, 0, codec_->page_size(), stream) != CUDA_SUCCESS) {
-    cache_.give(page);
-    return false;
-  }
-  stand_in_ = page;
-  return true;
 }
 
 bool Compressor::wait(CUstream stream, double* wait_ms) const {
@@ -168,16 +152,6 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
       pack_moves.push_back(i);
     }
   }
-  // The first compressed page makes the stand-in (a page that never
-  // compresses costs none); without it the pages go raw after all.
-  if (!packs.empty() && !make_stand_in(stream)) {
-    for (std::size_t k = 0; k < packs.size(); ++k) {
-      store_->give(packs[k].stream, lengths[pack_moves[k]]);
-      choice[pack_moves[k]] = Codec::raw;
-    }
-    packs.clear();
-    pack_moves.clear();
-  }
   // The rest go raw, into host pages of their own.
   std::vector<space::HostPage*> raw(n, nullptr);
   bool queued = true;
@@ -208,7 +182,6 @@ bool Compressor::to_host_group(PageMove* moves, std::size_t n, CUstream stream, 
     const PageCodec::Page& p = packs[k];
     const std::size_t i = pack_moves[k];
     auto* page = new CompressedPage();
-    page->handle = stand_in_->handle;
     page->compressed = true;
     page->stream = p.stream;
     page->stream_bytes = lengths[i];
@@ -240,10 +213,6 @@ bool Compressor::fill(CUdeviceptr to, const space::HostPage& from, CUstream stre
   const auto& page = static_cast<const CompressedPage&>(from);
   const PageCodec::Page p{to, page.stream, page.codec, 0};
   return codec_->unpack(&p, 1, stream);
-}
-
-void Compressor::clear_stand_in(CUstream stream) {
-  if (stand_in_ != nullptr) (void)api_.memsetD8Async(stand_in_->staging, 0, codec_->page_size(), stream);
 }
 
 void Compressor::release(space::HostPage* page) {

@@ -13,10 +13,12 @@
 // next one whole at once, so sparse data pays no separate sample.
 //
 // The rule that keeps every pointer working: a compressed page's pool
-// address maps a stand-in page that does not hold its bytes, so no access
-// may reach it there. Compression is therefore on only where tidepool sees
-// the accesses it lets through: under the preload with the launch scan
-// bringing pages back (prefetch:launch or learn). Every launch, copy, set
+// address maps nothing (its bytes are only in the stream), so no access may
+// reach it there; one that did would fault, loudly, where a mapped stand-in
+// would have handed it wrong bytes and cost a pinned page. Compression is
+// therefore on only where tidepool sees the accesses it lets through: under
+// the preload with the launch scan bringing pages back (prefetch:launch or
+// learn). Every launch, copy, set
 // and graph launch that names a block, and an IPC export of it, first makes
 // its compressed pages readable (PageMover::make_readable): back on the
 // device, or unpacked into a raw host page where the budget has no room (a
@@ -75,7 +77,8 @@ struct CompressStats {
   CompressedStoreStats store;
 };
 
-// A page whose bytes are a stream in the store; its `handle` is the stand-in's.
+// A page whose bytes are a stream in the store; it has no handle: its pool
+// address maps nothing.
 struct CompressedPage : space::HostPage {
   CUdeviceptr stream = 0;
   std::uint32_t stream_bytes = 0;
@@ -110,9 +113,6 @@ class Compressor {
   // `stream` into a raw host page that then takes its place. False (the page
   // still compressed) when the cache has no page or the unpack failed.
   bool expand(space::AddressSpace& space, space::Reservation& r, std::size_t p, CUstream stream);
-  // Zeros the stand-in again, on `stream` after what it holds (an unpack
-  // that wrote into it: a move to the device whose remap failed).
-  void clear_stand_in(CUstream stream);
   // No more compression (pages already compressed stay so until read).
   void turn_off() noexcept { on_.store(false, std::memory_order_relaxed); }
   [[nodiscard]] bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
@@ -126,9 +126,6 @@ class Compressor {
  private:
   Compressor(const driver::Driver& driver, CUcontext context, HostCache& cache, CompressMode mode,
              std::unique_ptr<PageCodec> codec, std::unique_ptr<CompressedStore> store);
-  // Takes the stand-in from the cache the first time, zeroed on `stream`;
-  // false when the cache has no page for it.
-  bool make_stand_in(CUstream stream);
   // One group of at most PageCodec::kBatch moves.
   bool to_host_group(PageMove* moves, std::size_t n, CUstream stream, double* wait_ms);
   bool wait(CUstream stream, double* wait_ms) const;
@@ -140,7 +137,6 @@ class Compressor {
   CompressMode mode_;
   std::unique_ptr<PageCodec> codec_;
   std::unique_ptr<CompressedStore> store_;
-  space::HostPage* stand_in_ = nullptr;  // a cache page mapped wherever a compressed page is, from the first one
   CUevent codec_start_ = nullptr;
   CUevent codec_end_ = nullptr;
   std::atomic<bool> on_{true};

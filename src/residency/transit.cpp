@@ -1,6 +1,7 @@
 // See transit.hpp.
 #include "residency/transit.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "residency/compressor.hpp"
@@ -202,6 +203,21 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
     return false;
   }
   pending.pages.reserve(moves.size());
+  // A compressed page's address maps nothing and no access may reach it
+  // (compressor.hpp), so it takes its device page now, before the gate:
+  // its unpack, queued behind the flag, then always writes into a mapped
+  // page. One that gets none stays compressed and is not filled.
+  const bool any_compressed =
+      std::any_of(moves.begin(), moves.end(), [](const PageMove& m) { return m.host->compressed; });
+  if (any_compressed) {
+    const util::HostTime remapping(&stats_.remap_ms);
+    for (PageMove& m : moves) {
+      if (!m.host->compressed) continue;
+      space::HostPage* released = nullptr;
+      m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
+      if (m.moved) pending.pages.push_back(released);
+    }
+  }
   const std::uint32_t generation = next_generation();
   bool waiting = false;
   OpenOnExit guard{this, generation, &waiting};
@@ -213,9 +229,10 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
       return false;
     }
     for (const PageMove& m : moves) {
-      // Copies into the page's own address: it is a device page by the time
-      // the flag lets this run. A page whose remap fails keeps its host
-      // page there, and the copy writes that page onto itself.
+      // Into the page's own address: a raw page's is a device page by the
+      // time the flag lets this run. A raw page whose remap fails keeps its
+      // host page there, and the copy writes that page onto itself.
+      if (m.host->compressed && !m.moved) continue;
       const CUdeviceptr to = m.reservation->page_address(m.page);
       if (!fill(to, *m.host, to_device_stream_)) return false;
     }
@@ -229,29 +246,25 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   }
   if (!joined) {
     // The copies may be queued behind the flag: they run once it opens, on
-    // pages still mapped to their host pages, writing each onto itself (a
-    // compressed page's unpack into the stand-in, zeroed after).
+    // raw pages still mapped to their host pages, writing each onto itself.
     if (waiting) {
-      if (compressor_ != nullptr) compressor_->clear_stand_in(to_device_stream_);
       open(generation);
       (void)api_.streamSynchronize(to_device_stream_);
     }
+    guard.open_now();
     events_.give_back(pending.start);
     events_.give_back(pending.done);
+    if (any_compressed) settle_compressed(space, moves, std::move(pending.pages));
     return false;
   }
   {
     const util::HostTime remapping(&stats_.remap_ms);
-    bool stand_in_written = false;
     for (PageMove& m : moves) {
+      if (m.host->compressed) continue;  // remapped before the gate
       space::HostPage* released = nullptr;
       m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
       if (m.moved) pending.pages.push_back(released);
-      // A compressed page left where it was: the unpack queued for it
-      // writes its bytes into the shared stand-in, which is zeroed after.
-      stand_in_written = stand_in_written || (!m.moved && m.host->compressed);
     }
-    if (stand_in_written && compressor_ != nullptr) compressor_->clear_stand_in(to_device_stream_);
   }
   guard.open_now();
   stats_.gates++;
@@ -260,11 +273,36 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   return true;
 }
 
+void Transit::settle_compressed(space::AddressSpace& space, std::vector<PageMove>& moves,
+                                std::vector<space::HostPage*> released) {
+  // No gate: the compressed pages already on the device are unpacked now
+  // (again, if their unpack was queued and ran), with the host waiting. No
+  // access reaches them until the caller returns. One whose unpack fails
+  // goes back to its stream, which still holds its bytes.
+  std::size_t k = 0;
+  for (PageMove& m : moves) {
+    if (!m.host->compressed || !m.moved) continue;
+    space::HostPage* stream_page = released[k++];
+    const CUdeviceptr to = m.reservation->page_address(m.page);
+    const bool unpacked =
+        fill(to, *stream_page, to_device_stream_) && api_.streamSynchronize(to_device_stream_) == CUDA_SUCCESS;
+    if (unpacked || !space.move_to_host(*m.reservation, m.page, stream_page)) {
+      PendingRelease done;
+      done.pages.push_back(stream_page);
+      pending_.push_back(std::move(done));
+      m.moved = unpacked;  // else lost: neither its stream nor its device page can serve it
+    } else {
+      m.moved = false;  // compressed again, for the fallback to bring back
+    }
+  }
+}
+
 std::vector<space::HostPage*> Transit::remap_and_fill(space::AddressSpace& space, std::vector<PageMove>& moves) {
   const util::HostTime remapping(&stats_.remap_ms);
   std::vector<space::HostPage*> released_pages;
   released_pages.reserve(moves.size());
   for (PageMove& m : moves) {
+    if (m.moved) continue;  // already on the device (a compressed page settled by a failed gate)
     space::HostPage* released = nullptr;
     m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
     if (!m.moved) continue;

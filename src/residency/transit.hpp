@@ -141,6 +141,11 @@ class Transit {
   // has finished), marking those moved.
   void remap_to_host(space::AddressSpace& space, std::vector<PageMove>& moves);
   void fallback_to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // After a failed gate: the compressed pages of `moves` already remapped
+  // (their stream pages in `released`, in order) are unpacked with the host
+  // waiting, or go back to their streams.
+  void settle_compressed(space::AddressSpace& space, std::vector<PageMove>& moves,
+                         std::vector<space::HostPage*> released);
   void open(std::uint32_t generation) noexcept;
   // Remaps each page to a device page now and queues the copy of its bytes
   // from its host page on the host-to-device stream; a page whose copy

@@ -220,8 +220,10 @@ util::Status AddressSpace::unmap_at(Reservation& r, std::size_t p, bool checked)
   }
   entry.pending = {};
   if (HostPage* host = entry.host; host != nullptr) {
-    if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
-    counters_.unmaps++;
+    if (!host->compressed) {  // a compressed page's address maps nothing
+      if (auto s = driver::check(api_.memUnmap(r.page_address(p), page_size_), "cuMemUnmap"); !s) return s;
+      counters_.unmaps++;
+    }
     entry.host = nullptr;
     host->current = {};
     host_pages_--;
@@ -452,7 +454,8 @@ util::Status AddressSpace::set_peer_access(int device, bool enabled) {
     std::size_t run = SIZE_MAX;
     for (std::size_t p = 0; p <= r->page_count(); ++p) {
       const bool mapped =
-          p < r->page_count() && (r->page(p).residency == Residency::device || r->page(p).residency == Residency::host);
+          p < r->page_count() && (r->page(p).residency == Residency::device ||
+                                  (r->page(p).residency == Residency::host && !r->page(p).host->compressed));
       if (mapped && run == SIZE_MAX) run = p;
       if (!mapped && run != SIZE_MAX) {
         apply(r->page_address(run), (p - run) * page_size_);
@@ -476,9 +479,10 @@ util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage*
     return {util::Error::invalid_value, "page is not on the device"};
   }
   const std::uintptr_t address = r.page_address(p);
-  if (auto s = unmap_at(r, p); !s) return s;  // the device page becomes spare, last on the list
-  util::Status s = driver::check(api_.memMap(address, page_size_, 0, host->handle, 0), "cuMemMap");
-  if (s) {
+  if (auto s = unmap_at(r, p); !s) return s;                   // the device page becomes spare, last on the list
+  util::Status s = host->compressed ? util::Status::success()  // nothing to map: the address stays unmapped
+                                    : driver::check(api_.memMap(address, page_size_, 0, host->handle, 0), "cuMemMap");
+  if (s && !host->compressed) {
     counters_.maps++;
     s = grant_access(address, page_size_);
     if (!s) {
@@ -514,8 +518,10 @@ util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPag
     return {util::Error::invalid_value, "page is not on the host"};
   }
   const std::uintptr_t address = r.page_address(p);
-  if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
-  counters_.unmaps++;
+  if (!old->compressed) {
+    if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
+    counters_.unmaps++;
+  }
   HostPage* mapped = replacement;
   util::Status s = driver::check(api_.memMap(address, page_size_, 0, replacement->handle, 0), "cuMemMap");
   if (s) {
@@ -537,6 +543,7 @@ util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPag
   }
   if (!s) {
     mapped = old;
+    if (old->compressed) return s;  // its address maps nothing again
     if (driver::check(api_.memMap(address, page_size_, 0, old->handle, 0), "cuMemMap")) {
       counters_.maps++;
       (void)grant_access(address, page_size_);
@@ -559,14 +566,22 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
     return {util::Error::invalid_value, "page is not on the host"};
   if (spares_.empty() && available_pages() == 0) return {util::Error::out_of_memory, "device budget exhausted"};
   const std::uintptr_t address = r.page_address(p);
-  if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
-  counters_.unmaps++;
+  if (!host->compressed) {
+    if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
+    counters_.unmaps++;
+  }
   entry.host = nullptr;
   r.set_residency(p, Residency::unmapped);
   util::Status s = map_spare(r, p);
   if (s) {
     s = grant_access(address, page_size_);
     if (!s) (void)unmap_at(r, p);  // back to spare
+  }
+  if (!s && host->compressed) {
+    // Its bytes are still in their stream: it stays compressed, unmapped.
+    entry.host = host;
+    r.set_residency(p, Residency::host);
+    return s;
   }
   if (!s) {
     // The host page still holds the bytes: it goes back where it was.

@@ -60,9 +60,9 @@ struct HostPage {
   std::uintptr_t staging = 0;  // where the host cache keeps it mapped, device-accessible
   PageLocation current;        // the pool page it backs; nowhere while in the cache
   // The page's bytes are not here but compressed by the residency layer
-  // (which owns what this page is part of), and `handle` is a stand-in no
-  // access may read: the residency layer makes such a page readable before
-  // any access it lets through.
+  // (which owns what this page is part of), and there is no `handle`: the
+  // space leaves the pool address it backs unmapped, and the residency
+  // layer makes such a page readable before any access it lets through.
   bool compressed = false;
 };
 

@@ -434,8 +434,8 @@ int evict_route() {
   const bool budgeted =
       std::getenv("TIDEPOOL_CONF") != nullptr && std::strstr(std::getenv("TIDEPOOL_CONF"), "evict:on");
   // Under compressed eviction the data is half zeros, and only kernels read
-  // it: the host's view of a compressed page (a sim-only back door) is its
-  // stand-in, not its bytes.
+  // it: a compressed page's address maps nothing, so the sim's host back
+  // door would find no bytes there.
   const bool compressing = std::getenv("TIDEPOOL_CONF") != nullptr &&
                            std::strstr(std::getenv("TIDEPOOL_CONF"), "compress:") != nullptr &&
                            std::strstr(std::getenv("TIDEPOOL_CONF"), "compress:off") == nullptr;

@@ -25,6 +25,7 @@
 #include "runtime/allocator.hpp"
 #include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
 
 namespace tidepool {
 namespace {
@@ -1162,6 +1163,126 @@ TEST_F(CompressedEviction, ALaunchTidepoolCannotReadFindsEveryCompressedBlocksBy
   touch_blocks(20);
   EXPECT_EQ(compression().compressed_pages, compressed) << "evictions after it went raw";
   free_blocks();
+}
+
+// A compressed page's pool address maps nothing: the pinned memory in use
+// is the store's and the raw evicted pages', and no page stands in for the
+// compressed ones.
+TEST_F(CompressedEviction, ACompressedPageMapsNothingAndPinsOnlyItsShareOfTheStore) {
+  make_compressing(residency::CompressMode::zero);
+  fill_blocks(kSparse);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  std::size_t unmapped = 0;
+  std::size_t on_host = 0;
+  for (std::uintptr_t block : live_) {
+    for (std::size_t at = 0; at < kBytes; at += kPage) {
+      unsigned type = 0;
+      const CUresult r = api().pointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, block + at);
+      if (r == CUDA_ERROR_INVALID_VALUE) {
+        ++unmapped;
+        continue;
+      }
+      ASSERT_EQ(r, CUDA_SUCCESS);
+      on_host += type == CU_MEMORYTYPE_HOST ? 1 : 0;
+    }
+  }
+  const auto stats = allocator_->residency()->stats();
+  ASSERT_GT(stats.compression.compressed_now, 0U);
+  EXPECT_EQ(unmapped, stats.compression.compressed_now) << "pool pages with nothing mapped";
+  EXPECT_EQ(stats.host_resident_bytes, stats.compression.store.held_bytes + on_host * kPage)
+      << "host pages in use: the store's and the raw evicted pages', nothing else";
+  touch_blocks(10);
+  free_blocks();
+}
+
+// A peer granted access while pages are compressed (their addresses map
+// nothing, so the grant passes over them) reaches them once they are back.
+// Run with TIDEPOOL_SIM_DEVICES=2 (ctest residency_test_two_devices).
+TEST_F(CompressedEviction, APeerGrantedWhilePagesAreCompressedReachesThemWhenTheyComeBack) {
+  make_compressing(residency::CompressMode::zero);
+  int devices = 0;
+  ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);
+  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  fill_blocks(kSparse);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  ASSERT_GT(compression().compressed_now, 0U);
+  const util::Status granted = allocator_->set_peer_access(1, true);
+  ASSERT_TRUE(granted.ok()) << granted.message();
+  touch_blocks(10);  // every block back on the device, its bytes intact
+  const auto access_faults = testing::sim_control<decltype(&tidepool_sim_access_faults)>("tidepool_sim_access_faults");
+  const std::uint64_t before = access_faults();
+  CUcontext here = nullptr;
+  CUcontext one = nullptr;
+  ASSERT_EQ(api().ctxGetCurrent(&here), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRetain(&one, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(one), CUDA_SUCCESS);
+  // The block touch_blocks read last is on the device; a launch on device
+  // 1 writes its first and last words.
+  for (std::size_t at : {std::size_t{0}, kBytes - sizeof(int)}) {
+    testing::Gate open;
+    open.release();
+    auto* word = reinterpret_cast<int*>(live_.back() + at);
+    EXPECT_EQ(testing::launch_gated_write(nullptr, &open, word, 7), CUDA_SUCCESS);
+  }
+  (void)api().ctxSynchronize();
+  EXPECT_EQ(access_faults(), before) << "device 1 refused a page that came back";
+  ASSERT_EQ(api().ctxSetCurrent(here), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  free_blocks();
+}
+
+// A move back whose remap or gate fails leaves each compressed page either
+// unpacked on the device or still compressed, with no unpack aimed at an
+// address that maps nothing, and every byte intact.
+TEST_F(CompressedEviction, AFailedMoveBackLosesNothingAndReachesNoUnmappedAddress) {
+  make_compressing(residency::CompressMode::zero);
+  fill_blocks(kSparse);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  const auto remap_faults = testing::sim_control<decltype(&tidepool_sim_remap_faults)>("tidepool_sim_remap_faults");
+  const auto access_faults = testing::sim_control<decltype(&tidepool_sim_access_faults)>("tidepool_sim_access_faults");
+  const std::uint64_t remaps_before = remap_faults();
+  const std::uint64_t access_before = access_faults();
+  struct Fault {
+    const char* call;
+    unsigned nth;
+    CUresult error;
+  };
+  std::vector<Fault> faults = {{"cuMemMap", 1, CUDA_ERROR_OUT_OF_MEMORY},
+                               {"cuMemMap", 2, CUDA_ERROR_OUT_OF_MEMORY},
+                               {"cuMemSetAccess", 1, CUDA_ERROR_OUT_OF_MEMORY},
+                               {"cuStreamWaitValue32", 1, CUDA_ERROR_NOT_SUPPORTED},
+                               {"cuStreamWaitValue32", 2, CUDA_ERROR_NOT_SUPPORTED},
+                               {"cuEventSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED},
+                               {"cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED}};
+  // Each step of the gate in turn, the unpacks' queueing among them.
+  for (unsigned nth = 1; nth <= 6; ++nth) {
+    faults.push_back({"cuEventRecord", nth, CUDA_ERROR_LAUNCH_FAILED});
+    faults.push_back({"cuStreamWaitEvent", nth, CUDA_ERROR_LAUNCH_FAILED});
+    faults.push_back({"cuLaunchKernel", nth, CUDA_ERROR_LAUNCH_FAILED});
+  }
+  std::uint64_t compressed_back = 0;
+  for (const Fault& f : faults) {
+    SCOPED_TRACE(std::string(f.call) + " failing, call " + std::to_string(f.nth));
+    for (std::size_t b = 0; b < kBlocks; ++b) {
+      const std::uint64_t compressed = compression().compressed_now;
+      inject_fault(f.call, f.nth, f.error);
+      (void)scanned_check(live_[b], kBytes, seeds_[b]);  // may fail with the fault: checked again below
+      clear_faults();
+      compressed_back += compression().compressed_now < compressed ? 1 : 0;
+    }
+    for (std::size_t b = 0; b < kBlocks; ++b) ASSERT_EQ(scanned_check(live_[b], kBytes, seeds_[b]), CUDA_SUCCESS);
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(errors_.load(), 0U) << "words that kernels found wrong";
+  }
+  EXPECT_GT(compressed_back, 0U) << "compressed pages came back under the faults";
+  EXPECT_EQ(remap_faults(), remaps_before) << "an unmap under work that touched it";
+  EXPECT_EQ(access_faults(), access_before);
+  free_blocks();
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  (void)allocator_->pool().trim();
+  allocator_->residency()->collect_released_host_pages();
+  EXPECT_EQ(compression().compressed_now, 0U) << "a stream no page owns";
+  EXPECT_EQ(compression().store.used_bytes, 0U);
 }
 
 // A copy with no room on the device reads the block's pages where they lie:
