@@ -41,8 +41,9 @@ constexpr std::size_t kPage = 2 * MiB;
 constexpr std::uint32_t kSparse = 0x80000000u;
 // TIDEPOOL_TEST_COMPRESS=zero|auto (the ctest residency_test_compressed):
 // every allocator is made with compressed eviction, and all data compresses.
-// Only the tests that scan every launch (launch_scanned) keep the
-// compressor's rule; the ctest runs those.
+// A test's unscanned launches announce themselves first, as the preload's
+// hook does, and its host reads make their blocks readable first, as a copy
+// would; the ctest runs every test but CompressedEviction's own.
 residency::CompressMode forced_compression() {
   static const residency::CompressMode mode = [] {
     const char* value = std::getenv("TIDEPOOL_TEST_COMPRESS");
@@ -237,26 +238,44 @@ class Residency : public ::testing::Test {
   }
   static const driver::Api& api() { return testing::sim_driver().api(); }
 
+  // Launches tidepool does not scan: under compressed eviction each is
+  // announced first, as the preload announces a launch it cannot read (the
+  // first one ends compression and makes every page readable).
   CUresult fill(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
     return launch_fill(stream_, block, bytes, seed);
   }
   CUresult check(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
     return launch_check(stream_, block, bytes, seed);
   }
-  static CUresult launch_fill(CUstream stream, std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+  void unscanned_launch() {
+    if (allocator_ != nullptr && allocator_->residency() != nullptr && allocator_->residency()->compressing()) {
+      allocator_->unread_launch();
+    }
+  }
+  CUresult launch_fill(CUstream stream, std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    unscanned_launch();
     auto* words = reinterpret_cast<std::uint32_t*>(block);
     std::size_t count = bytes / 4;
     void* params[] = {&words, &count, &seed};
     return api().launchKernel(fill_function(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
   }
   CUresult launch_check(CUstream stream, std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    unscanned_launch();
     auto* words = reinterpret_cast<std::uint32_t*>(block);
     std::size_t count = bytes / 4;
     std::atomic<std::uint64_t>* errors = &errors_;
     void* params[] = {&words, &count, &seed, &errors};
     return api().launchKernel(check_function(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
   }
-  static std::uint64_t host_mismatches(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+  // The host reads a block through the sim's back door: where pages may be
+  // compressed, the block is first made readable as a copy out of it would.
+  std::uint64_t host_mismatches(std::uintptr_t block, std::size_t bytes, std::uint32_t seed) {
+    if (allocator_ != nullptr && allocator_->residency() != nullptr &&
+        allocator_->residency()->stats().compression.compressed_now > 0) {
+      pool::Pins pins;
+      EXPECT_TRUE(allocator_->use_in_copy(block, stream_, &pins, pool::Pool::OnHost::read_there));
+      allocator_->release_pins(pins);
+    }
     const auto* words = reinterpret_cast<const std::uint32_t*>(block);
     std::uint64_t bad = 0;
     for (std::size_t i = 0; i < bytes / 4; ++i) bad += words[i] != pattern(seed, i) ? 1 : 0;
