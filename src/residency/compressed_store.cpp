@@ -126,9 +126,11 @@ void CompressedStore::give(CUdeviceptr at, std::size_t bytes) {
   free_bytes(static_cast<std::size_t>(at - base_), length);
   note_use(-static_cast<std::int64_t>(length));
   // Free pages at the top are kept up to a slack (a quarter of the bytes in
-  // use, two pages at least), so that a store whose use goes up and down
-  // every step does not map and unmap its top pages every time.
-  const std::size_t keep = std::max<std::size_t>(2, used_.load(std::memory_order_relaxed) / 4 / page_size_);
+  // use), so that a store whose use goes up and down every step does not
+  // map and unmap its top pages every time. No floor: a store in little use
+  // (prefetch:learn, whose precopies stay raw) would hold pinned pages the
+  // raw pages beside it cannot use.
+  const std::size_t keep = used_.load(std::memory_order_relaxed) / 4 / page_size_;
   driver::ScopedContext scope(api_, context_);
   shrink(keep);
 }
