@@ -139,7 +139,13 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
   if (compressing(moves)) {
     // Moves the compressor gave a page to are remapped, even if a later
     // group of the batch failed.
-    (void)compressor_->to_host(moves, to_host_stream_, &stats_.wait_ms);
+    const bool done = compressor_->to_host(moves, to_host_stream_, &stats_.wait_ms);
+    // Timed from the join to the end of the codec's work: the evicted bytes
+    // per second, whatever crossed the bus for them.
+    if (done && api_.eventRecord(copied_, to_host_stream_) == CUDA_SUCCESS &&
+        api_.eventSynchronize(copied_) == CUDA_SUCCESS) {
+      time_copies(joined_, copied_, moves.size() * page_size_, true);
+    }
     remap_to_host(space, moves);
     stats_.gates++;
     return true;
