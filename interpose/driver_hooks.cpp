@@ -142,7 +142,9 @@ namespace {
 // Answers an attribute of an address inside a pool segment. Addresses in no
 // live allocation get what the driver says of unallocated memory
 // (CUDA_ERROR_INVALID_VALUE); false leaves a live block's other attributes to
-// the driver, which sees the mapping beneath.
+// the driver, which sees the mapping beneath (none under a compressed
+// evicted page: the ones a program asks of any device pointer are answered
+// here).
 bool pool_attribute(tidepool::runtime::Allocator& owner, std::uintptr_t address, CUpointer_attribute attribute,
                     void* data, CUresult* result) {
   std::uintptr_t base = 0;
@@ -160,6 +162,7 @@ bool pool_attribute(tidepool::runtime::Allocator& owner, std::uintptr_t address,
     case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = owner.context(); return true;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = owner.device(); return true;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return true;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = address; return true;
     default: return false;
   }
 }

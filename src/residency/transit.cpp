@@ -292,6 +292,9 @@ void Transit::settle_compressed(space::AddressSpace& space, std::vector<PageMove
     const CUdeviceptr to = m.reservation->page_address(m.page);
     const bool unpacked =
         fill(to, *stream_page, to_device_stream_) && api_.streamSynchronize(to_device_stream_) == CUDA_SUCCESS;
+    // Whatever was queued is past (or the stream broken) before the device
+    // page is unmapped or the stream's extent handed back.
+    if (!unpacked) (void)api_.streamSynchronize(to_device_stream_);
     if (unpacked || !space.move_to_host(*m.reservation, m.page, stream_page)) {
       PendingRelease done;
       done.pages.push_back(stream_page);

@@ -573,15 +573,25 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
   entry.host = nullptr;
   r.set_residency(p, Residency::unmapped);
   util::Status s = map_spare(r, p);
+  bool unmapped = true;
   if (s) {
     s = grant_access(address, page_size_);
-    if (!s) (void)unmap_at(r, p);  // back to spare
+    if (!s) unmapped = static_cast<bool>(unmap_at(r, p));  // back to spare
   }
-  if (!s && host->compressed) {
+  if (!s && host->compressed && unmapped) {
     // Its bytes are still in their stream: it stays compressed, unmapped.
     entry.host = host;
     r.set_residency(p, Residency::host);
     return s;
+  }
+  if (!s && host->compressed) {
+    // A device page no access reaches is stuck there: the page is lost to
+    // the pool, and its stream with it. The caller reports the loss.
+    host->current = {};
+    host_pages_--;
+    released_host_.push_back(host);
+    r.set_residency(p, Residency::broken);
+    return {util::Error::driver_error, "a page could not be mapped back after a failed move"};
   }
   if (!s) {
     // The host page still holds the bytes: it goes back where it was.

@@ -508,6 +508,15 @@ int evict_route() {
   PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
   PROBE_CHECK(errors.load() == 0);
   PROBE_CHECK(host_words[15] == word_pattern(3, 15));
+  // Every block's device pointer, evicted pages (compressed ones, whose
+  // address maps nothing, among them) or not.
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    if (blocks[b] == 0) continue;
+    const CUdeviceptr last = blocks[b] + kBlock - 8;
+    CUdeviceptr pointer = 0;
+    PROBE_CHECK(cuPointerGetAttribute(&pointer, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, last) == CUDA_SUCCESS);
+    PROBE_CHECK(pointer == last);
+  }
   for (std::size_t b = 0; b < kBlocks; ++b) {
     if (blocks[b] == 0) continue;
     const auto* words = reinterpret_cast<const std::uint32_t*>(blocks[b]);
