@@ -163,6 +163,8 @@ bool pool_attribute(tidepool::runtime::Allocator& owner, std::uintptr_t address,
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = owner.device(); return true;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return true;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = address; return true;
+    // Device memory has none, evicted pages (host memory beneath) included.
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *result = CUDA_ERROR_INVALID_VALUE; return true;
     default: return false;
   }
 }

@@ -1184,6 +1184,29 @@ CUresult attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   }
 }
 
+// The null value of each attribute, sized as the driver documents it.
+void null_attribute(CUpointer_attribute attr, void* data) {
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = nullptr; return;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = -2; return;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = nullptr; return;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = 0; return;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *static_cast<CUmemoryPool*>(data) = nullptr; return;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = 0; return;
+    default: return;
+  }
+}
+
 }  // namespace
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr* pbase, std::size_t* psize, CUdeviceptr ptr) {
@@ -1208,8 +1231,17 @@ TIDEPOOL_SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointe
                                                     CUdeviceptr ptr) {
   if (CUresult r = enter_initialized("cuPointerGetAttributes"); r != CUDA_SUCCESS) return r;
   if (attrs == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // As the driver documents: an attribute the pointer has no value for (no
+  // allocation there, or a host pointer of device memory) gets its null
+  // value, and the call succeeds.
   for (unsigned i = 0; i < count; ++i) {
-    if (CUresult r = attribute(data[i], attrs[i], ptr); r != CUDA_SUCCESS) return r;
+    if (data[i] == nullptr) continue;
+    const CUresult r = attribute(data[i], attrs[i], ptr);
+    if (r == CUDA_ERROR_INVALID_VALUE) {
+      null_attribute(attrs[i], data[i]);
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
   }
   return CUDA_SUCCESS;
 }

@@ -516,6 +516,16 @@ int evict_route() {
     CUdeviceptr pointer = 0;
     PROBE_CHECK(cuPointerGetAttribute(&pointer, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, last) == CUDA_SUCCESS);
     PROBE_CHECK(pointer == last);
+    // What cudaPointerGetAttributes asks: device memory has no host pointer.
+    unsigned type = 0;
+    void* host = &type;
+    CUdeviceptr start = 0;
+    pointer = 0;
+    CUpointer_attribute asked[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+    void* answers[] = {&type, &host, &pointer, &start};
+    PROBE_CHECK(cuPointerGetAttributes(4, asked, answers, last) == CUDA_SUCCESS);
+    PROBE_CHECK(type == CU_MEMORYTYPE_DEVICE && host == nullptr && pointer == last && start == blocks[b]);
   }
   for (std::size_t b = 0; b < kBlocks; ++b) {
     if (blocks[b] == 0) continue;

@@ -445,6 +445,23 @@ TEST_F(Sim, PointerAttributesDescribeOnlyWhatTheSimAllocated) {
   int on_host = 0;
   EXPECT_EQ(api().pointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(&on_host)),
             CUDA_ERROR_INVALID_VALUE);
+  // cuPointerGetAttributes never fails for want of a value: device memory's
+  // host pointer, and every attribute of memory no one allocated, are null.
+  void* host = &on_host;
+  CUdeviceptr pointer = 0;
+  int ordinal = 0;
+  CUpointer_attribute asked[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* answers[] = {&type, &host, &pointer, &ordinal};
+  ASSERT_EQ(api().pointerGetAttributes(4, asked, answers, p + 10), CUDA_SUCCESS);
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  EXPECT_EQ(host, nullptr);
+  EXPECT_EQ(pointer, p + 10);
+  EXPECT_EQ(ordinal, 0);
+  ASSERT_EQ(api().pointerGetAttributes(4, asked, answers, reinterpret_cast<CUdeviceptr>(&on_host)), CUDA_SUCCESS);
+  EXPECT_EQ(type, 0U);
+  EXPECT_EQ(pointer, 0U);
+  EXPECT_EQ(ordinal, -2);
   api().memFree(p);
 }
 
