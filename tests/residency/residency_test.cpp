@@ -1237,9 +1237,9 @@ TEST_F(CompressedEviction, APeerGrantedWhilePagesAreCompressedReachesThemWhenThe
   ASSERT_EQ(api().ctxSetCurrent(one), CUDA_SUCCESS);
   // The block touch_blocks read last is on the device; a launch on device
   // 1 writes its first and last words.
+  testing::Gate open;  // outlives the launches: each reads it when it runs
+  open.release();
   for (std::size_t at : {std::size_t{0}, kBytes - sizeof(int)}) {
-    testing::Gate open;
-    open.release();
     auto* word = reinterpret_cast<int*>(live_.back() + at);
     EXPECT_EQ(testing::launch_gated_write(nullptr, &open, word, 7), CUDA_SUCCESS);
   }
