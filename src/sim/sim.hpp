@@ -139,6 +139,9 @@ class Stream : public std::enable_shared_from_this<Stream> {
   [[nodiscard]] std::uint64_t enqueued() const;
   void wait_for(std::uint64_t sequence) const;
   void synchronize() const { wait_for(enqueued()); }
+  // Returns once the queue holds fewer than `depth` items not yet started
+  // (0: at once). Not on the stream's own worker, which would wait on itself.
+  void wait_for_room(std::size_t depth);
   [[nodiscard]] bool blocking() const noexcept { return (flags_ & CU_STREAM_NON_BLOCKING) == 0; }
   [[nodiscard]] bool legacy() const noexcept { return legacy_; }
   [[nodiscard]] unsigned flags() const noexcept { return flags_; }
@@ -159,6 +162,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   Context* context_;
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
+  std::condition_variable room_;  // an item left the queue
   std::deque<std::function<void()>> queue_;
   std::uint64_t enqueued_ = 0;
   std::atomic<std::uint64_t> completed_{0};
@@ -346,6 +350,13 @@ struct State {
   // unlimited; read when a copy is enqueued (TIDEPOOL_SIM_COPY_GBPS,
   // tidepool_sim_set_copy_gbps). Bytes are counted when a copy runs.
   std::atomic<double> copy_gbps{0};
+  // How many items a stream holds queued before the host thread that
+  // submits one more waits for room, as a GPU's work queue fills and a launch
+  // then blocks (about a thousand kernels a stream, as observed on NVIDIA
+  // GPUs): the device lags the host by at most that much work.
+  // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth; 0: unbounded.
+  static constexpr std::size_t kDefaultQueueDepth = 1024;
+  std::atomic<std::size_t> queue_depth{kDefaultQueueDepth};
   // TIDEPOOL_SIM_VMM_US: host microseconds each VMM call takes per
   // granularity page, as a driver's ioctls do (an H100 measured 14.5 to
   // create, 1.3 to map, 33 to set access, 22 to unmap, 16 to release a 2 MiB

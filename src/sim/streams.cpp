@@ -50,6 +50,11 @@
 // tidepool_sim_set_capturing only forces the status cuStreamIsCapturing and
 // cuStreamGetCaptureInfo report; work still runs.
 //
+// A stream holds at most TIDEPOOL_SIM_QUEUE_DEPTH items (default 1024) not
+// yet started; submitting one more makes the host wait for room, as a GPU's
+// full work queue makes a launch block, so the device lags the host by a
+// bounded amount of work, never by a whole program.
+//
 // Copies between host and device memory (see host_located) take
 // bytes / TIDEPOOL_SIM_COPY_GBPS of their stream's time when a bandwidth is
 // set. Which way a copy goes is decided when it runs, as on a GPU, not when
@@ -78,6 +83,7 @@ void Stream::stop() {
     stopping_ = true;
   }
   work_ready_.notify_all();
+  room_.notify_all();
   if (!worker_.joinable()) return;
   // Work items drop what they hold before they count as done (see run()), so
   // the last reference should never go on the worker itself; never join it
@@ -95,6 +101,12 @@ std::uint64_t Stream::enqueue(std::function<void()> work) {
   const std::uint64_t sequence = ++enqueued_;
   work_ready_.notify_one();
   return sequence;
+}
+
+void Stream::wait_for_room(std::size_t depth) {
+  if (depth == 0 || worker_.get_id() == std::this_thread::get_id()) return;
+  std::unique_lock<std::mutex> guard(mutex_);
+  room_.wait(guard, [&] { return stopping_ || queue_.size() < depth; });
 }
 
 std::uint64_t Stream::enqueued() const {
@@ -119,6 +131,7 @@ void Stream::run() {
       work = std::move(queue_.front());
       queue_.pop_front();
     }
+    room_.notify_all();
     work();
     work = nullptr;  // release what the work holds (streams, too) before it counts as done
     {
@@ -305,6 +318,9 @@ Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> wo
                  const std::function<void(Node&)>& on_capture) {
   State& s = state();
   Submitted out;
+  // A full queue makes the host wait, before it takes the lock the stream's
+  // work may need to drain it.
+  if (work) stream->wait_for_room(s.queue_depth.load(std::memory_order_relaxed));
   // Held across the enqueue, so that the legacy stream and a blocking stream
   // submitted to at once never wait on each other.
   std::lock_guard<std::mutex> guard(s.lock);

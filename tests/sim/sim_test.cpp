@@ -256,6 +256,50 @@ TEST_F(Sim, StreamRunsWorkInOrderAsynchronously) {
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
 }
 
+// A GPU's work queue holds about a thousand launches a stream; past that a
+// launch blocks until the device takes one. The sim's device may lag the
+// host by no more than its queue depth, not by the whole program.
+TEST_F(Sim, AFullStreamQueueMakesTheHostWaitForRoom) {
+  auto set_depth = testing::sim_control<void (*)(std::size_t)>("tidepool_sim_set_queue_depth");
+  ASSERT_NE(set_depth, nullptr);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  auto* value = reinterpret_cast<int*>(p);
+  *value = 0;
+  constexpr std::size_t kDepth = 4;
+  set_depth(kDepth);
+  // The gated kernel runs and holds the stream; kDepth more items fill the
+  // queue (the last may wait for the worker to take the kernel, never for
+  // the gate).
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(stream, &gate, value, 1), CUDA_SUCCESS);
+  for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(api().memsetD8Async(p + 4 + i, 1, 1, stream), CUDA_SUCCESS);
+  // The queue is full: one more submission returns only once the gate opens.
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opened = true;
+    gate.release();
+  });
+  EXPECT_EQ(api().memsetD8Async(p + 8, 1, 1, stream), CUDA_SUCCESS);
+  EXPECT_TRUE(opened.load());
+  opener.join();
+  // Unbounded: a thousand items queue behind a closed gate without waiting.
+  set_depth(0);
+  Gate second;
+  ASSERT_EQ(launch_gated_write(stream, &second, value, 2), CUDA_SUCCESS);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(api().memsetD8Async(p + 16, 1, 1, stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamQuery(stream), CUDA_ERROR_NOT_READY);
+  second.release();
+  set_depth(1024);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(*value, 2);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, EventCompletesWhenPriorWorkDoes) {
   CUstream a = nullptr;
   CUstream b = nullptr;

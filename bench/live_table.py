@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""live_table: the lagged live-replay table, trace x free mode x lag.
+
+Runs bench_live_replay (a build's bench/bench_live_replay) on every trace in
+both free modes at each device lag, --reps times, and prints one row per
+(trace, mode, lag): utilization, the last step's VMM calls and host waits
+(context, stream and event synchronisations) as the range over the runs,
+and wall ns per event as their mean. With --before, a second build runs
+interleaved with the first (same machine, same moments), and each row
+gives before and after. The last column names the goals a row misses, read
+from the runs of the build given last: utilization under 0.97, cudaFree-
+style more than 0.01 under stream-ordered (means, same trace and lag), more
+than 16 VMM calls or any host wait in the last step. The device lags the
+host, so runs differ; the ranges show by how much.
+
+It reports what was measured and asserts nothing; its exit status says only
+whether every run completed.
+
+Usage:
+  bench/live_table.py [--reps 3] [--lags 2,50] [--before BUILD] [--json PATH] BUILD [TRACE...]
+TRACE defaults to every trace in data/traces.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+UTILIZATION_GOAL = 0.97
+MODE_GAP_GOAL = 0.01
+VMM_GOAL = 16
+
+
+def run_bench(build, traces, lag):
+    """One bench_live_replay run of every trace in both modes: its JSON objects."""
+    binary = os.path.join(build, "bench", "bench_live_replay")
+    command = [binary, "--frees", "both", "--kernel-us", str(lag), "--json"] + traces
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def row_of(result):
+    last = result["last_step"]
+    calls = last["driver_calls"]
+    return {
+        "utilization": result["utilization"],
+        "vmm": last["vmm"],
+        "waits": calls["context_syncs"] + calls["stream_syncs"] + calls["event_syncs"],
+        "ns_per_event": result["ns_per_event"],
+    }
+
+
+def trace_name(path):
+    name = os.path.basename(path)
+    for suffix in (".gz", ".csv"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def span(values, form):
+    low, high = min(values), max(values)
+    return form % low if low == high else (form % low) + "–" + (form % high)
+
+
+def missed_goals(runs, other_mode_runs, mode):
+    missed = []
+    if min(r["utilization"] for r in runs) < UTILIZATION_GOAL:
+        missed.append("util")
+    if mode == "device" and other_mode_runs:
+        mean = sum(r["utilization"] for r in runs) / len(runs)
+        stream_mean = sum(r["utilization"] for r in other_mode_runs) / len(other_mode_runs)
+        if stream_mean - mean > MODE_GAP_GOAL:
+            missed.append("gap")
+    if max(r["vmm"] for r in runs) > VMM_GOAL:
+        missed.append("vmm")
+    if max(r["waits"] for r in runs) > 0:
+        missed.append("waits")
+    return ", ".join(missed) if missed else "met"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--lags", default="2,50", help="kernel microseconds, comma-separated")
+    parser.add_argument("--before", help="a second build directory, run interleaved with BUILD")
+    parser.add_argument("--json", help="write every run's figures here")
+    parser.add_argument("build")
+    parser.add_argument("traces", nargs="*")
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    try:
+        lags = [float(x) for x in args.lags.split(",") if x]
+    except ValueError:
+        parser.error(f"--lags: not a list of numbers: {args.lags}")
+    traces = args.traces or sorted(glob.glob("data/traces/*.csv") + glob.glob("data/traces/*.csv.gz"))
+    if not traces:
+        parser.error("no traces given and none in data/traces")
+    builds = [("before", args.before), ("after", args.build)] if args.before else [("after", args.build)]
+
+    runs = {}  # (build, trace, mode, lag) -> [row]
+    try:
+        for _ in range(args.reps):
+            for lag in lags:
+                for label, build in builds:
+                    for result in run_bench(build, traces, lag):
+                        key = (label, trace_name(result["trace"]), result["frees"], lag)
+                        runs.setdefault(key, []).append(row_of(result))
+    except (RuntimeError, OSError) as error:
+        print(f"live_table: {error}", file=sys.stderr)
+        return 1
+
+    labels = [label for label, _ in builds]
+    header = ["trace", "frees", "lag µs"]
+    for column in ("util", "VMM", "waits", "ns/event"):
+        header += [f"{column} {label}" for label in labels] if len(labels) > 1 else [column]
+    header.append("goals")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    cells = sorted({key[1:] for key in runs})
+    met = 0
+    for trace, mode, lag in cells:
+        row = [trace, "cudaFree" if mode == "device" else "stream", "%g" % lag]
+        for field, form in (("utilization", "%.4f"), ("vmm", "%d"), ("waits", "%d")):
+            row += [span([r[field] for r in runs[(label, trace, mode, lag)]], form) for label in labels]
+        for label in labels:
+            values = [r["ns_per_event"] for r in runs[(label, trace, mode, lag)]]
+            row.append("%.0f" % (sum(values) / len(values)))
+        goals = missed_goals(runs[("after", trace, mode, lag)], runs.get(("after", trace, "stream", lag), []), mode)
+        met += goals == "met"
+        row.append(goals)
+        print("| " + " | ".join(row) + " |")
+    print(f"\n{met} of {len(cells)} rows meet every goal in all {args.reps} runs of {args.build}.")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump([{"build": k[0], "trace": k[1], "frees": k[2], "lag_us": k[3], "runs": v}
+                       for k, v in sorted(runs.items())], out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

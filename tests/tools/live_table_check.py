@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Smoke check of bench/live_table.py: its table (read from the file named
+first) and its --json (the file named second) for one trace, one lag, one
+run. Shape only: one row per free mode, each with a goals verdict, and one
+run per (mode, lag) in the JSON with its figures. No performance target."""
+import json
+import sys
+
+
+def main() -> int:
+    table = open(sys.argv[1], encoding="utf-8").read().splitlines()
+    runs = json.load(open(sys.argv[2], encoding="utf-8"))
+    problems = []
+    rows = [line for line in table if line.startswith("| ") and not line.startswith("| trace")]
+    if len(rows) != 2:
+        problems.append(f"expected 2 table rows (cudaFree, stream), got {len(rows)}")
+    for row in rows:
+        verdict = row.rstrip(" |").split("|")[-1].strip()
+        if verdict != "met" and not set(verdict.split(", ")) <= {"util", "gap", "vmm", "waits"}:
+            problems.append(f"no goals verdict in: {row}")
+    if not any(line.startswith("| trace |") for line in table):
+        problems.append("no header")
+    if not any("rows meet every goal" in line for line in table):
+        problems.append("no summary line")
+    if sorted(r["frees"] for r in runs) != ["device", "stream"]:
+        problems.append(f"JSON free modes: {[r.get('frees') for r in runs]}")
+    for r in runs:
+        if len(r["runs"]) != 1:
+            problems.append(f"{r['frees']}: {len(r['runs'])} runs, expected 1")
+        for figures in r["runs"]:
+            if not 0 < figures["utilization"] <= 1:
+                problems.append(f"{r['frees']}: utilization {figures['utilization']}")
+            if figures["vmm"] < 0 or figures["waits"] < 0:
+                problems.append(f"{r['frees']}: negative counts {figures}")
+    for p in problems:
+        print(f"live_table_check: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
