@@ -275,7 +275,11 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     // the growth the layout has shown it needs (stitcher.hpp). Within
     // that growth each place keeps pages of its own; beyond it, pages parked
     // here come back first, at no driver cost.
-    const std::size_t growth_room = stitcher_.growth_room(*reservation, begin, rounded, stats_.peak_live_bytes);
+    // Room the budget does not leave is no room: stitching goes on rather
+    // than miss and synchronise the context for pages it could take now.
+    const std::size_t budget_room = space_.available_pages() - space_.spare_pages();
+    const std::size_t growth_room =
+        std::min(stitcher_.growth_room(*reservation, begin, rounded, stats_.peak_live_bytes), budget_room);
     const auto short_of_pages = [&] { return missing > space_.spare_pages() + growth_room; };
     if (options_.stitch_before_grow && space_.uses_vmm() && short_of_pages()) {
       driver::ScopedContext scope(api_, context_);

@@ -392,6 +392,54 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
   EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
 }
 
+// At a full budget, a request over a place whose page stitching took earlier
+// finds the pool has learnt to hold one more page than the budget lets it
+// create. It takes an idle page behind the device barrier instead, without a
+// host wait: it does not fail the placement and synchronise the context,
+// waiting for work queued since that has nothing to do with either page.
+TEST_F(StreamSafety, AtAFullBudgetARequestStitchesRatherThanWaitForUnrelatedWork) {
+  use_barrier_allocator();
+  constexpr std::size_t kPage = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
+  auto freed = allocator_->allocate(kPage, 0, false);
+  auto kept = allocator_->allocate(kPage, 0, false);
+  ASSERT_TRUE(freed.ok() && kept.ok());
+  testing::Gate old_work;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &old_work, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
+  std::thread opener = open_if_still_shut(old_work);
+  // Three pages where two can be made: the freed block's is taken while the
+  // write is queued, its old mapping parked behind it.
+  auto big = allocator_->allocate(3 * kPage, 0, false);
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  old_work.release();
+  opener.join();
+  while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();  // done; no one told the pool
+  // Newer work fills the queue and stays there.
+  testing::Gate new_work;
+  int elsewhere = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &new_work, &elsewhere, 2), CUDA_SUCCESS);
+  std::thread new_opener = open_later(new_work, 200);
+  ASSERT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
+  const pool::PoolStats before = allocator_->pool().stats();
+  const std::uint64_t waits_before = host_waits();
+  auto again = allocator_->allocate(kPage, 0, false);
+  const std::uint64_t waits = host_waits() - waits_before;
+  const pool::PoolStats after = allocator_->pool().stats();
+  new_opener.join();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again.value(), freed.value()) << "the old place, the best fit, was not taken";
+  EXPECT_EQ(waits, 0u) << "waited for the newer work";
+  EXPECT_LE(after.reserved_bytes, 4 * kPage);
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits);
+  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(elsewhere, 2);
+  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u);
+  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
+}
+
 // A stream-ordered request that must stitch takes the pages of a block freed
 // on its own stream while that block's work is still queued, without a host
 // wait: it makes a device barrier, so every stream's later work runs after
