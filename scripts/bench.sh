@@ -6,6 +6,8 @@
 # out/bench/<suite>.json (Google Benchmark JSON) and <suite>.txt. Then
 # bench_live_replay replays every trace in data/traces live through the
 # preload in both free modes (out/bench/live_replay.txt), and
+# bench/live_table.py gives the table of every trace, free mode and device
+# lag over three runs (out/bench/live_table.md and .json), and
 # bench_residency runs a training step under device budgets in every
 # prefetch mode (out/bench/residency.txt and .json), and bench_residency_live
 # the same step through the preload with both free styles
@@ -48,6 +50,10 @@ shopt -u nullglob
 if ((${#traces[@]} > 0)); then
   echo "== bench_live_replay"
   "$build_dir/bench/bench_live_replay" --frees both "${traces[@]}" | tee "$out_dir/live_replay.txt"
+  echo
+  echo "== bench/live_table.py (trace x free mode x lag, 3 runs each)"
+  python3 bench/live_table.py --reps 3 --json "$out_dir/live_table.json" "$build_dir" "${traces[@]}" |
+    tee "$out_dir/live_table.md"
   echo
 else
   echo "== bench_live_replay: no traces in $traces_dir, skipped"
