@@ -4,12 +4,16 @@
 // through the hooked driver API in one free mode, and reporting per step
 // what tidepool made the driver do and how well it used memory.
 //
-//   bench_live_replay [--frees device|stream|both] [--steps N] [--kernel-us U] [--json] TRACE...
+//   bench_live_replay [--frees device|stream|legacy|both|all] [--steps N] [--kernel-us U] [--json] TRACE...
 //
 // The parent runs one child per (trace, mode) and prints what they print.
 // A child makes the calls a program makes:
 //   device  cuMemAlloc_v2 / cuMemFree_v2, work on the legacy stream (cudaFree semantics)
 //   stream  cuMemAllocAsync / cuMemFreeAsync on one non-blocking stream, work on it
+//   legacy  cuMemAllocAsync / cuMemFreeAsync on the legacy default stream, work
+//           on it: the trace's stream 0 as it is (PyTorch's default stream,
+//           and what tidepool-replay --frees stream replays)
+// both: device and stream; all: the three.
 // After each allocation it launches a sim "kernel" on that stream that writes
 // the buffer's first bytes and spins for U microseconds, so the device lags
 // the host as a GPU does and frees meet pending work. Driver calls are read
@@ -65,7 +69,8 @@ struct Options {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: bench_live_replay [--frees device|stream|both] [--steps N] [--kernel-us U] [--json] TRACE...\n"
+               "usage: bench_live_replay [--frees device|stream|legacy|both|all] [--steps N] [--kernel-us U] [--json] "
+               "TRACE...\n"
                "Replays each training trace live through LD_PRELOAD=libtidepool.so on the simulated driver and\n"
                "prints utilization and the driver calls tidepool made, per step, in each free mode.\n");
 }
@@ -117,10 +122,12 @@ bool parse(int argc, char** argv, Options* o, std::string* error) {
   }
   if (frees == "both") {
     o->modes = {"device", "stream"};
-  } else if (frees == "device" || frees == "stream") {
+  } else if (frees == "all") {
+    o->modes = {"device", "stream", "legacy"};
+  } else if (frees == "device" || frees == "stream" || frees == "legacy") {
     o->modes = {frees};
   } else {
-    *error = "--frees: expected device, stream or both, not \"" + frees + "\"";
+    *error = "--frees: expected device, stream, legacy, both or all, not \"" + frees + "\"";
     return false;
   }
   if (o->traces.empty()) {
@@ -324,8 +331,9 @@ int child_main(const Options& o) {
   CUfunction kernel = nullptr;
   const std::size_t param_sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t), sizeof(std::uint64_t)};
   LIVE_CHECK(tidepool_sim_register_kernel(&kernel, &touch_and_spin, nullptr, 3, param_sizes));
-  CUstream stream = nullptr;  // the legacy stream in device mode
-  if (!device_mode) LIVE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUstream stream = nullptr;  // the legacy stream, but in stream mode
+  const bool own_stream = run.mode == "stream";
+  if (own_stream) LIVE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   std::uint64_t spin_ns = static_cast<std::uint64_t>(o.kernel_us * 1000.0);
 
   const auto allocate = [&](std::size_t size, CUdeviceptr* p) {
@@ -415,10 +423,8 @@ int child_main(const Options& o) {
 
   LIVE_CHECK(cuCtxSynchronize());
   for (const auto& [trace_pointer, p] : live) LIVE_CHECK(release(p));
-  if (!device_mode) {
-    LIVE_CHECK(cuStreamSynchronize(stream));
-    LIVE_CHECK(cuStreamDestroy(stream));
-  }
+  LIVE_CHECK(cuStreamSynchronize(stream));
+  if (own_stream) LIVE_CHECK(cuStreamDestroy(stream));
   if (o.json) {
     print_json(run);
   } else {

@@ -2,10 +2,12 @@
 """live_table: the lagged live-replay table, trace x free mode x lag.
 
 Runs bench_live_replay (a build's bench/bench_live_replay) on every trace in
-both free modes at each device lag, --reps times, and prints one row per
-(trace, mode, lag): utilization, the last step's VMM calls and host waits
-(context, stream and event synchronisations) as the range over the runs,
-and wall ns per event as their mean. With --before, a second build runs
+each free mode --frees names (default both: cudaFree-style and stream-ordered
+on a stream of its own; legacy: stream-ordered on the legacy stream, as
+tidepool-replay --frees stream replays) at each device lag, --reps times,
+and prints one row per (trace, mode, lag): utilization, the last step's VMM
+calls and host waits (context, stream and event synchronisations) as the
+range over the runs, and wall ns per event as their mean. With --before, a second build runs
 interleaved with the first (same machine, same moments), and each row
 gives before and after. The last column names the goals a row misses, read
 from the runs of the build given last: utilization under 0.97, cudaFree-
@@ -17,7 +19,7 @@ It reports what was measured and asserts nothing; its exit status says only
 whether every run completed.
 
 Usage:
-  bench/live_table.py [--reps 3] [--lags 2,50] [--before BUILD] [--json PATH] BUILD [TRACE...]
+  bench/live_table.py [--reps 3] [--lags 2,50] [--frees both] [--before BUILD] [--json PATH] BUILD [TRACE...]
 TRACE defaults to every trace in data/traces.
 """
 import argparse
@@ -32,10 +34,13 @@ MODE_GAP_GOAL = 0.01
 VMM_GOAL = 16
 
 
-def run_bench(build, traces, lag):
-    """One bench_live_replay run of every trace in both modes: its JSON objects."""
+MODE_NAMES = {"device": "cudaFree", "stream": "stream", "legacy": "stream (legacy)"}
+
+
+def run_bench(build, traces, lag, frees):
+    """One bench_live_replay run of every trace in each free mode: its JSON objects."""
     binary = os.path.join(build, "bench", "bench_live_replay")
-    command = [binary, "--frees", "both", "--kernel-us", str(lag), "--json"] + traces
+    command = [binary, "--frees", frees, "--kernel-us", str(lag), "--json"] + traces
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
@@ -86,6 +91,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--lags", default="2,50", help="kernel microseconds, comma-separated")
+    parser.add_argument("--frees", default="both", choices=["device", "stream", "legacy", "both", "all"],
+                        help="bench_live_replay's free modes (legacy: stream-ordered on the legacy stream)")
     parser.add_argument("--before", help="a second build directory, run interleaved with BUILD")
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("build")
@@ -107,7 +114,7 @@ def main():
         for _ in range(args.reps):
             for lag in lags:
                 for label, build in builds:
-                    for result in run_bench(build, traces, lag):
+                    for result in run_bench(build, traces, lag, args.frees):
                         key = (label, trace_name(result["trace"]), result["frees"], lag)
                         runs.setdefault(key, []).append(row_of(result))
     except (RuntimeError, OSError) as error:
@@ -124,7 +131,7 @@ def main():
     cells = sorted({key[1:] for key in runs})
     met = 0
     for trace, mode, lag in cells:
-        row = [trace, "cudaFree" if mode == "device" else "stream", "%g" % lag]
+        row = [trace, MODE_NAMES.get(mode, mode), "%g" % lag]
         for field, form in (("utilization", "%.4f"), ("vmm", "%d"), ("waits", "%d")):
             row += [span([r[field] for r in runs[(label, trace, mode, lag)]], form) for label in labels]
         for label in labels:
