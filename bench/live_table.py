@@ -101,10 +101,15 @@ def main():
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     try:
-        lags = [float(x) for x in args.lags.split(",") if x]
+        lags = sorted({float(x) for x in args.lags.split(",") if x.strip()})
     except ValueError:
         parser.error(f"--lags: not a list of numbers: {args.lags}")
-    traces = args.traces or sorted(glob.glob("data/traces/*.csv") + glob.glob("data/traces/*.csv.gz"))
+    if not lags:
+        parser.error("--lags: no lag given")
+    here = os.path.dirname(os.path.abspath(__file__))
+    default_traces = os.path.join(here, "..", "data", "traces")
+    traces = args.traces or sorted(glob.glob(os.path.join(default_traces, "*.csv")) +
+                                   glob.glob(os.path.join(default_traces, "*.csv.gz")))
     if not traces:
         parser.error("no traces given and none in data/traces")
     builds = [("before", args.before), ("after", args.build)] if args.before else [("after", args.build)]
@@ -133,11 +138,14 @@ def main():
     for trace, mode, lag in cells:
         row = [trace, MODE_NAMES.get(mode, mode), "%g" % lag]
         for field, form in (("utilization", "%.4f"), ("vmm", "%d"), ("waits", "%d")):
-            row += [span([r[field] for r in runs[(label, trace, mode, lag)]], form) for label in labels]
+            row += [span([r[field] for r in runs[(label, trace, mode, lag)]], form)
+                    if (label, trace, mode, lag) in runs else "—" for label in labels]
         for label in labels:
-            values = [r["ns_per_event"] for r in runs[(label, trace, mode, lag)]]
-            row.append("%.0f" % (sum(values) / len(values)))
-        goals = missed_goals(runs[("after", trace, mode, lag)], runs.get(("after", trace, "stream", lag), []), mode)
+            values = [r["ns_per_event"] for r in runs.get((label, trace, mode, lag), [])]
+            row.append("%.0f" % (sum(values) / len(values)) if values else "—")
+        after_runs = runs.get(("after", trace, mode, lag))
+        goals = (missed_goals(after_runs, runs.get(("after", trace, "stream", lag), []), mode)
+                 if after_runs else "not run")
         met += goals == "met"
         row.append(goals)
         print("| " + " | ".join(row) + " |")

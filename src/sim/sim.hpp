@@ -350,13 +350,16 @@ struct State {
   // unlimited; read when a copy is enqueued (TIDEPOOL_SIM_COPY_GBPS,
   // tidepool_sim_set_copy_gbps). Bytes are counted when a copy runs.
   std::atomic<double> copy_gbps{0};
-  // How many items a stream holds queued before the host thread that
+  // About how many items a stream holds queued before the host thread that
   // submits one more waits for room, as a GPU's work queue fills and a launch
   // then blocks (about a thousand kernels a stream, as observed on NVIDIA
-  // GPUs): the device lags the host by at most that much work.
-  // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth; 0: unbounded.
-  static constexpr std::size_t kDefaultQueueDepth = 1024;
-  std::atomic<std::size_t> queue_depth{kDefaultQueueDepth};
+  // GPUs): the device lags the host by about that much work at most.
+  // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth. 0, the default:
+  // unbounded, since residency's gate queues one fill per page behind a flag
+  // the host opens only afterwards, and more pages than the bound would make
+  // the mover wait on itself (docs/decisions.md). The lag models set it
+  // (bench_live_replay's children, tidepool-replay --lag-us).
+  std::atomic<std::size_t> queue_depth{0};
   // TIDEPOOL_SIM_VMM_US: host microseconds each VMM call takes per
   // granularity page, as a driver's ioctls do (an H100 measured 14.5 to
   // create, 1.3 to map, 33 to set access, 22 to unmap, 16 to release a 2 MiB

@@ -83,11 +83,13 @@ void tidepool_sim_set_capturing(CUstream stream, int capturing);
  * the full bandwidth: concurrent copies do not share the link. Copies within
  * the device or within the host are never slowed. */
 void tidepool_sim_set_copy_gbps(double gbps);
-/* How many items each stream holds queued, not yet started, before the host
- * thread that submits one more (a launch, copy, set, record, wait) blocks
- * until one starts, as a GPU's full work queue blocks a launch. Default
- * 1024, or TIDEPOOL_SIM_QUEUE_DEPTH; 0: unbounded. */
+/* About how many items each stream holds queued, not yet started, before the
+ * host thread that submits one more (a launch, copy, set, record, wait)
+ * blocks until one starts, as a GPU's full work queue blocks a launch (about
+ * 1024 launches on NVIDIA GPUs). 0, the default unless
+ * TIDEPOOL_SIM_QUEUE_DEPTH sets one: unbounded. */
 void tidepool_sim_set_queue_depth(size_t depth);
+size_t tidepool_sim_queue_depth(void);
 /* Bytes copied so far from host to device memory (to_device non-zero) or
  * from device to host memory, counted as the copies run. */
 uint64_t tidepool_sim_copied_bytes(int to_device);

@@ -139,10 +139,11 @@ void configure_from_environment(State& s) {
   s.current_pools = s.default_pools;
   parse_faults(s, std::getenv("TIDEPOOL_SIM_FAULTS"));
   s.copy_gbps.store(parse_gbps(std::getenv("TIDEPOOL_SIM_COPY_GBPS")));
-  if (const char* depth = std::getenv("TIDEPOOL_SIM_QUEUE_DEPTH"); depth != nullptr && *depth != '\0') {
+  if (const char* depth = std::getenv("TIDEPOOL_SIM_QUEUE_DEPTH");
+      depth != nullptr && *depth >= '0' && *depth <= '9') {  // digits only: strtoull would wrap " -5"
     char* end = nullptr;
     const unsigned long long value = std::strtoull(depth, &end, 10);
-    if (end != nullptr && *end == '\0' && depth[0] != '-') s.queue_depth.store(static_cast<std::size_t>(value));
+    if (end != nullptr && *end == '\0') s.queue_depth.store(static_cast<std::size_t>(value));
   }
   set_vmm_us(s, std::getenv("TIDEPOOL_SIM_VMM_US"));
 }
@@ -607,6 +608,8 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_call_count(const char* name) {
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_vmm_us(const char* spec) { set_vmm_us(state(), spec); }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_queue_depth(size_t depth) { state().queue_depth.store(depth); }
+
+TIDEPOOL_SIM_EXPORT size_t tidepool_sim_queue_depth(void) { return state().queue_depth.load(); }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_copy_gbps(double gbps) {
   state().copy_gbps.store(std::isfinite(gbps) && gbps > 0 ? gbps : 0);

@@ -257,11 +257,19 @@ TEST_F(Sim, StreamRunsWorkInOrderAsynchronously) {
 }
 
 // A GPU's work queue holds about a thousand launches a stream; past that a
-// launch blocks until the device takes one. The sim's device may lag the
-// host by no more than its queue depth, not by the whole program.
+// launch blocks until the device takes one. With a depth set, the sim's
+// device lags the host by no more than that, not by the whole program.
 TEST_F(Sim, AFullStreamQueueMakesTheHostWaitForRoom) {
   auto set_depth = testing::sim_control<void (*)(std::size_t)>("tidepool_sim_set_queue_depth");
+  auto depth_now = testing::sim_control<std::size_t (*)()>("tidepool_sim_queue_depth");
   ASSERT_NE(set_depth, nullptr);
+  ASSERT_NE(depth_now, nullptr);
+  EXPECT_EQ(depth_now(), 0u) << "unbounded unless asked";
+  struct RestoreDepth {
+    void (*set)(std::size_t);
+    std::size_t depth;
+    ~RestoreDepth() { set(depth); }
+  } restore{set_depth, depth_now()};
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CUdeviceptr p = 0;
@@ -270,30 +278,47 @@ TEST_F(Sim, AFullStreamQueueMakesTheHostWaitForRoom) {
   *value = 0;
   constexpr std::size_t kDepth = 4;
   set_depth(kDepth);
-  // The gated kernel runs and holds the stream; kDepth more items fill the
-  // queue (the last may wait for the worker to take the kernel, never for
-  // the gate).
+  // The gate opens 50 ms after the queue is full, or after 3 s whatever
+  // happens, so that a wait where none belongs fails the test, not hangs it.
   Gate gate;
-  ASSERT_EQ(launch_gated_write(stream, &gate, value, 1), CUDA_SUCCESS);
-  for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(api().memsetD8Async(p + 4 + i, 1, 1, stream), CUDA_SUCCESS);
-  // The queue is full: one more submission returns only once the gate opens.
+  std::atomic<bool> full{false};
   std::atomic<bool> opened{false};
-  std::thread opener([&] {
+  std::atomic<bool> full_when_opened{false};
+  std::jthread opener([&] {
+    for (int i = 0; i < 3000 && !full; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    full_when_opened = full.load();
     opened = true;
     gate.release();
   });
+  // The gated kernel runs and holds the stream; kDepth more items fill the
+  // queue (the last may wait for the worker to take the kernel, never for
+  // the gate).
+  ASSERT_EQ(launch_gated_write(stream, &gate, value, 1), CUDA_SUCCESS);
+  for (std::size_t i = 0; i < kDepth; ++i) ASSERT_EQ(api().memsetD8Async(p + 4 + i, 1, 1, stream), CUDA_SUCCESS);
+  full = true;
+  // The queue is full: one more submission returns only once the gate opens.
   EXPECT_EQ(api().memsetD8Async(p + 8, 1, 1, stream), CUDA_SUCCESS);
-  EXPECT_TRUE(opened.load());
+  EXPECT_TRUE(opened.load()) << "a submission went past a full queue";
   opener.join();
-  // Unbounded: a thousand items queue behind a closed gate without waiting.
+  EXPECT_TRUE(full_when_opened.load()) << "the host waited before the queue was full";
+  // Unbounded again: more items than any default bound queue behind a shut
+  // gate without a wait.
   set_depth(0);
   Gate second;
+  std::atomic<bool> released{false};
+  std::atomic<bool> opened_late{false};
+  std::jthread late([&] {
+    for (int i = 0; i < 3000 && !released; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    opened_late = true;
+    second.release();
+  });
   ASSERT_EQ(launch_gated_write(stream, &second, value, 2), CUDA_SUCCESS);
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(api().memsetD8Async(p + 16, 1, 1, stream), CUDA_SUCCESS);
-  EXPECT_EQ(api().streamQuery(stream), CUDA_ERROR_NOT_READY);
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(api().memsetD8Async(p + 16, 1, 1, stream), CUDA_SUCCESS);
+  EXPECT_FALSE(opened_late.load()) << "the host waited for room in an unbounded queue";
+  released = true;
   second.release();
-  set_depth(1024);
+  late.join();
   ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
   EXPECT_EQ(*value, 2);
   EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
