@@ -194,7 +194,22 @@ void Transit::remap_to_host(space::AddressSpace& space, std::vector<PageMove>& m
 std::size_t Transit::to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
   if (moves.empty()) return 0;
   driver::ScopedContext scope(api_, context_);
-  if (!gated_to_device(space, moves)) fallback_to_device(space, moves);
+  if (moves.size() <= kMaxPagesPerGate) {
+    if (!gated_to_device(space, moves)) fallback_to_device(space, moves);
+    return tally(moves, &stats_.to_device_bytes);
+  }
+  // A gate's fills wait behind its flag, which the host opens only once the
+  // gate is made: more of them than a stream's queue holds would block the
+  // host that must open it. So a large move goes through several gates.
+  std::vector<PageMove> batch;
+  batch.reserve(kMaxPagesPerGate);
+  for (std::size_t first = 0; first < moves.size(); first += kMaxPagesPerGate) {
+    const auto begin = moves.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto end = moves.begin() + static_cast<std::ptrdiff_t>(std::min(moves.size(), first + kMaxPagesPerGate));
+    batch.assign(begin, end);
+    if (!gated_to_device(space, batch)) fallback_to_device(space, batch);
+    std::copy(batch.begin(), batch.end(), begin);
+  }
   return tally(moves, &stats_.to_device_bytes);
 }
 

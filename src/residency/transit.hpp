@@ -88,6 +88,11 @@ class Transit {
   // transit's own streams, so the copies out wait for them.
   std::size_t to_host(space::AddressSpace& space, std::vector<PageMove>& moves, const std::vector<CUevent>& fills = {});
   std::size_t to_device(space::AddressSpace& space, std::vector<PageMove>& moves);
+  // The most pages one gate brings back: their fills wait behind the gate's
+  // flag in a stream's queue, which on a GPU holds about a thousand
+  // commands before the host blocks (a compressed page's fill may take a
+  // few), and the host opens the flag only after it has queued them all.
+  static constexpr std::size_t kMaxPagesPerGate = 256;
   // Tracked moves (prefetch:learn): no gate, so nothing stalls; each block
   // is ordered by what the launch scan knows of its use (see residency.hpp).
   // precopy_to_host: copies the pages to their host pages after all work

@@ -355,10 +355,10 @@ struct State {
   // then blocks (about a thousand kernels a stream, as observed on NVIDIA
   // GPUs): the device lags the host by about that much work at most.
   // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth. 0, the default:
-  // unbounded, since residency's gate queues one fill per page behind a flag
-  // the host opens only afterwards, and more pages than the bound would make
-  // the mover wait on itself (docs/decisions.md). The lag models set it
-  // (bench_live_replay's children, tidepool-replay --lag-us).
+  // unbounded, since a residency gate still queues a few items on the legacy
+  // stream behind its flag, which another thread's launches could fill first
+  // (docs/decisions.md). The lag models set it (bench_live_replay's
+  // children, tidepool-replay --lag-us), and residency_test_bounded_queue.
   std::atomic<std::size_t> queue_depth{0};
   // TIDEPOOL_SIM_VMM_US: host microseconds each VMM call takes per
   // granularity page, as a driver's ioctls do (an H100 measured 14.5 to
