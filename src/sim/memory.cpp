@@ -1042,7 +1042,8 @@ bool pageable(std::uintptr_t address) {
 
 CUresult after_faults(CUresult result) {
   const State& s = state();
-  return s.remap_faults.load() > 0 || s.access_faults.load() > 0 ? CUDA_ERROR_ILLEGAL_ADDRESS : result;
+  if (s.remap_faults.load() > 0 || s.access_faults.load() > 0) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  return s.misaligned_faults.load() > 0 ? CUDA_ERROR_MISALIGNED_ADDRESS : result;
 }
 
 bool device_may_touch(int device, const std::vector<State::Touch>& touches) {

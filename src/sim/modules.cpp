@@ -7,8 +7,12 @@
 // tidepool's own (kernels/kernels.hpp), through their host reference. A name
 // it does not know is CUDA_ERROR_NOT_FOUND, as a name missing from the image
 // is. A reference kernel takes the grid it was launched with, checks its
-// device may touch the memory it reads and writes (faulting as any kernel
-// does otherwise), and takes the time a GPU would: its device bytes at
+// device may touch the memory it reads and writes, at the alignment of the
+// kernel's loads and stores, and faults as a GPU's kernel would otherwise
+// (CUDA_ERROR_ILLEGAL_ADDRESS or CUDA_ERROR_MISALIGNED_ADDRESS, sticky). Where
+// a GPU's kernel would write past what it was meant to (a pack whose offsets
+// are not the stream's), the sim cannot tell where those bytes would land:
+// it faults rather than write them. It takes the time a GPU would: its device bytes at
 // kReferenceDeviceGbps and the bytes it moves between device and host memory at the
 // copy bandwidth (tidepool_sim_set_copy_gbps), which count as copied bytes.
 #include <algorithm>
@@ -31,6 +35,8 @@ struct ReferenceRegion {
   std::uint64_t span = 0;   // the range it may touch
   std::uint64_t bytes = 0;  // the bytes it moves there
   bool write = false;
+  std::uint32_t align = 1;  // of the kernel's widest access there: a begin off it faults
+  bool stray = false;       // a write the kernel was not meant to make: the sim faults
 };
 // A reference kernel: with `run` false it only lists the regions it would reach.
 using ReferenceRun = void (*)(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
@@ -72,6 +78,44 @@ void report_malformed_stream(const codec::PageTask& task, std::uint32_t chunk) {
   }
 }
 
+// The offset of the first chunk whose payload the prefix at `prefix_at`
+// places off a 4-byte word, before the payloads, past `end` or before the
+// chunk ahead of it; 0 when every chunk is in place.
+std::uint32_t first_misplaced_chunk(std::uint64_t prefix_at, std::uint32_t chunks, std::uint32_t payloads,
+                                    std::uint32_t end) {
+  std::uint32_t last = payloads;
+  for (std::uint32_t chunk = 0; chunk <= chunks; ++chunk) {
+    const std::uint32_t at = reference_offset(prefix_at, chunk);
+    if (at % 4 != 0 || at < last || at > end) return at == 0 ? 1 : at;
+    last = at;
+  }
+  return 0;
+}
+
+// A fault the listing found before the kernel ran: counted, the first
+// reported, and the kernel skipped, as a faulting GPU kernel's later work is.
+void kernel_fault(CUresult code, std::uintptr_t at, const char* why) {
+  State& s = state();
+  auto& count = code == CUDA_ERROR_MISALIGNED_ADDRESS ? s.misaligned_faults : s.access_faults;
+  if (count.fetch_add(1) == 0) {
+    std::fprintf(
+        stderr, "tidepool sim: a tidepool kernel reaches %#llx, %s: on a GPU it faults (%s, sticky)\n",
+        static_cast<unsigned long long>(at), why,
+        code == CUDA_ERROR_MISALIGNED_ADDRESS ? "CUDA_ERROR_MISALIGNED_ADDRESS" : "CUDA_ERROR_ILLEGAL_ADDRESS");
+  }
+}
+
+void report_overrun(const codec::PageTask& task, std::uint32_t chunk) {
+  State& s = state();
+  if (s.access_faults.fetch_add(1) == 0) {
+    std::fprintf(stderr,
+                 "tidepool sim: tidepool_zvc_pack: chunk %u's payload is longer than the room its offsets give it "
+                 "in the stream at 0x%llx (offsets planned from other counts): on a GPU it writes over what "
+                 "follows; the sim faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
+                 chunk, static_cast<unsigned long long>(task.stream));
+  }
+}
+
 // Each kernel lists one region per page and stream it reaches (not one per
 // chunk: each region costs the sim a lookup under its lock); `run` false: it
 // only lists them.
@@ -84,9 +128,11 @@ void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, 
     std::uint32_t sampled = 0;
     for (unsigned x = 0; x < grid[0] && std::uint64_t{x} * stride < task.chunks; ++x) ++sampled;
     if (sampled == 0) continue;
+    // 16-byte loads of the page, 4-byte stores of the counts.
     regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{task.chunks} * codec::kChunkBytes,
-                        std::uint64_t{sampled} * codec::kChunkBytes, false});
-    regions->push_back({static_cast<std::uintptr_t>(task.table), std::uint64_t{task.chunks} * 4, sampled * 4ULL, true});
+                        std::uint64_t{sampled} * codec::kChunkBytes, false, 16});
+    regions->push_back(
+        {static_cast<std::uintptr_t>(task.table), std::uint64_t{task.chunks} * 4, sampled * 4ULL, true, 4});
     for (std::uint32_t x = 0; run && x < sampled; ++x) {
       const std::uint64_t chunk = std::uint64_t{x} * stride;
       const std::uint32_t word =
@@ -105,16 +151,28 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
     const auto c = static_cast<codec::Codec>(task.codec);
     const std::uint32_t prefix = codec::payloads_at(task.chunks);
     const std::uint32_t end = reference_offset(task.table, chunks);
-    regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, prefix, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, prefix, false, 4});
     regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
-                        std::uint64_t{chunks} * codec::kChunkBytes, false});
-    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, true});
+                        std::uint64_t{chunks} * codec::kChunkBytes, false, codec::element_bytes(c)});
+    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, true, 4});
+    // Each chunk's payload is stored in 4-byte words at its offset.
+    if (const std::uint32_t at = first_misplaced_chunk(task.table, chunks, prefix, end); at != 0) {
+      regions->push_back({static_cast<std::uintptr_t>(task.stream) + at, 4, 0, true, 4, at % 4 == 0});
+    }
     if (!run) continue;
     std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
+    std::array<unsigned char, codec::payload_bytes(codec::Codec::zero16, codec::kChunkBytes / 2)> payload{};
     for (std::uint32_t chunk = 0; chunk < chunks; ++chunk) {
       const std::uintptr_t from = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
-      (void)codec::reference_pack(c, reinterpret_cast<const void*>(from),
-                                  reinterpret_cast<void*>(task.stream + reference_offset(task.table, chunk)));
+      const std::uint32_t at = reference_offset(task.table, chunk);
+      const std::uint32_t length = codec::reference_pack(c, reinterpret_cast<const void*>(from), payload.data());
+      if (length > reference_offset(task.table, chunk + 1) - at) {
+        // Offsets from counts of other data: the GPU's kernel would write
+        // over the next chunk's payload or past the stream.
+        report_overrun(task, chunk);
+        return;
+      }
+      std::memcpy(reinterpret_cast<void*>(task.stream + at), payload.data(), length);
     }
   }
 }
@@ -127,9 +185,16 @@ void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid,
     if (chunks == 0) continue;
     const auto c = static_cast<codec::Codec>(task.codec);
     const std::uint32_t end = reference_offset(task.stream, chunks);
-    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, false});
+    regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, false, 4});
     regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
-                        std::uint64_t{chunks} * codec::kChunkBytes, true});
+                        std::uint64_t{chunks} * codec::kChunkBytes, true, codec::element_bytes(c)});
+    // Each chunk's payload is read in 4-byte words from its offset.
+    for (std::uint32_t chunk = 0; chunk <= chunks; ++chunk) {
+      if (const std::uint32_t at = reference_offset(task.stream, chunk); at % 4 != 0) {
+        regions->push_back({static_cast<std::uintptr_t>(task.stream) + at, 4, 0, false, 4});
+        break;
+      }
+    }
     for (std::uint32_t chunk = 0; run && chunk < chunks; ++chunk) {
       const std::uintptr_t to = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
       const std::uint32_t at = reference_offset(task.stream, chunk);
@@ -171,6 +236,14 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
   touches.reserve(regions.size());
   ReferenceTraffic traffic;
   for (const ReferenceRegion& r : regions) {
+    if (r.align > 1 && r.begin % r.align != 0) {
+      kernel_fault(CUDA_ERROR_MISALIGNED_ADDRESS, r.begin, "an access off its alignment");
+      return;
+    }
+    if (r.stray) {
+      kernel_fault(CUDA_ERROR_ILLEGAL_ADDRESS, r.begin, "a pack offset outside its stream's payloads");
+      return;
+    }
     touches.push_back({r.begin, r.begin + r.span});
     if (!host_located(r.begin)) {
       traffic.device += r.bytes;

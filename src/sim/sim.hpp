@@ -390,6 +390,10 @@ struct State {
   // device's, without peer access or an access grant): on a GPU each one
   // faults, sticky as above; the sim skips the kernel and counts it.
   std::atomic<std::uint64_t> access_faults{0};
+  // Kernels whose loads or stores were off their alignment (a tidepool
+  // kernel handed an unaligned stream or offset): on a GPU each one faults
+  // with CUDA_ERROR_MISALIGNED_ADDRESS, sticky; the sim skips it and counts it.
+  std::atomic<std::uint64_t> misaligned_faults{0};
   // Signalled whenever any stream finishes an item; waiters re-check.
   std::mutex progress_lock;
   std::condition_variable progress;
@@ -483,7 +487,8 @@ bool device_may_touch(int device, const std::vector<State::Touch>& touches);
 // Runs a module kernel's reference on the stream's worker (modules.cpp).
 void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device);
 // CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults,
-// State::access_faults), else `result`: what a synchronisation answers.
+// State::access_faults), CUDA_ERROR_MISALIGNED_ADDRESS once one has only
+// been misaligned, else `result`: what a synchronisation answers.
 CUresult after_faults(CUresult result);
 // Whether [address, address + bytes) lies inside one allocation or VMM
 // mapping the device can reach: device, pinned host, or mapped memory.

@@ -120,6 +120,18 @@ uint64_t tidepool_sim_remap_faults(void);
  * only with more than one device (TIDEPOOL_SIM_DEVICES). */
 uint64_t tidepool_sim_access_faults(void);
 
+/* Kernels of tidepool's (the compression kernels the sim runs by
+ * reference) launched with an access off its alignment: an unaligned page,
+ * table or stream, or a chunk offset off a 4-byte word. On a GPU such a
+ * kernel faults with CUDA_ERROR_MISALIGNED_ADDRESS, sticky: the sim skips
+ * it, prints one line to stderr at the first, and answers synchronisations
+ * with that error (or CUDA_ERROR_ILLEGAL_ADDRESS after another fault). A
+ * pack whose offsets leave its stream's payloads, or give a chunk less room
+ * than its payload (offsets planned from other counts), counts among
+ * tidepool_sim_access_faults: a GPU writes those bytes where the sim cannot
+ * tell, so the sim faults rather than writing them. */
+uint64_t tidepool_sim_misaligned_faults(void);
+
 #ifdef __cplusplus
 }
 #endif

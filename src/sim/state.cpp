@@ -561,6 +561,7 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
   s.signals.clear();
   s.remap_faults.store(0);
   s.access_faults.store(0);
+  s.misaligned_faults.store(0);
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_raise_in(const char* name, unsigned nth, int signal) {
@@ -623,6 +624,7 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_copied_bytes(int to_device) {
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_remap_faults(void) { return state().remap_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_access_faults(void) { return state().access_faults.load(); }
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_misaligned_faults(void) { return state().misaligned_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
   return state().host_resident_launches.load();

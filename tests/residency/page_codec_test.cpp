@@ -94,6 +94,68 @@ TEST_F(PageCodecOnSim, PackedBytesCrossTheBusAtTheCopyBandwidthAndCountAsCopied)
   (void)api.memFree(page);
 }
 
+// A GPU faults on a kernel's access off its alignment, and a pack trusts
+// the offsets in its table. The first GPU run of the throughput test
+// planned, then counted again (the count's words overwrite the prefix), and
+// the pack faulted with CUDA_ERROR_MISALIGNED_ADDRESS; the sim wrote the
+// bytes wherever the counts pointed. It now faults too, and writes nothing.
+TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto misaligned = testing::sim_control<std::uint64_t (*)()>("tidepool_sim_misaligned_faults");
+  auto access = testing::sim_control<std::uint64_t (*)()>("tidepool_sim_access_faults");
+  auto clear = testing::sim_control<void (*)()>("tidepool_sim_clear_faults");
+  ASSERT_NE(misaligned, nullptr);
+  ASSERT_NE(access, nullptr);
+  ASSERT_NE(clear, nullptr);
+  constexpr std::size_t kPage = 2 << 20;
+  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  residency::PageCodec& codec = *created.value();
+  CUdeviceptr page = 0;
+  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
+  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 1);
+  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  const std::size_t room = kernels::max_stream_bytes(codec.chunks());
+  void* host = nullptr;
+  ASSERT_EQ(api.memHostAlloc(&host, room + 8, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  CUdeviceptr stream_at = 0;
+  ASSERT_EQ(api.memHostGetDevicePointer(&stream_at, host, 0), CUDA_SUCCESS);
+  const auto untouched = [&] {
+    const auto* bytes = static_cast<const unsigned char*>(host);
+    return std::all_of(bytes, bytes + room + 8, [](unsigned char b) { return b == 0xA5; });
+  };
+  std::memset(host, 0xA5, room + 8);
+
+  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  (void)codec.plan(0, Codec::zero32);
+  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));  // over the prefix just planned
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  const std::uint64_t faults_before = misaligned() + access();
+  const residency::PageCodec::Page p{page, stream_at, Codec::zero32, 0};
+  ASSERT_TRUE(codec.pack(&p, 1, nullptr)) << "the launch is queued; the kernel faults when it runs";
+  EXPECT_NE(api.ctxSynchronize(), CUDA_SUCCESS) << "the fault is the context's sticky error";
+  EXPECT_EQ(misaligned() + access(), faults_before + 1);
+  EXPECT_TRUE(untouched()) << "a faulting pack writes nothing";
+  clear();
+
+  // Planned from the last count, a stream placed off a 4-byte word faults
+  // as misaligned; at the word, the same pack makes the reference stream.
+  (void)codec.plan(0, Codec::zero32);
+  const residency::PageCodec::Page off_word{page, stream_at + 2, Codec::zero32, 0};
+  ASSERT_TRUE(codec.pack(&off_word, 1, nullptr));
+  EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_MISALIGNED_ADDRESS);
+  EXPECT_EQ(misaligned(), 1U);
+  EXPECT_TRUE(untouched());
+  clear();
+  ASSERT_TRUE(codec.pack(&p, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  const std::vector<unsigned char> expected = testing::reference_stream(data, Codec::zero32);
+  EXPECT_EQ(std::memcmp(host, expected.data(), expected.size()), 0);
+  (void)api.memFreeHost(host);
+  (void)api.memFree(page);
+}
+
 TEST(ZeroCodecFormat, AStreamIsCheckedBeforeItIsTrusted) {
   constexpr std::size_t kPage = 4 * kernels::kChunkBytes;
   const std::vector<unsigned char> page = testing::page_bytes(testing::PageData::half_zero16, kPage, 3);
