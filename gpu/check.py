@@ -506,19 +506,30 @@ def summary(out, seconds):
 
 
 def ipc(d):
-    """Each preloaded run against native: it ran, every check held, and the consumer saw the same sums."""
+    """Each preloaded run against the native run of its kind (with PyTorch's cache, and without it): the
+    same outcome, and where native shared its tensors, every check held and the consumer saw the same sums.
+    Without its cache PyTorch may refuse to share a tensor (share_error): the preloaded run must refuse too,
+    not crash or hang. A native run with its cache must pass."""
     runs = {}
-    for name in ("native", "preload", "preload_nocache"):
+    for name in ("native", "native_nocache", "preload", "preload_nocache"):
         run = last_json_line(os.path.join(d, f"{name}.out"))
         rc = (read(os.path.join(d, f"{name}.rc")) or "").strip()
         runs[name] = {"rc": rc, "ok": bool(run and run.get("ok")), "saw": run and run.get("consumer_saw"),
-                      "checks": run and {k: v for k, v in run.items() if k != "consumer_saw"}}
+                      "share_error": run and run.get("share_error"),
+                      "checks": run and {k: v for k, v in run.items() if k not in ("consumer_saw", "share_error")}}
     figures = {n: {k: v for k, v in r.items() if k != "saw"} for n, r in runs.items()}
     ok = runs["native"]["ok"]
-    for name in ("preload", "preload_nocache"):
-        same = runs[name]["saw"] is not None and runs[name]["saw"] == runs["native"]["saw"]
-        figures[name]["same_sums_as_native"] = same
-        ok &= runs[name]["ok"] and same
+    for name, against in (("preload", "native"), ("preload_nocache", "native_nocache")):
+        native, run = runs[against], runs[name]
+        figures[name]["against"] = against
+        if native["ok"]:
+            same = run["saw"] is not None and run["saw"] == native["saw"]
+            figures[name]["same_sums_as_native"] = same
+            figures[name]["as_native"] = run["ok"] and same
+        else:
+            # Native could not share: the preloaded run must fail the same way, cleanly.
+            figures[name]["as_native"] = bool(native["share_error"]) and bool(run["share_error"])
+        ok &= figures[name]["as_native"]
     print(json.dumps(figures))
     return 0 if ok else 1
 

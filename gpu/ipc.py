@@ -6,12 +6,19 @@ every element in place; the producer checks that it sees the consumer's
 writes, then drops its own references and allocates the same sizes again
 while the consumer still holds the tensors, and the consumer checks that its
 view did not change. Prints one JSON line; exit 0 when every check held.
+
+The tensors are pickled here, not in the queue's feeder thread, so that a
+tensor PyTorch cannot share (without its caching allocator, PyTorch 2.x
+refuses with "invalid device pointer", natively too) ends the run at once
+with `share_error`, rather than leaving the producer waiting for a consumer
+that never hears from it.
 """
 import json
 import sys
 
 import torch
 import torch.multiprocessing as mp
+from multiprocessing.reduction import ForkingPickler
 
 SIZES = {"big": (16 << 20,), "small": (1000,), "matrix": (4096, 256)}
 
@@ -21,7 +28,10 @@ def sums(tensors):
 
 
 def consumer(to_consumer, to_producer):
-    tensors = to_consumer.get()
+    message = to_consumer.get()
+    if isinstance(message, str):  # the producer could not share its tensors
+        return
+    tensors = ForkingPickler.loads(message)
     seen = sums(tensors)
     for v in tensors.values():
         v.add_(1)
@@ -31,6 +41,27 @@ def consumer(to_consumer, to_producer):
     to_producer.put(sums(tensors))
     del tensors
     to_consumer.get()
+
+
+def receive(queue, child, seconds=120):
+    """The consumer's next answer; None at once if it has died (a crash
+    under the preload must not cost the GPU machine two minutes)."""
+    import queue as queues
+    for _ in range(seconds):
+        try:
+            return queue.get(timeout=1)
+        except queues.Empty:
+            if not child.is_alive():
+                return None
+    return None
+
+
+def failed(child, why):
+    child.join(5)
+    if child.is_alive():
+        child.kill()
+    print(json.dumps({"ok": False, "error": why, "consumer_exit": child.exitcode}), flush=True)
+    return 1
 
 
 def main():
@@ -43,8 +74,18 @@ def main():
     tensors["view"] = tensors.pop("matrix")[100:200]  # shared with its storage offset
     before = sums(tensors)
     numels = {k: v.numel() for k, v in tensors.items()}
-    to_consumer.put(tensors)
-    consumer_saw = to_producer.get(timeout=120)
+    try:
+        message = bytes(ForkingPickler.dumps(tensors))
+    except RuntimeError as e:
+        to_consumer.put("abort")
+        child.join(60)
+        print(json.dumps({"ok": False, "share_error": str(e).splitlines()[0], "consumer_exit": child.exitcode}),
+              flush=True)
+        return 1
+    to_consumer.put(message)
+    consumer_saw = receive(to_producer, child)
+    if consumer_saw is None:
+        return failed(child, "no answer from the consumer after it received the tensors")
     torch.cuda.synchronize()
     after_writes = sums(tensors)
     del tensors
@@ -53,7 +94,9 @@ def main():
         churn.append({k: torch.full(shape, float(i), device="cuda") for k, shape in SIZES.items()})
     torch.cuda.synchronize()
     to_consumer.put("freed")
-    consumer_after = to_producer.get(timeout=120)
+    consumer_after = receive(to_producer, child)
+    if consumer_after is None:
+        return failed(child, "no answer from the consumer after the producer freed its tensors")
     to_consumer.put("done")
     child.join(60)
     result = {

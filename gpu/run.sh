@@ -149,9 +149,10 @@ part_graphs() {
 
 # CUDA IPC (ipc.py: torch.multiprocessing shares CUDA tensors with a spawned
 # consumer, both ways, and the producer frees its references while the
-# consumer still holds them): natively, preloaded with PyTorch's caching
-# allocator on top, and preloaded without it. The consumer inherits the
-# preload, as torch.multiprocessing's spawned processes do.
+# consumer still holds them): natively and preloaded, each with PyTorch's
+# caching allocator on top and without it; each preloaded run against the
+# native run of its kind. The consumer inherits the preload, as
+# torch.multiprocessing's spawned processes do.
 part_ipc() {
   local d=$1
   needs_gpu "CUDA IPC between processes"
@@ -164,6 +165,7 @@ part_ipc() {
     echo "$name: exit $(cat "$d/$name.rc")"
   }
   ipc_run native
+  ipc_run native_nocache PYTORCH_NO_CUDA_MEMORY_CACHING=1
   ipc_run preload LD_PRELOAD="$LIB" TIDEPOOL_CONF="log:info,report:$d/preload.report-%p.json"
   ipc_run preload_nocache LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
     TIDEPOOL_CONF="log:info,report:$d/preload_nocache.report-%p.json"

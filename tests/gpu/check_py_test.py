@@ -175,7 +175,31 @@ def main():
         vs = figures["resnet50"]["preload"]
         assert abs(vs["vs_expandable"]["peak_used"] - 6 / 7) < 1e-9 and abs(vs["vs_async"]["step_time"] - 98 / 105) < 1e-9, vs
         assert figures["gpt"]["expandable"]["step_ms_median"] == 101.0, figures["gpt"]
-    print("ok: check.py residency, caffe, graphs, train, peak")
+
+    def ipc_dir(d, runs):  # name: (rc, JSON line or None)
+        for name, (rc, line) in runs.items():
+            write(f"{d}/{name}.rc", f"{rc}\n")
+            write(f"{d}/{name}.out", "" if line is None else json.dumps(line) + "\n")
+
+    saw = {"big": 1.5, "small": 2.5, "view": 3.5}
+    good = {"consumer_saw": saw, "consumer_saw_ours": True, "we_see_its_writes": True,
+            "its_view_kept_after_our_free": True, "consumer_exit": 0, "ok": True}
+    refused = {"ok": False, "share_error": "invalid device pointer: 0x302000000", "consumer_exit": 0}
+    for preload_nocache, passes in (((1, refused), True),  # refuses as native does (PyTorch 2.x)
+                                    ((124, None), False),  # hangs where native refused
+                                    ((0, good), False)):   # shares where native could not: not native's outcome
+        with tempfile.TemporaryDirectory() as d:
+            ipc_dir(d, {"native": (0, good), "native_nocache": (1, refused), "preload": (0, good),
+                        "preload_nocache": preload_nocache})
+            rc, figures = check("ipc", d)
+            assert (rc == 0) == passes and figures["preload_nocache"]["as_native"] == passes, (preload_nocache, figures)
+            assert figures["preload_nocache"]["against"] == "native_nocache", figures
+    with tempfile.TemporaryDirectory() as d:  # where native shares without its cache, the preload must too
+        ipc_dir(d, {"native": (0, good), "native_nocache": (0, good), "preload": (0, good),
+                    "preload_nocache": (0, dict(good, consumer_saw=dict(saw, big=9.0)))})
+        rc, figures = check("ipc", d)
+        assert rc == 1 and figures["preload"]["as_native"] and not figures["preload_nocache"]["same_sums_as_native"], figures
+    print("ok: check.py residency, caffe, graphs, train, peak, ipc")
     return 0
 
 

@@ -10,6 +10,11 @@ script=$(basename "${1:-}")
 case "$script" in
   train.py | graphs.py) ;;
   ipc.py)
+    # Without its cache PyTorch 2.x refuses to share; the preload must too.
+    if [ "${PYTORCH_NO_CUDA_MEMORY_CACHING:-0}" = 1 ]; then
+      echo '{"ok": false, "share_error": "invalid device pointer: 0x302000000", "consumer_exit": 0}'
+      exit 1
+    fi
     echo '{"consumer_saw": {"big": 1.5, "small": 2.5, "view": 3.5}, "consumer_saw_ours": true, "we_see_its_writes": true, "its_view_kept_after_our_free": true, "consumer_exit": 0, "ok": true}'
     exit 0 ;;
   *) exec python3 "$@" ;;

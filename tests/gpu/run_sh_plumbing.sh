@@ -69,6 +69,8 @@ assert c["vgg16_budgets"]["65"]["device_limit_bytes"] == 3900000000, c["vgg16_bu
 assert abs(c["vgg16_budgets"]["50"]["memory_saved"] - 0.5) < 1e-9, c["vgg16_budgets"]
 assert abs(c["vgg16_budgets"]["50"]["time_cost"] - 0.25) < 1e-9, c["vgg16_budgets"]
 i = parts["ipc"]["figures"]
-assert all(i[m]["ok"] and i[m]["same_sums_as_native"] for m in ("preload", "preload_nocache")), i
+assert i["preload"]["ok"] and i["preload"]["same_sums_as_native"] and i["preload"]["as_native"], i
+assert i["preload_nocache"]["against"] == "native_nocache" and i["preload_nocache"]["as_native"], i
+assert not i["preload_nocache"]["ok"] and i["preload_nocache"]["share_error"], i
 print("ok: residency, graphs, caffe and ipc plumbing")
 PY
