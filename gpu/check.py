@@ -159,8 +159,8 @@ def train(d):
                 continue
             report = load_json(os.path.join(d, f"{model}.{mode}.report.json"), {}) or {}
             dev = (report.get("devices") or [{}])[0]
-            row = {k: run.get(k) for k in ("step_ms_median", "first_step_ms", "peak_used_bytes_meminfo",
-                                           "max_memory_reserved")}
+            row = {k: run.get(k) for k in ("step_ms_median", "first_step_ms", "peak_used_bytes_device",
+                                           "peak_used_bytes_meminfo", "max_memory_reserved")}
             row["tidepool_peak_reserved_bytes"] = dev.get("peak_reserved_bytes")
             row["owners_at_peak"] = owners_at_peak(dev)
             row["losses"] = run.get("losses_decimal")
@@ -175,8 +175,15 @@ def train(d):
             rows[mode] = row
         # Each tidepool figure against each peer of the same run: PyTorch's
         # caching allocator (native), with expandable segments, and its
-        # cudaMallocAsync backend (reserved bytes through cuMemGetInfo, the
-        # one measure every allocator shares).
+        # cudaMallocAsync backend. Memory by the device's used bytes (NVML),
+        # the one measure every allocator shares; cuMemGetInfo only where no
+        # preloaded hook answers it (the preload counts its idle bytes as
+        # free there).
+        def used(mode, run):
+            if run.get("peak_used_bytes_device"):
+                return run["peak_used_bytes_device"]
+            return None if mode == "preload" else run.get("peak_used_bytes_meminfo")
+
         against = {"native": base, **peers}
         for mode in ("preload", "tidepool"):
             run = runs[mode]
@@ -186,13 +193,13 @@ def train(d):
                 if ref is None:
                     rows[mode][f"vs_{peer}"] = None
                     continue
+                mine, theirs = used(mode, run), used(peer, ref)
                 rows[mode][f"vs_{peer}"] = {
                     "step_time": run["step_ms_median"] / ref["step_ms_median"] if ref.get("step_ms_median") else None,
-                    "peak_used": (run["peak_used_bytes_meminfo"] / ref["peak_used_bytes_meminfo"]
-                                  if ref.get("peak_used_bytes_meminfo") else None)}
+                    "peak_used": mine / theirs if mine and theirs else None}
         for peer, ref in peers.items():
-            rows[peer] = ref and {k: ref.get(k) for k in ("step_ms_median", "peak_used_bytes_meminfo",
-                                                          "max_memory_reserved")}
+            rows[peer] = ref and {k: ref.get(k) for k in ("step_ms_median", "peak_used_bytes_device",
+                                                          "peak_used_bytes_meminfo", "max_memory_reserved")}
         figures[model] = rows
     print(json.dumps(figures))
     return 0 if ok else 1

@@ -8,8 +8,11 @@ native and preload run the same code (run.sh sets LD_PRELOAD and
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 for preload); tidepool calls
 tidepool.torch.use(conf) first. Fixed seed, deterministic algorithms, random
 data drawn on the host. Prints the loss at every step (float.hex, exact),
-the median step time, and peak device use seen through cuMemGetInfo
-(torch.cuda.mem_get_info) and torch.cuda.max_memory_reserved. --snapshot
+the median step time, and peak device use: through NVML (the device's used
+memory, which no preloaded hook can change; None without pynvml), through
+cuMemGetInfo (torch.cuda.mem_get_info: under the preload that counts the
+pool's idle bytes as free, so it is the program's live bytes, not what the
+pool holds) and torch.cuda.max_memory_reserved. --snapshot
 records torch.cuda.memory._record_memory_history and dumps it there.
 --count-kernels runs one more step under torch.profiler and reports how many
 GPU kernels it ran (kernels_per_step), to set against the launches tidepool's
@@ -23,6 +26,22 @@ import sys
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def device_used(torch):
+    """A function giving the device's used bytes from NVML, or None without pynvml."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        try:
+            bus = "%08x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+        except Exception:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:
+        return None
 
 
 def build(model, torch):
@@ -122,6 +141,8 @@ def main():
     data = [(x.cuda(), y.cuda()) for x, y in data]
     free0, total = torch.cuda.mem_get_info()
     losses, times, peak_used = [], [], total - free0
+    used_now = device_used(torch)
+    peak_device = used_now() if used_now else None
     for step in range(args.steps):
         x, y = data[step % len(data)]
         torch.cuda.synchronize()
@@ -132,6 +153,8 @@ def main():
         times.append(time.perf_counter() - start)
         free, _ = torch.cuda.mem_get_info()
         peak_used = max(peak_used, total - free)
+        if used_now:
+            peak_device = max(peak_device, used_now())
     kernels = None
     if args.count_kernels:
         kernels = count_kernels(torch, lambda: one_step(net, opt, loss_fn, shape, *data[0]))
@@ -143,7 +166,7 @@ def main():
         "losses": [float.hex(v) for v in losses], "losses_decimal": losses,
         "step_ms_median": 1000 * statistics.median(times[3:] or times),
         "first_step_ms": 1000 * times[0],
-        "peak_used_bytes_meminfo": peak_used, "total_bytes": total,
+        "peak_used_bytes_meminfo": peak_used, "peak_used_bytes_device": peak_device, "total_bytes": total,
         "max_memory_reserved": reserved(torch),
         "kernels_per_step": kernels,
         "torch_version": torch.__version__,
