@@ -104,6 +104,7 @@ struct PoolStats {
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
   std::uint64_t parked_reuses = 0;  // pages moved back to a place still mapped for them: no driver call
+  std::uint64_t access_grants = 0;  // cuMemSetAccess calls, one per run of pages mapped together
   std::uint64_t page_creates = 0;   // physical pages (without VMM: chunks) created on the device
   std::uint64_t page_releases = 0;  // physical pages (chunks) given back to the driver
   std::uint64_t trims = 0;

@@ -89,6 +89,7 @@ PoolStats Pool::stats_locked(bool with_fragmentation) const {
   s.maps = space_.counters().maps;
   s.unmaps = space_.counters().unmaps;
   s.parked_reuses = space_.counters().parked_reuses;
+  s.access_grants = space_.counters().access_grants;
   s.page_creates = space_.counters().creates;
   s.page_releases = space_.counters().releases;
   s.host_pages = space_.host_pages();

@@ -188,7 +188,11 @@ void Transit::fallback_to_host(space::AddressSpace& space, std::vector<PageMove>
 
 void Transit::remap_to_host(space::AddressSpace& space, std::vector<PageMove>& moves) {
   const util::HostTime remapping(&stats_.remap_ms);
-  for (PageMove& m : moves) m.moved = static_cast<bool>(space.move_to_host(*m.reservation, m.page, m.host));
+  std::vector<space::AddressSpace::PageMoveRef> refs;
+  refs.reserve(moves.size());
+  for (const PageMove& m : moves) refs.push_back({m.reservation, m.page, m.host, nullptr, {}});
+  space.move_to_host(refs);
+  for (std::size_t i = 0; i < moves.size(); ++i) moves[i].moved = static_cast<bool>(refs[i].status);
 }
 
 std::size_t Transit::to_device(space::AddressSpace& space, std::vector<PageMove>& moves) {
@@ -280,11 +284,19 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   }
   {
     const util::HostTime remapping(&stats_.remap_ms);
+    std::vector<space::AddressSpace::PageMoveRef> refs;
+    std::vector<PageMove*> raw;
+    refs.reserve(moves.size());
+    raw.reserve(moves.size());
     for (PageMove& m : moves) {
       if (m.host->compressed) continue;  // remapped before the gate
-      space::HostPage* released = nullptr;
-      m.moved = static_cast<bool>(space.move_to_device(*m.reservation, m.page, &released));
-      if (m.moved) pending.pages.push_back(released);
+      refs.push_back({m.reservation, m.page, nullptr, nullptr, {}});
+      raw.push_back(&m);
+    }
+    space.move_to_device(refs);
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      raw[i]->moved = static_cast<bool>(refs[i].status);
+      if (raw[i]->moved) pending.pages.push_back(refs[i].released);
     }
   }
   guard.open_now();

@@ -189,6 +189,7 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["maps"] = s.maps;
   out["unmaps"] = s.unmaps;
   out["parked_reuses"] = s.parked_reuses;
+  out["access_grants"] = s.access_grants;
   out["page_creates"] = s.page_creates;
   out["page_releases"] = s.page_releases;
   out["trims"] = s.trims;

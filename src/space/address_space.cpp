@@ -276,9 +276,12 @@ util::Status AddressSpace::park(Reservation& r, std::size_t p, const PendingUse&
   return util::Status::success();
 }
 
-util::Status AddressSpace::map_spare(Reservation& r, std::size_t p) {
+util::Status AddressSpace::map_spare(Reservation& r, std::size_t p, PhysicalPage* preferred) {
   PhysicalPage* physical = nullptr;
-  if (!spares_.empty()) {
+  if (preferred != nullptr && preferred->is_spare()) {
+    physical = preferred;
+    take_spare(physical);
+  } else if (!spares_.empty()) {
     physical = spares_.back();
     take_spare(physical);
   } else {
@@ -426,6 +429,7 @@ util::Status AddressSpace::grant_access(std::uintptr_t address, std::size_t byte
   };
   add(device_);
   for (std::uint64_t rest = peers(); rest != 0; rest &= rest - 1) add(std::countr_zero(rest));
+  counters_.access_grants++;
   return driver::check(api_.memSetAccess(address, bytes, access.data(), count), "cuMemSetAccess");
 }
 
@@ -474,41 +478,92 @@ util::Status AddressSpace::set_peer_access(int device, bool enabled) {
 }
 
 util::Status AddressSpace::move_to_host(Reservation& r, std::size_t p, HostPage* host) {
+  PageMoveRef move{&r, p, host, nullptr, {}};
+  move_to_host(std::span<PageMoveRef>(&move, 1));
+  return move.status;
+}
+
+void AddressSpace::move_to_host(std::span<PageMoveRef> moves) {
+  std::vector<MoveStage> stages(moves.size());
+  std::vector<PhysicalPage*> device_pages(moves.size());
+  for (std::size_t i = 0; i < moves.size(); ++i) stages[i] = start_to_host(moves[i], &device_pages[i]);
+  std::vector<util::Status> granted(moves.size());
+  grant_runs(moves, stages, granted);
+  for (std::size_t i = 0; i < moves.size(); ++i) finish_to_host(moves[i], stages[i], device_pages[i], granted[i]);
+}
+
+AddressSpace::MoveStage AddressSpace::start_to_host(PageMoveRef& m, PhysicalPage** device_page) {
+  Reservation& r = *m.reservation;
+  PageEntry& entry = r.page(m.page);
+  if (r.is_chunk() || entry.residency != Residency::device || m.host == nullptr) {
+    m.status = {util::Error::invalid_value, "page is not on the device"};
+    return MoveStage::refused;
+  }
+  *device_page = entry.physical;
+  if (m.status = unmap_at(r, m.page); !m.status) return MoveStage::refused;  // the device page becomes spare
+  if (m.host->compressed) return MoveStage::unmapped;  // nothing to map: the address stays unmapped
+  m.status = driver::check(api_.memMap(r.page_address(m.page), page_size_, 0, m.host->handle, 0), "cuMemMap");
+  if (!m.status) return MoveStage::failed;
+  counters_.maps++;
+  return MoveStage::mapped;
+}
+
+void AddressSpace::finish_to_host(PageMoveRef& m, MoveStage stage, PhysicalPage* device_page, util::Status granted) {
+  if (stage == MoveStage::refused) return;
+  Reservation& r = *m.reservation;
+  const std::size_t p = m.page;
   PageEntry& entry = r.page(p);
-  if (r.is_chunk() || entry.residency != Residency::device || host == nullptr) {
-    return {util::Error::invalid_value, "page is not on the device"};
-  }
   const std::uintptr_t address = r.page_address(p);
-  if (auto s = unmap_at(r, p); !s) return s;                   // the device page becomes spare, last on the list
-  util::Status s = host->compressed ? util::Status::success()  // nothing to map: the address stays unmapped
-                                    : driver::check(api_.memMap(address, page_size_, 0, host->handle, 0), "cuMemMap");
-  if (s && !host->compressed) {
-    counters_.maps++;
-    s = grant_access(address, page_size_);
-    if (!s) {
-      if (driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) {
-        counters_.unmaps++;
-      } else {
-        // Neither usable nor removable: the page is lost to the pool, the
-        // bytes are not (they are in `host` and in the device page).
-        entry.host = host;
-        host->current = {&r, p};
-        host_pages_++;
-        r.set_residency(p, Residency::broken);
-        return s;
-      }
+  if (stage == MoveStage::mapped && !granted) {
+    m.status = granted;
+    if (!driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap")) {
+      // Neither usable nor removable: the page is lost to the pool, the
+      // bytes are not (they are in the host page and in the device page).
+      entry.host = m.host;
+      m.host->current = {&r, p};
+      host_pages_++;
+      r.set_residency(p, Residency::broken);
+      return;
     }
+    counters_.unmaps++;
+    stage = MoveStage::failed;
   }
-  if (!s) {
+  if (stage == MoveStage::failed) {
     // The device page still holds the bytes: it goes back where it was.
-    if (auto back_again = map_spare(r, p); back_again) (void)grant_access(address, page_size_);
-    return s;
+    if (auto back_again = map_spare(r, p, device_page); back_again) (void)grant_access(address, page_size_);
+    return;
   }
-  entry.host = host;
-  host->current = {&r, p};
+  entry.host = m.host;
+  m.host->current = {&r, p};
   host_pages_++;
   r.set_residency(p, Residency::host);
-  return util::Status::success();
+  m.status = util::Status::success();
+}
+
+void AddressSpace::grant_runs(std::span<PageMoveRef> moves, const std::vector<MoveStage>& stages,
+                              std::vector<util::Status>& granted) {
+  std::size_t i = 0;
+  while (i < moves.size()) {
+    if (stages[i] != MoveStage::mapped) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i + 1;  // the run: adjacent pages of one reservation, each mapped
+    while (end < moves.size() && stages[end] == MoveStage::mapped &&
+           moves[end].reservation == moves[end - 1].reservation && moves[end].page == moves[end - 1].page + 1) {
+      ++end;
+    }
+    const util::Status s = grant_access(moves[i].reservation->page_address(moves[i].page), (end - i) * page_size_);
+    for (std::size_t k = i; k < end; ++k) {
+      if (s || end - i == 1) {
+        granted[k] = s;
+        continue;
+      }
+      // One page of the run may be what failed: each on its own.
+      granted[k] = grant_access(moves[k].reservation->page_address(moves[k].page), page_size_);
+    }
+    i = end;
+  }
 }
 
 util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPage* replacement, HostPage** released) {
@@ -560,29 +615,63 @@ util::Status AddressSpace::swap_host_page(Reservation& r, std::size_t p, HostPag
 }
 
 util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPage** released) {
-  PageEntry& entry = r.page(p);
+  PageMoveRef move{&r, p, nullptr, nullptr, {}};
+  move_to_device(std::span<PageMoveRef>(&move, 1));
+  if (move.status) *released = move.released;
+  return move.status;
+}
+
+void AddressSpace::move_to_device(std::span<PageMoveRef> moves) {
+  std::vector<MoveStage> stages(moves.size());
+  std::vector<HostPage*> hosts(moves.size());
+  for (std::size_t i = 0; i < moves.size(); ++i) stages[i] = start_to_device(moves[i], &hosts[i]);
+  std::vector<util::Status> granted(moves.size());
+  grant_runs(moves, stages, granted);
+  for (std::size_t i = 0; i < moves.size(); ++i) finish_to_device(moves[i], stages[i], hosts[i], granted[i]);
+}
+
+AddressSpace::MoveStage AddressSpace::start_to_device(PageMoveRef& m, HostPage** host_page) {
+  Reservation& r = *m.reservation;
+  PageEntry& entry = r.page(m.page);
   HostPage* host = entry.host;
-  if (host == nullptr || entry.residency != Residency::host)
-    return {util::Error::invalid_value, "page is not on the host"};
-  if (spares_.empty() && available_pages() == 0) return {util::Error::out_of_memory, "device budget exhausted"};
-  const std::uintptr_t address = r.page_address(p);
+  *host_page = host;
+  if (host == nullptr || entry.residency != Residency::host) {
+    m.status = {util::Error::invalid_value, "page is not on the host"};
+    return MoveStage::refused;
+  }
+  if (spares_.empty() && available_pages() == 0) {
+    m.status = {util::Error::out_of_memory, "device budget exhausted"};
+    return MoveStage::refused;
+  }
   if (!host->compressed) {
-    if (auto s = driver::check(api_.memUnmap(address, page_size_), "cuMemUnmap"); !s) return s;
+    m.status = driver::check(api_.memUnmap(r.page_address(m.page), page_size_), "cuMemUnmap");
+    if (!m.status) return MoveStage::refused;
     counters_.unmaps++;
   }
   entry.host = nullptr;
-  r.set_residency(p, Residency::unmapped);
-  util::Status s = map_spare(r, p);
+  r.set_residency(m.page, Residency::unmapped);
+  m.status = map_spare(r, m.page);
+  return m.status ? MoveStage::mapped : MoveStage::failed;
+}
+
+void AddressSpace::finish_to_device(PageMoveRef& m, MoveStage stage, HostPage* host, util::Status granted) {
+  if (stage == MoveStage::refused) return;
+  Reservation& r = *m.reservation;
+  const std::size_t p = m.page;
+  PageEntry& entry = r.page(p);
+  const std::uintptr_t address = r.page_address(p);
+  util::Status s = m.status;
   bool unmapped = true;
-  if (s) {
-    s = grant_access(address, page_size_);
-    if (!s) unmapped = static_cast<bool>(unmap_at(r, p));  // back to spare
+  if (stage == MoveStage::mapped && !granted) {
+    s = granted;
+    unmapped = static_cast<bool>(unmap_at(r, p));  // back to spare
   }
+  m.status = s;
   if (!s && host->compressed && unmapped) {
     // Its bytes are still in their stream: it stays compressed, unmapped.
     entry.host = host;
     r.set_residency(p, Residency::host);
-    return s;
+    return;
   }
   if (!s && host->compressed) {
     // A device page no access reaches is stuck there: the page is lost to
@@ -591,7 +680,8 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
     host_pages_--;
     released_host_.push_back(host);
     r.set_residency(p, Residency::broken);
-    return {util::Error::driver_error, "a page could not be mapped back after a failed move"};
+    m.status = {util::Error::driver_error, "a page could not be mapped back after a failed move"};
+    return;
   }
   if (!s) {
     // The host page still holds the bytes: it goes back where it was.
@@ -601,17 +691,17 @@ util::Status AddressSpace::move_to_device(Reservation& r, std::size_t p, HostPag
       host->current = {};
       host_pages_--;
       released_host_.push_back(host);
-      return {util::Error::driver_error, "a page could not be mapped back after a failed move"};
+      m.status = {util::Error::driver_error, "a page could not be mapped back after a failed move"};
+      return;
     }
     counters_.maps++;
     entry.host = host;
     r.set_residency(p, grant_access(address, page_size_) ? Residency::host : Residency::broken);
-    return s;
+    return;
   }
   host->current = {};
   host_pages_--;
-  *released = host;
-  return util::Status::success();
+  m.released = host;
 }
 
 std::size_t AddressSpace::release_spares(std::size_t bytes) {

@@ -71,6 +71,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "maps",
                           "unmaps",
                           "parked_reuses",
+                          "access_grants",
                           "trims",
                           "spare_bytes",
                           "deferred_bytes",
