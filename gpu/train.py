@@ -39,6 +39,7 @@ def device_used(torch):
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
         except Exception:
             handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        pynvml.nvmlDeviceGetMemoryInfo(handle)  # some setups (vGPU, MIG) refuse it: None then
         return lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
     except Exception:
         return None

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "kernels/kernels.hpp"
@@ -78,18 +79,18 @@ void report_malformed_stream(const codec::PageTask& task, std::uint32_t chunk) {
   }
 }
 
-// The offset of the first chunk whose payload the prefix at `prefix_at`
-// places off a 4-byte word, before the payloads, past `end` or before the
-// chunk ahead of it; 0 when every chunk is in place.
-std::uint32_t first_misplaced_chunk(std::uint64_t prefix_at, std::uint32_t chunks, std::uint32_t payloads,
-                                    std::uint32_t end) {
+// The first chunk offset in the prefix at `prefix_at` that places a payload
+// off a 4-byte word, before the payloads, past `end` or before the chunk
+// ahead of it; nothing when every chunk is in place.
+std::optional<std::uint32_t> first_misplaced_offset(std::uint64_t prefix_at, std::uint32_t chunks,
+                                                    std::uint32_t payloads, std::uint32_t end) {
   std::uint32_t last = payloads;
   for (std::uint32_t chunk = 0; chunk <= chunks; ++chunk) {
     const std::uint32_t at = reference_offset(prefix_at, chunk);
-    if (at % 4 != 0 || at < last || at > end) return at == 0 ? 1 : at;
+    if (at % 4 != 0 || at < last || at > end) return at;
     last = at;
   }
-  return 0;
+  return std::nullopt;
 }
 
 // A fault the listing found before the kernel ran: counted, the first
@@ -156,8 +157,10 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
                         std::uint64_t{chunks} * codec::kChunkBytes, false, codec::element_bytes(c)});
     regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, true, 4});
     // Each chunk's payload is stored in 4-byte words at its offset.
-    if (const std::uint32_t at = first_misplaced_chunk(task.table, chunks, prefix, end); at != 0) {
-      regions->push_back({static_cast<std::uintptr_t>(task.stream) + at, 4, 0, true, 4, at % 4 == 0});
+    if (const auto at = first_misplaced_offset(task.table, chunks, prefix, end)) {
+      // Off a word: misaligned; on one but out of place: a stray write.
+      const bool aligned = *at % 4 == 0;
+      regions->push_back({static_cast<std::uintptr_t>(task.stream) + *at, 4, 0, true, aligned ? 1U : 4U, aligned});
     }
     if (!run) continue;
     std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
@@ -168,7 +171,8 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
       const std::uint32_t length = codec::reference_pack(c, reinterpret_cast<const void*>(from), payload.data());
       if (length > reference_offset(task.table, chunk + 1) - at) {
         // Offsets from counts of other data: the GPU's kernel would write
-        // over the next chunk's payload or past the stream.
+        // over the next chunk's payload or past the stream. The sim stops
+        // here; what it wrote before is in the stream's own bytes.
         report_overrun(task, chunk);
         return;
       }

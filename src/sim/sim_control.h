@@ -126,10 +126,11 @@ uint64_t tidepool_sim_access_faults(void);
  * kernel faults with CUDA_ERROR_MISALIGNED_ADDRESS, sticky: the sim skips
  * it, prints one line to stderr at the first, and answers synchronisations
  * with that error (or CUDA_ERROR_ILLEGAL_ADDRESS after another fault). A
- * pack whose offsets leave its stream's payloads, or give a chunk less room
- * than its payload (offsets planned from other counts), counts among
- * tidepool_sim_access_faults: a GPU writes those bytes where the sim cannot
- * tell, so the sim faults rather than writing them. */
+ * pack whose offsets leave its stream's payloads counts among
+ * tidepool_sim_access_faults, and writes nothing: a GPU writes those bytes
+ * where the sim cannot tell. So does a pack that finds a chunk longer than
+ * its room (offsets planned from other counts), found as it runs: it stops
+ * there, having written only inside its stream. */
 uint64_t tidepool_sim_misaligned_faults(void);
 
 #ifdef __cplusplus

@@ -152,6 +152,20 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
   const std::vector<unsigned char> expected = testing::reference_stream(data, Codec::zero32);
   EXPECT_EQ(std::memcmp(host, expected.data(), expected.size()), 0);
+
+  // Counted over again on a page of zeros, the offsets are 0: on a word
+  // but before the payloads, a stray write (illegal address), not a
+  // misaligned one.
+  std::memset(host, 0xA5, room + 8);
+  ASSERT_EQ(api.memsetD8(page, 0, kPage), CUDA_SUCCESS);
+  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  ASSERT_TRUE(codec.pack(&p, 1, nullptr));
+  EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(access(), 1U);
+  EXPECT_EQ(misaligned(), 0U);
+  EXPECT_TRUE(untouched());
+  clear();
   (void)api.memFreeHost(host);
   (void)api.memFree(page);
 }
