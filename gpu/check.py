@@ -119,6 +119,10 @@ def hotpath(d):
     preload = last_json_line(os.path.join(d, "preload.out")) or {}
     py = last_json_line(os.path.join(d, "python.out")) or {}
     figures = {"c_native": native, "c_preload": preload, "python": py}
+    # The driver work behind the preloaded pairs (both kinds), from its report.
+    dev = ((load_json(os.path.join(d, "preload.report.json"), {}) or {}).get("devices") or [{}])[0]
+    figures["c_preload_report"] = {k: dev.get(k) for k in ("allocations", "frees", "device_barriers", "maps",
+                                                           "unmaps", "access_grants", "peak_reserved_bytes")}
     others = [native.get(k) for k in ("cudaMalloc_ns", "cudaMallocAsync_ns") if native.get(k)]
     if others and native.get("tidepool_capi_ns"):
         figures["speedup_capi_vs_best_c"] = min(others) / native["tidepool_capi_ns"]
@@ -149,6 +153,10 @@ def train(d):
     figures, ok = {}, True
     for model in ("gpt", "resnet50"):
         runs = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("native", "preload", "tidepool")}
+        # free_barrier:off, where this bundle ran it: checked as the others, missing in older results.
+        nobarrier = last_json_line(os.path.join(d, f"{model}.preload_nobarrier.out"))
+        if nobarrier is not None:
+            runs["preload_nobarrier"] = nobarrier
         peers = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("expandable", "async")}
         base = runs["native"]
         rows = {}
@@ -197,6 +205,12 @@ def train(d):
                 rows[mode][f"vs_{peer}"] = {
                     "step_time": run["step_ms_median"] / ref["step_ms_median"] if ref.get("step_ms_median") else None,
                     "peak_used": mine / theirs if mine and theirs else None}
+        # Issue 28: the device barrier's peak reserved within 2% of free_barrier:off's, at the same step time.
+        off = rows.get("preload_nobarrier")
+        if off and rows.get("preload", {}).get("tidepool_peak_reserved_bytes") and off.get("tidepool_peak_reserved_bytes"):
+            rows["preload"]["vs_free_barrier_off"] = {
+                "peak_reserved": rows["preload"]["tidepool_peak_reserved_bytes"] / off["tidepool_peak_reserved_bytes"],
+                "step_time": rows["preload"]["step_ms_median"] / off["step_ms_median"] if off.get("step_ms_median") else None}
         for peer, ref in peers.items():
             rows[peer] = ref and {k: ref.get(k) for k in ("step_ms_median", "peak_used_bytes_device",
                                                           "peak_used_bytes_meminfo", "max_memory_reserved")}

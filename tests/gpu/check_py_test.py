@@ -169,6 +169,10 @@ def main():
                   {"library": None, "owner": "not known", "live_at_peak_bytes": 1}]
         write(f"{d}/resnet50.preload.report.json",
               json.dumps({"devices": [{"peak_reserved_bytes": 6e9, "owners": owners}]}))
+        # free_barrier:off on resnet50 only (older results have none).
+        line = json.loads(train_line([2.5, 2.0], 97.0).splitlines()[1])
+        write(f"{d}/resnet50.preload_nobarrier.out", json.dumps(line) + "\n")
+        write(f"{d}/resnet50.preload_nobarrier.report.json", json.dumps({"devices": [{"peak_reserved_bytes": 5.9e9}]}))
         rc, figures = check("train", d)
         assert rc == 0, figures
         assert figures["resnet50"]["preload"]["owners_at_peak"] == [
@@ -179,6 +183,9 @@ def main():
         assert abs(vs["vs_expandable"]["peak_used"] - 6 / 7) < 1e-9 and abs(vs["vs_async"]["step_time"] - 98 / 105) < 1e-9, vs
         assert figures["gpt"]["expandable"]["step_ms_median"] == 101.0, figures["gpt"]
         assert figures["gpt"]["preload"]["vs_native"]["peak_used"] is None, "no NVML: no preloaded memory ratio"
+        off = figures["resnet50"]["preload"]["vs_free_barrier_off"]
+        assert abs(off["peak_reserved"] - 6 / 5.9) < 1e-9 and abs(off["step_time"] - 98 / 97) < 1e-9, off
+        assert "vs_free_barrier_off" not in figures["gpt"]["preload"], figures["gpt"]["preload"]
         assert abs(figures["gpt"]["tidepool"]["vs_native"]["peak_used"] - 6.2 / 8) < 1e-9, figures["gpt"]["tidepool"]
 
     def ipc_dir(d, runs):  # name: (rc, JSON line or None)
