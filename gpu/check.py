@@ -298,7 +298,9 @@ def residency(d, steps=None):
                    "pin_calls": dev.get("pin_calls"), "sync_pins": dev.get("sync_pins"),
                    "host_cache_peak_bytes": dev.get("host_cache_peak_bytes"),
                    "to_host_gbps": dev.get("to_host_gbps"), "to_device_gbps": dev.get("to_device_gbps"),
-                   "learned_period": dev.get("learned_period")}
+                   "learned_period": dev.get("learned_period"), "learned_launches": dev.get("learned_launches"),
+                   "learned_candidates": dev.get("learned_candidates"), "access_grants": dev.get("access_grants"),
+                   "maps": dev.get("maps"), "unmaps": dev.get("unmaps")}
             for key in MOVE_KEYS:
                 if dev.get(key) is not None:
                     row[key + "_per_step"] = dev[key] / steps

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tidepool::residency {
@@ -53,6 +54,15 @@ class LaunchSchedule {
   [[nodiscard]] std::uint64_t launches() const noexcept { return next_; }
   // 0 until a period is confirmed.
   [[nodiscard]] std::uint64_t period() const noexcept { return period_; }
+  // The periods being tried, each with the launches in a row it has
+  // matched (a period is confirmed once its run reaches it): why a program
+  // has no period, when it has none. Empty slots are {0, 0}.
+  static constexpr std::size_t kCandidates = 8;
+  [[nodiscard]] std::array<std::pair<std::uint64_t, std::uint64_t>, kCandidates> candidates() const noexcept {
+    std::array<std::pair<std::uint64_t, std::uint64_t>, kCandidates> out{};
+    for (std::size_t i = 0; i < kCandidates; ++i) out[i] = {candidates_[i].period, candidates_[i].run};
+    return out;
+  }
   // The index of the launch predicted to use `id` next; kUnknown without a
   // prediction (no period, a block not seen in a launch, a mismatch). A
   // block last step's counterpart never used again gets launches() + period.
@@ -100,7 +110,6 @@ class LaunchSchedule {
   std::vector<Launch> ring_;
   std::uint64_t next_ = 0;
   std::uint64_t period_ = 0;
-  static constexpr std::size_t kCandidates = 8;
   static constexpr std::size_t kWindow = 8;  // kernels hashed to propose a period
   std::array<Candidate, kCandidates> candidates_{};
   std::uint64_t window_hash_ = 0;

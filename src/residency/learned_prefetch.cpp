@@ -22,6 +22,8 @@ bool LearnedPrefetch::record(std::uintptr_t kernel, const pool::LaunchedBlock* b
   {
     std::lock_guard<std::mutex> guard(stats_lock_);
     counters_.period = schedule_.period();
+    counters_.launches = schedule_.launches();
+    counters_.candidates = schedule_.candidates();
   }
   if (blind_ || schedule_.period() == 0 || !all_blocks) return false;
   current_.clear();

@@ -31,6 +31,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +56,9 @@ struct LearnedStats {
   std::uint64_t precopies_used = 0;
   std::uint64_t evictions = 0;  // precopies committed by an eviction
   std::uint64_t evicted_bytes = 0;
-  std::uint64_t period = 0;  // launches per step, once found
+  std::uint64_t period = 0;    // launches per step, once found
+  std::uint64_t launches = 0;  // launches recorded
+  std::array<std::pair<std::uint64_t, std::uint64_t>, LaunchSchedule::kCandidates> candidates{};  // period, run
 };
 
 class LearnedPrefetch {

@@ -288,6 +288,8 @@ void Residency::complete_stats(const LearnedStats& learned, const HostCacheStats
   s->evictions += learned.evictions;
   s->evicted_bytes += learned.evicted_bytes;
   s->learned_period = learned.period;
+  s->learned_launches = learned.launches;
+  s->learned_candidates = learned.candidates;
   s->launch_prefetches = launch_prefetches_.load(std::memory_order_relaxed);
   s->host_resident_launches = host_resident_launches_.load(std::memory_order_relaxed);
   s->host_cache_bytes = cache.held_bytes;

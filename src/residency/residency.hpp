@@ -19,6 +19,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -26,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -82,6 +84,10 @@ struct ResidencyStats {
   std::uint64_t precopies = 0;           // blocks copied out ahead of a predicted eviction
   std::uint64_t precopies_used = 0;      // of them, evicted without another copy
   std::uint64_t learned_period = 0;      // launches per step, once found
+  std::uint64_t learned_launches = 0;    // launches the schedule recorded
+  // The periods prefetch:learn was trying at the last launch, with how many
+  // launches in a row each had matched ({0, 0}: an empty slot).
+  std::array<std::pair<std::uint64_t, std::uint64_t>, LaunchSchedule::kCandidates> learned_candidates{};
   std::uint64_t failed_moves = 0;
   std::uint64_t host_cache_full = 0;  // evictions cut short by the host cache's bound
   // Host time, on the threads that moved pages: waiting for the device,

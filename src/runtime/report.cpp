@@ -222,6 +222,14 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["failed_page_moves"] = r.failed_moves;
   out["tracked_moves"] = r.tracked_moves;
   out["learned_period"] = r.learned_period;
+  out["learned_launches"] = r.learned_launches;
+  {
+    Json tried = Json::array();
+    for (const auto& [period, run] : r.learned_candidates) {
+      if (period != 0) tried.push_back({period, run});
+    }
+    out["learned_candidates"] = std::move(tried);
+  }
   out["learned_prefetches"] = r.learned_prefetches;
   out["precopies"] = r.precopies;
   out["precopies_used"] = r.precopies_used;

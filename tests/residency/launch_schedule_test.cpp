@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "residency/training_steps.hpp"
@@ -21,6 +22,10 @@ TEST(LaunchSchedule, FindsTheStepOfARepeatingSequenceOfOneKernel) {
   (void)steps.step(s);
   (void)steps.step(s);
   EXPECT_EQ(s.period(), 20u);
+  // The report's learned_candidates: the step among the periods tried,
+  // matched for at least a whole step.
+  const auto tried = s.candidates();
+  EXPECT_TRUE(std::any_of(tried.begin(), tried.end(), [](const auto& c) { return c.first == 20 && c.second >= 20; }));
 }
 
 TEST(LaunchSchedule, PredictsTheBackwardUseOfEachActivationAndTheWeightsNextStep) {
@@ -90,6 +95,11 @@ TEST(LaunchSchedule, ANonRepeatingProgramFindsNoPeriodAndStaysBounded) {
     s.record(0x1000 + (i * 7919) % 100003, &b, 1);
   }
   EXPECT_EQ(s.period(), 0u);
+  for (const auto& [period, run] : s.candidates()) {
+    if (period != 0) {
+      EXPECT_LT(run, period) << "no period tried has matched a whole one";
+    }
+  }
   EXPECT_EQ(s.next_use(5), LaunchSchedule::kUnknown);
   std::vector<ScheduledBlock> next;
   s.upcoming(8, &next);

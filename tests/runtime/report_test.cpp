@@ -103,6 +103,8 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "residency_fallbacks",
                           "tracked_moves",
                           "learned_period",
+                          "learned_launches",
+                          "learned_candidates",
                           "learned_prefetches",
                           "precopies",
                           "precopies_used",
