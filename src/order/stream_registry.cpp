@@ -70,7 +70,7 @@ CUevent StreamRegistry::barrier_event(CUevent* slot) {
   return *slot;
 }
 
-bool StreamRegistry::device_gate(CUcontext context, const std::function<bool()>& on_legacy) {
+bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUstream* ends_on)>& on_legacy) {
   if (!complete() || api_.streamWaitEvent == nullptr) return false;
   std::lock_guard<std::mutex> creations(creation_lock_);
   std::vector<CUstream> non_blocking;
@@ -96,9 +96,11 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool()>&
     if (r->finished()) continue;
     if (!r->recorded() || api_.streamWaitEvent(nullptr, r->event(), 0) != CUDA_SUCCESS) return false;
   }
-  if (on_legacy && !on_legacy()) return false;
+  CUstream ends_on = nullptr;
+  if (on_legacy && !on_legacy(&ends_on)) return false;
   CUevent after = barrier_event(&barrier.after);
-  if (after == nullptr || api_.eventRecord(after, nullptr) != CUDA_SUCCESS) return false;
+  if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return false;
+  if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return false;
   for (CUstream s : non_blocking) {
     if (api_.streamWaitEvent(s, after, 0) != CUDA_SUCCESS) return false;
   }

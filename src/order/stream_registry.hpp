@@ -106,8 +106,14 @@ class StreamRegistry {
   // gate, on any stream of the context, runs after it. The residency layer
   // queues its copies and a wait on a host-written flag here, so that no
   // work touches a page while the host remaps it. False from `on_legacy`
-  // stops the gate (false returned).
-  bool device_gate(CUcontext context, const std::function<bool()>& on_legacy);
+  // stops the gate (false returned). `on_legacy` may name, through its
+  // argument, a stream of its own whose queued work the gate ends with: the
+  // barrier event is then recorded there, and the legacy stream waits for it
+  // like every other stream. A gate whose work waits for the host (a flag)
+  // puts that wait there, so that the host queues nothing on the legacy
+  // stream behind it: another thread filling the legacy stream's queue
+  // behind a wait only this host can end would block this host for good.
+  bool device_gate(CUcontext context, const std::function<bool(CUstream* ends_on)>& on_legacy);
   static constexpr std::size_t kMaxBarrierStreams = 32;
   // Whether a stream of `context` (the current one) may be capturing: the
   // legacy stream (or a blocking stream, which it reports), or a live

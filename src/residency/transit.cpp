@@ -24,6 +24,9 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
       !s) {
     return s;
   }
+  if (auto s = driver::check(api.streamCreate(&transit->gate_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); !s) {
+    return s;
+  }
   transit->joined_ = transit->events_.take();
   transit->copied_ = transit->events_.take();
   if (transit->joined_ == nullptr || transit->copied_ == nullptr) {
@@ -53,11 +56,13 @@ Transit::~Transit() {
   (void)reap(true);
   if (to_host_stream_ != nullptr) (void)api_.streamSynchronize(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamSynchronize(to_device_stream_);
+  if (gate_stream_ != nullptr) (void)api_.streamSynchronize(gate_stream_);
   events_.clear();
   if (joined_ != nullptr) (void)api_.eventDestroy(joined_);
   if (copied_ != nullptr) (void)api_.eventDestroy(copied_);
   if (to_host_stream_ != nullptr) (void)api_.streamDestroy(to_host_stream_);
   if (to_device_stream_ != nullptr) (void)api_.streamDestroy(to_device_stream_);
+  if (gate_stream_ != nullptr) (void)api_.streamDestroy(gate_stream_);
   if (flag_ != nullptr) (void)api_.memFreeHost(const_cast<std::uint32_t*>(flag_));
 }
 
@@ -115,16 +120,21 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
                             const std::vector<CUevent>& fills) {
   if (flag_ == nullptr) return false;
   const std::uint32_t generation = next_generation();
-  bool waiting = false;  // the legacy stream waits for the flag: it must be opened
-  // Opens the flag on every way out once the legacy stream waits for it,
+  bool waiting = false;  // the gate stream waits for the flag: it must be opened
+  // Opens the flag on every way out once the gate stream waits for it,
   // an exception included: a gate left shut stops the device for good.
   OpenOnExit guard{this, generation, &waiting};
-  const bool gate = registry_.device_gate(context_, [&] {
-    // The wait goes right behind the join record, before the copies, so
-    // that as little as possible can be queued between the two.
-    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
-    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting || api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
+  const bool gate = registry_.device_gate(context_, [&](CUstream* ends_on) {
+    // The gate ends on the gate stream, after the flag: every stream's later
+    // work waits for it, and the host queues nothing behind the flag.
+    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(gate_stream_, joined_, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+    waiting = api_.streamWaitValue32(gate_stream_, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    if (!waiting) return false;
+    *ends_on = gate_stream_;
+    if (api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
     for (CUevent fill : fills) {
       if (api_.streamWaitEvent(to_host_stream_, fill, 0) != CUDA_SUCCESS) return false;
     }
@@ -246,10 +256,17 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   const std::uint32_t generation = next_generation();
   bool waiting = false;
   OpenOnExit guard{this, generation, &waiting};
-  const bool gate = registry_.device_gate(context_, [&] {
-    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS) return false;
-    waiting = api_.streamWaitValue32(nullptr, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting || api_.eventRecord(pending.start, nullptr) != CUDA_SUCCESS ||
+  const bool gate = registry_.device_gate(context_, [&](CUstream* ends_on) {
+    // The gate stream waits for the flag and then for the fills: the gate
+    // ends there, and the host queues nothing on the legacy stream behind it.
+    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(gate_stream_, joined_, 0) != CUDA_SUCCESS) {
+      return false;
+    }
+    waiting = api_.streamWaitValue32(gate_stream_, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    if (!waiting) return false;
+    *ends_on = gate_stream_;
+    if (api_.eventRecord(pending.start, gate_stream_) != CUDA_SUCCESS ||
         api_.streamWaitEvent(to_device_stream_, pending.start, 0) != CUDA_SUCCESS) {
       return false;
     }
@@ -262,7 +279,7 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
       if (!fill(to, *m.host, to_device_stream_)) return false;
     }
     return api_.eventRecord(pending.done, to_device_stream_) == CUDA_SUCCESS &&
-           api_.streamWaitEvent(nullptr, pending.done, 0) == CUDA_SUCCESS;
+           api_.streamWaitEvent(gate_stream_, pending.done, 0) == CUDA_SUCCESS;
   });
   bool joined = false;
   if (gate) {
@@ -376,7 +393,7 @@ bool Transit::precopy_to_host(std::vector<PageMove>& moves, CUevent* start, CUev
   CUevent begun = events_.take();
   CUevent copied = events_.take();
   bool queued = false;  // some copy may be on the stream
-  const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&] {
+  const bool ordered = begun != nullptr && copied != nullptr && registry_.device_gate(context_, [&](CUstream*) {
     if (api_.eventRecord(begun, nullptr) != CUDA_SUCCESS ||
         api_.streamWaitEvent(to_host_stream_, begun, 0) != CUDA_SUCCESS) {
       return false;

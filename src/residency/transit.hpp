@@ -196,6 +196,10 @@ class Transit {
   std::size_t page_size_;
   CUstream to_host_stream_ = nullptr;
   CUstream to_device_stream_ = nullptr;
+  // Where a gate waits for its flag, and the gate ends (device_gate's
+  // `ends_on`): never the legacy stream, whose queue another thread may
+  // fill behind a wait only the host can end.
+  CUstream gate_stream_ = nullptr;
   volatile std::uint32_t* flag_ = nullptr;  // host view, written by the host only
   CUdeviceptr flag_device_ = 0;             // device view, waited on
   std::uint32_t generation_ = 0;

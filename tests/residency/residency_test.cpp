@@ -769,6 +769,63 @@ TEST_F(Residency, AMoveGrantsAccessOncePerRunOfPagesNotPerPage) {
   for (std::size_t i = 0; i < 16 * MiB; i += 4096) ASSERT_EQ(other[i], 0x32) << i;
 }
 
+// A gate waits for a flag only the host opens. The host must queue nothing
+// on the legacy stream behind that wait: another thread keeping the legacy
+// stream's queue full (as a GPU's holds about a thousand launches) would
+// leave the host waiting for room behind its own shut gate. The gate now
+// waits on a stream of its own; the legacy stream's last item of the gate
+// is a wait for the gate's end.
+TEST_F(Residency, AGateNeverQueuesBehindItsFlagOnTheLegacyStreamAnotherThreadFills) {
+  auto set_depth = testing::sim_control<void (*)(std::size_t)>("tidepool_sim_set_queue_depth");
+  auto depth_now = testing::sim_control<std::size_t (*)()>("tidepool_sim_queue_depth");
+  ASSERT_NE(set_depth, nullptr);
+  ASSERT_NE(depth_now, nullptr);
+  struct RestoreDepth {
+    void (*set)(std::size_t);
+    std::size_t depth;
+    ~RestoreDepth() { set(depth); }
+  } restore{set_depth, depth_now()};
+  make(8 * MiB);
+  auto a = allocator_->allocate(6 * MiB, 0, false);
+  ASSERT_TRUE(a.ok());
+  std::memset(reinterpret_cast<void*>(a.value()), 0x51, 6 * MiB);
+  CUdeviceptr other = 0;  // the flooding thread's own memory, no pool block
+  ASSERT_EQ(api().memAlloc(&other, 4096), CUDA_SUCCESS);
+  set_depth(8);
+  std::atomic<bool> done{false};
+  std::atomic<bool> stop{false};
+  std::jthread flood([&] {
+    driver::ScopedContext scope(api(), allocator_->context());
+    while (!stop) (void)api().memsetD8Async(other, 1, 4096, nullptr);
+  });
+  // A deadlock fails the test at once rather than hanging it.
+  std::jthread watchdog([&] {
+    for (int i = 0; i < 2000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done) {
+      std::fprintf(stderr, "a gate blocked the host behind its own flag: deadlock\n");
+      std::_Exit(3);
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    auto b = allocator_->allocate(6 * MiB, 0, false);  // a goes out through a gate
+    EXPECT_TRUE(b.ok()) << b.status().message();
+    // a comes back, b going out to make room.
+    const auto back = allocator_->pool().advise(a.value(), 6 * MiB, pool::Pool::Advice::will_need);
+    EXPECT_TRUE(back.ok()) << back.message();
+    if (b.ok()) {
+      EXPECT_TRUE(allocator_->deallocate(b.value(), 0, false).ok());
+    }
+  }
+  done = true;
+  stop = true;
+  flood.join();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_GT(allocator_->residency()->stats().gates, 20U) << "the moves went through gates";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(a.value());
+  for (std::size_t i = 0; i < 6 * MiB; i += 4096) ASSERT_EQ(bytes[i], 0x51) << i;
+  (void)api().memFree(other);
+}
+
 TEST_F(Residency, KeepResidentBlocksAreNeverEvicted) {
   make(8 * MiB);
   auto keep = allocator_->allocate(4 * MiB, 0, false);
