@@ -125,15 +125,7 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
   // an exception included: a gate left shut stops the device for good.
   OpenOnExit guard{this, generation, &waiting};
   const bool gate = registry_.device_gate(context_, [&](CUstream* ends_on) {
-    // The gate ends on the gate stream, after the flag: every stream's later
-    // work waits for it, and the host queues nothing behind the flag.
-    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(gate_stream_, joined_, 0) != CUDA_SUCCESS) {
-      return false;
-    }
-    waiting = api_.streamWaitValue32(gate_stream_, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting) return false;
-    *ends_on = gate_stream_;
+    if (!shut(generation, &waiting, ends_on)) return false;
     if (api_.streamWaitEvent(to_host_stream_, joined_, 0) != CUDA_SUCCESS) return false;
     for (CUevent fill : fills) {
       if (api_.streamWaitEvent(to_host_stream_, fill, 0) != CUDA_SUCCESS) return false;
@@ -167,6 +159,20 @@ bool Transit::gated_to_host(space::AddressSpace& space, std::vector<PageMove>& m
   time_copies(joined_, copied_, moves.size() * page_size_, true);
   remap_to_host(space, moves);
   stats_.gates++;
+  return true;
+}
+
+bool Transit::shut(std::uint32_t generation, bool* waiting, CUstream* ends_on) {
+  // The gate ends on the gate stream, after the flag: every stream's later
+  // work waits for it, and the host queues nothing on the legacy stream
+  // behind the flag.
+  if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
+      api_.streamWaitEvent(gate_stream_, joined_, 0) != CUDA_SUCCESS) {
+    return false;
+  }
+  *waiting = api_.streamWaitValue32(gate_stream_, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+  if (!*waiting) return false;
+  *ends_on = gate_stream_;
   return true;
 }
 
@@ -257,15 +263,8 @@ bool Transit::gated_to_device(space::AddressSpace& space, std::vector<PageMove>&
   bool waiting = false;
   OpenOnExit guard{this, generation, &waiting};
   const bool gate = registry_.device_gate(context_, [&](CUstream* ends_on) {
-    // The gate stream waits for the flag and then for the fills: the gate
-    // ends there, and the host queues nothing on the legacy stream behind it.
-    if (api_.eventRecord(joined_, nullptr) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(gate_stream_, joined_, 0) != CUDA_SUCCESS) {
-      return false;
-    }
-    waiting = api_.streamWaitValue32(gate_stream_, flag_device_, generation, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-    if (!waiting) return false;
-    *ends_on = gate_stream_;
+    // The gate stream then waits for the fills too: the gate ends after them.
+    if (!shut(generation, &waiting, ends_on)) return false;
     if (api_.eventRecord(pending.start, gate_stream_) != CUDA_SUCCESS ||
         api_.streamWaitEvent(to_device_stream_, pending.start, 0) != CUDA_SUCCESS) {
       return false;

@@ -152,6 +152,11 @@ class Transit {
   void settle_compressed(space::AddressSpace& space, std::vector<PageMove>& moves,
                          std::vector<space::HostPage*> released);
   void open(std::uint32_t generation) noexcept;
+  // Inside device_gate's hook: joins the legacy stream's work (`joined_`)
+  // and makes the gate stream wait for it and then for the flag of
+  // `generation`. Sets `waiting` once the flag wait is queued (the flag must
+  // then be opened) and names the gate stream in `ends_on`.
+  bool shut(std::uint32_t generation, bool* waiting, CUstream* ends_on);
   // Remaps each page to a device page now and queues the copy of its bytes
   // from its host page on the host-to-device stream; a page whose copy
   // cannot be queued is mapped back to its host page. Returns the host pages
