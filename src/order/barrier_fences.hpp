@@ -8,11 +8,14 @@
 // record made when the question is asked, at the tail of the queue, which
 // finishes only when the device has drained everything queued since.
 //
-// Pools with eviction on keep them (see promote_deferred_behind_barrier).
-// Keeping a few barriers' events lets a caller wait for the work before one
-// barrier and no more: the host waits, and the device runs on with whatever
-// was queued after that barrier (prefetch:learn's bring-backs use it to take
-// the pages of blocks freed a few launches ago).
+// A pool keeps one behind every barrier stitching makes (a request that
+// needs a parked page's old place back asks about that barrier's work, often
+// a step later), and behind the barriers that promote frees only with
+// eviction on (see promote_deferred_behind_barrier). Keeping a few barriers'
+// events lets a caller wait for the work before one barrier and no more: the
+// host waits, and the device runs on with whatever was queued after that
+// barrier (prefetch:learn's bring-backs use it to take the pages of blocks
+// freed a few launches ago).
 //
 // Not thread-safe: the owning pool's lock guards it; events come from and
 // return to the pool's EventCache, in the pool's context.

@@ -54,6 +54,14 @@ std::uint64_t Pool::barrier_for_stitching() {
   const std::uint64_t epoch = fences_.freed();
   barrier_epoch_ = epoch;
   stats_.stitching_barriers++;
+  // Stitching parks pages behind this barrier, and a request that needs one
+  // of their places back asks, often a step later, whether the work before
+  // it is done (wait_for_pages_in_the_way). A record behind the barrier
+  // answers that; without one, the answer is a record made at the tail of
+  // the queue when asked, and the host waits for everything queued since.
+  // Stitching barriers are few and off the hot path. (Promotion barriers
+  // get a record only with eviction on: promote_deferred_behind_barrier.)
+  barrier_fences_.recorded_barrier(epoch);
   return epoch;
 }
 

@@ -501,6 +501,62 @@ TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait)
   destroy_stream(s);
 }
 
+// Stream-ordered on the legacy stream, as a program allocating on its
+// default stream does: stitching takes the page of a block freed there while
+// its write is still queued, behind a barrier, and parks the old mapping.
+// Once that write is done (no one tells the pool), a request over the old
+// place must unmap the parked mapping. The record behind the stitching
+// barrier proves the write done, so the host waits for nothing; a record made
+// only when asked would sit behind the newer work now queued on the stream,
+// and the host would wait for all of it.
+TEST_F(StreamSafety, AStitchingBarrierAnswersForItsParkedPagesLaterWithoutAWait) {
+  use_barrier_allocator();
+  constexpr std::size_t kPage = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
+  auto freed = allocator_->allocate(kPage, 0, true);
+  auto kept = allocator_->allocate(kPage, 0, true);
+  ASSERT_TRUE(freed.ok() && kept.ok());
+  testing::Gate old_work;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &old_work, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, true).ok());
+  std::thread opener = open_if_still_shut(old_work);
+  // Three pages where two can be made: the freed block's is taken behind a
+  // barrier while the write is queued.
+  const pool::PoolStats stitched_before = allocator_->pool().stats();
+  auto big = allocator_->allocate(3 * kPage, 0, true);
+  const pool::PoolStats stitched_after = allocator_->pool().stats();
+  old_work.release();
+  opener.join();
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  ASSERT_EQ(stitched_after.stitching_barriers, stitched_before.stitching_barriers + 1);
+  while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();  // done; no one told the pool
+  // Newer work on the same stream stays queued.
+  testing::Gate new_work;
+  int elsewhere = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &new_work, &elsewhere, 2), CUDA_SUCCESS);
+  std::thread new_opener = open_later(new_work, 200);
+  ASSERT_TRUE(allocator_->deallocate(kept.value(), 0, true).ok());
+  const pool::PoolStats before = allocator_->pool().stats();
+  const std::uint64_t waits_before = host_waits();
+  auto again = allocator_->allocate(kPage, 0, true);
+  const std::uint64_t waits = host_waits() - waits_before;
+  const pool::PoolStats after = allocator_->pool().stats();
+  new_opener.join();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ(again.value(), freed.value()) << "the best fit is the old place, and no backed block could serve";
+  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
+  EXPECT_EQ(waits, 0u) << "waited for the newer work to prove the old write done";
+  EXPECT_LE(after.reserved_bytes, 4 * kPage);
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(elsewhere, 2);
+  EXPECT_TRUE(filled_with(again.value(), kPage, 0x33));
+  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+      << "a page was unmapped under a queued write";
+  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, true).ok());
+  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, true).ok());
+}
+
 // A range whose page stitching took (its old work still queued) needs it
 // back while that page lies idle where it went, under a free block: the page
 // comes back and its mapping here becomes current again, with no map, no
