@@ -58,10 +58,6 @@ using Clock = std::chrono::steady_clock;
 
 // Set in the children's environment: a process that has it is preloaded.
 constexpr const char* kChildMarker = "TIDEPOOL_LIVE_REPLAY_CHILD";
-// The children's sim streams hold about as much queued work as a GPU's
-// (about 1024 launches before one blocks), so the device lags the host no
-// further than on a GPU; a TIDEPOOL_SIM_QUEUE_DEPTH the user set wins.
-constexpr const char* kGpuQueueDepth = "TIDEPOOL_SIM_QUEUE_DEPTH=1024";
 
 struct Options {
   std::vector<std::string> modes;  // "device", "stream"
@@ -158,11 +154,7 @@ int parent_main(const Options& o) {
       if (o.json) args.emplace_back("--json");
       args.push_back(trace);
       std::string out;
-      std::vector<std::string> set;
-      if (const char* depth = std::getenv("TIDEPOOL_SIM_QUEUE_DEPTH"); depth == nullptr || *depth == '\0') {
-        set.emplace_back(kGpuQueueDepth);
-      }
-      const int status = run_child(args, kChildMarker, &out, set);
+      const int status = run_child(args, kChildMarker, &out);
       std::fputs(out.c_str(), stdout);
       std::fflush(stdout);
       if (status != 0) {

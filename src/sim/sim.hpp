@@ -354,12 +354,12 @@ struct State {
   // submits one more waits for room, as a GPU's work queue fills and a launch
   // then blocks (about a thousand kernels a stream, as observed on NVIDIA
   // GPUs): the device lags the host by about that much work at most.
-  // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth. 0, the default:
-  // unbounded, since a residency gate still queues a few items on the legacy
-  // stream behind its flag, which another thread's launches could fill first
-  // (docs/decisions.md). The lag models set it (bench_live_replay's
-  // children, tidepool-replay --lag-us), and residency_test_bounded_queue.
-  std::atomic<std::size_t> queue_depth{0};
+  // TIDEPOOL_SIM_QUEUE_DEPTH, tidepool_sim_set_queue_depth; 0: unbounded.
+  // Bounded by default, so that a program (a test, a replay, the preload)
+  // that would wait on a GPU for room behind work only it can release hangs
+  // here too, rather than pass on a device that lags without limit.
+  static constexpr std::size_t kGpuQueueDepth = 1024;
+  std::atomic<std::size_t> queue_depth{kGpuQueueDepth};
   // TIDEPOOL_SIM_VMM_US: host microseconds each VMM call takes per
   // granularity page, as a driver's ioctls do (an H100 measured 14.5 to
   // create, 1.3 to map, 33 to set access, 22 to unmap, 16 to release a 2 MiB

@@ -86,8 +86,8 @@ void tidepool_sim_set_copy_gbps(double gbps);
 /* About how many items each stream holds queued, not yet started, before the
  * host thread that submits one more (a launch, copy, set, record, wait)
  * blocks until one starts, as a GPU's full work queue blocks a launch (about
- * 1024 launches on NVIDIA GPUs). 0, the default unless
- * TIDEPOOL_SIM_QUEUE_DEPTH sets one: unbounded. */
+ * 1024 launches on NVIDIA GPUs). 1024 unless TIDEPOOL_SIM_QUEUE_DEPTH sets
+ * another; 0: unbounded. */
 void tidepool_sim_set_queue_depth(size_t depth);
 size_t tidepool_sim_queue_depth(void);
 /* Bytes copied so far from host to device memory (to_device non-zero) or

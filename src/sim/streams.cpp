@@ -50,11 +50,11 @@
 // tidepool_sim_set_capturing only forces the status cuStreamIsCapturing and
 // cuStreamGetCaptureInfo report; work still runs.
 //
-// With TIDEPOOL_SIM_QUEUE_DEPTH set (tidepool_sim_set_queue_depth), a stream
-// holds about that many items not yet started; submitting one more makes the
-// host wait for room, as a GPU's full work queue makes a launch block, so the
-// device lags the host by a bounded amount of work, never by a whole
-// program. The default, 0, leaves queues unbounded.
+// A stream holds about 1024 items not yet started (TIDEPOOL_SIM_QUEUE_DEPTH,
+// tidepool_sim_set_queue_depth; 0 for unbounded); submitting one more makes
+// the host wait for room, as a GPU's full work queue makes a launch block, so
+// the device lags the host by a bounded amount of work, never by a whole
+// program.
 //
 // Copies between host and device memory (see host_located) take
 // bytes / TIDEPOOL_SIM_COPY_GBPS of their stream's time when a bandwidth is

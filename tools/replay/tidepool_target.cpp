@@ -76,19 +76,6 @@ void set_fences_finish_when_recorded(const driver::Driver& driver, bool at_once)
   }
 }
 
-// A lagging device is as far behind as a GPU can be: its streams hold about
-// 1024 queued items, as an NVIDIA GPU's queue holds about that many launches
-// before one blocks (unless TIDEPOOL_SIM_QUEUE_DEPTH says otherwise), and
-// bench_live_replay's children hold the same.
-void bound_the_lag(const driver::Driver& driver) {
-  constexpr std::size_t kGpuQueueDepth = 1024;
-  if (const char* set = std::getenv("TIDEPOOL_SIM_QUEUE_DEPTH"); set != nullptr && *set != '\0') return;
-  using SetDepth = void (*)(std::size_t);
-  if (auto set = reinterpret_cast<SetDepth>(::dlsym(driver.handle(), "tidepool_sim_set_queue_depth"))) {
-    set(kGpuQueueDepth);
-  }
-}
-
 // The work a lagging device runs after each allocation: it writes the block's
 // first bytes (so reuse under queued work would show) and keeps its stream
 // busy for the lag.
@@ -272,7 +259,6 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   set_fences_finish_when_recorded(*driver, !lagging);
   CUfunction kernel = nullptr;
   if (lagging) {
-    bound_the_lag(*driver);
     kernel = lag_kernel(*driver);
     if (kernel == nullptr) {
       *error = "--lag-us: the simulated driver cannot run the lag's work (tidepool_sim_register_kernel)";
