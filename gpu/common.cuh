@@ -10,14 +10,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t err_ = (call);                                                               \
-    if (err_ != cudaSuccess) {                                                               \
-      std::printf("%s: FAILED %s at %s:%d: %s\n", PROGRAM, #call, __FILE__, __LINE__,        \
-                  cudaGetErrorString(err_));                                                 \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+#define CHECK(call)                                                                                              \
+  do {                                                                                                           \
+    cudaError_t err_ = (call);                                                                                   \
+    if (err_ != cudaSuccess) {                                                                                   \
+      std::printf("%s: FAILED %s at %s:%d: %s\n", PROGRAM, #call, __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                              \
+    }                                                                                                            \
   } while (0)
 
 __global__ void fill_kernel(unsigned char* data, size_t n, unsigned char value) {

@@ -54,7 +54,10 @@ int main() {
       const unsigned char value = static_cast<unsigned char>(round * 7 + size % 251);
       CUdeviceptr p;
       const bool async = round % 2 == 1;
-      if (async) DRV(alloc_async(&p, size, stream)); else DRV(mem_alloc(&p, size));
+      if (async)
+        DRV(alloc_async(&p, size, stream));
+      else
+        DRV(mem_alloc(&p, size));
       DRV(memset_d8(p, 0, size));
       fill_kernel<<<64, 256, 0, async ? reinterpret_cast<cudaStream_t>(stream) : 0>>>(
           reinterpret_cast<unsigned char*>(p), size, value);
@@ -64,7 +67,10 @@ int main() {
       DRV(dtoh(host.data(), p, size));
       for (unsigned char b : host) wrong += b != value;
       checked += size;
-      if (async) DRV(free_async(p, stream)); else DRV(mem_free(p));
+      if (async)
+        DRV(free_async(p, stream));
+      else
+        DRV(mem_free(p));
     }
   }
   DRV(stream_sync(stream));

@@ -37,7 +37,12 @@ int main() {
   std::string json = "{";
   CHECK(cudaFree(nullptr));
   json += "\"cudaMalloc_ns\":" + std::to_string(ns_per_pair(
-      [](size_t n) { void* p; CHECK(cudaMalloc(&p, n)); return p; }, [](void* p) { CHECK(cudaFree(p)); }));
+                                     [](size_t n) {
+                                       void* p;
+                                       CHECK(cudaMalloc(&p, n));
+                                       return p;
+                                     },
+                                     [](void* p) { CHECK(cudaFree(p)); }));
 
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -46,8 +51,12 @@ int main() {
   uint64_t threshold = UINT64_MAX;
   CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   json += ",\"cudaMallocAsync_ns\":" + std::to_string(ns_per_pair(
-      [s](size_t n) { void* p; CHECK(cudaMallocAsync(&p, n, s)); return p; },
-      [s](void* p) { CHECK(cudaFreeAsync(p, s)); }));
+                                           [s](size_t n) {
+                                             void* p;
+                                             CHECK(cudaMallocAsync(&p, n, s));
+                                             return p;
+                                           },
+                                           [s](void* p) { CHECK(cudaFreeAsync(p, s)); }));
   CHECK(cudaStreamSynchronize(s));
 
   const char* preload = std::getenv("LD_PRELOAD");
@@ -60,8 +69,14 @@ int main() {
     static Free tp_free = lib ? reinterpret_cast<Free>(dlsym(lib, "tidepool_free")) : nullptr;
     if (tp_malloc != nullptr && tp_free != nullptr) {
       json += ",\"tidepool_capi_ns\":" + std::to_string(ns_per_pair(
-          [](size_t n) { void* p = nullptr; if (tp_malloc(&p, n, 0) != 0) std::exit(3); return p; },
-          [](void* p) { if (tp_free(p) != 0) std::exit(3); }));
+                                             [](size_t n) {
+                                               void* p = nullptr;
+                                               if (tp_malloc(&p, n, 0) != 0) std::exit(3);
+                                               return p;
+                                             },
+                                             [](void* p) {
+                                               if (tp_free(p) != 0) std::exit(3);
+                                             }));
     } else {
       json += ",\"tidepool_capi_error\":\"cannot load " + std::string(library) + "\"";
     }

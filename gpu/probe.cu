@@ -1,8 +1,8 @@
 // gpu/probe.cu: what the GPU machine's driver can do, as one JSON line:
 // driver/runtime versions, the VMM, host-located VMM (HOST, HOST_NUMA) and
 // granularity attributes, a trial host-located cuMemCreate + map + access +
-// memset + readback, one page mapped at two ranges (parked pages), the median latency of cuMemCreate/Map/SetAccess/Unmap/
-// Release per 2 MiB page, and pinned cudaMemcpyAsync bandwidth each way.
+// memset + readback, one page mapped at two ranges (parked pages), the median latency of
+// cuMemCreate/Map/SetAccess/Unmap/ Release per 2 MiB page, and pinned cudaMemcpyAsync bandwidth each way.
 #define PROGRAM "probe"
 #include <cuda.h>
 
@@ -12,9 +12,11 @@
 
 #include "common.cuh"
 
-#define DRV(call) (static_cast<int>(call))
-
 namespace {
+
+// A driver call's result as the probe's JSON records it (0: success);
+// common.cuh's DRV aborts instead.
+int result_of(CUresult r) { return static_cast<int>(r); }
 
 CUdevice dev;
 std::string json = "{";
@@ -49,22 +51,22 @@ CUmemAllocationProp prop_for(CUmemLocationType type, int id) {
 int trial(CUmemLocationType type, int id) {
   CUmemAllocationProp prop = prop_for(type, id);
   size_t gran = 0;
-  if (int r = DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
+  if (int r = result_of(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
   CUdeviceptr va = 0;
   CUmemGenericAllocationHandle handle;
-  if (int r = DRV(cuMemAddressReserve(&va, gran, 0, 0, 0))) return r;
-  int result = DRV(cuMemCreate(&handle, gran, &prop, 0));
+  if (int r = result_of(cuMemAddressReserve(&va, gran, 0, 0, 0))) return r;
+  int result = result_of(cuMemCreate(&handle, gran, &prop, 0));
   if (result == 0) {
-    result = DRV(cuMemMap(va, gran, 0, handle, 0));
+    result = result_of(cuMemMap(va, gran, 0, handle, 0));
     CUmemAccessDesc access = {};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = 0;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (result == 0) result = DRV(cuMemSetAccess(va, gran, &access, 1));
-    if (result == 0) result = DRV(cuMemsetD8(va, 0x7e, gran));
+    if (result == 0) result = result_of(cuMemSetAccess(va, gran, &access, 1));
+    if (result == 0) result = result_of(cuMemsetD8(va, 0x7e, gran));
     if (result == 0) {
       std::vector<unsigned char> host(gran);
-      result = DRV(cuMemcpyDtoH(host.data(), va, gran));
+      result = result_of(cuMemcpyDtoH(host.data(), va, gran));
       if (result == 0 && std::count(host.begin(), host.end(), 0x7e) != static_cast<long>(gran)) result = -1;
     }
     cuMemUnmap(va, gran);
@@ -80,28 +82,28 @@ int trial(CUmemLocationType type, int id) {
 int double_map_trial() {
   CUmemAllocationProp prop = prop_for(CU_MEM_LOCATION_TYPE_DEVICE, 0);
   size_t gran = 0;
-  if (int r = DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
+  if (int r = result_of(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) return r;
   CUdeviceptr first = 0, second = 0;
   CUmemGenericAllocationHandle handle;
-  if (int r = DRV(cuMemAddressReserve(&first, gran, 0, 0, 0))) return r;
-  int result = DRV(cuMemAddressReserve(&second, gran, 0, 0, 0));
+  if (int r = result_of(cuMemAddressReserve(&first, gran, 0, 0, 0))) return r;
+  int result = result_of(cuMemAddressReserve(&second, gran, 0, 0, 0));
   bool created = false;
   if (result == 0) {
-    result = DRV(cuMemCreate(&handle, gran, &prop, 0));
+    result = result_of(cuMemCreate(&handle, gran, &prop, 0));
     created = result == 0;
   }
   CUmemAccessDesc access = {};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   bool first_mapped = false, second_mapped = false;
-  if (result == 0) first_mapped = (result = DRV(cuMemMap(first, gran, 0, handle, 0))) == 0;
-  if (result == 0) second_mapped = (result = DRV(cuMemMap(second, gran, 0, handle, 0))) == 0;
-  if (result == 0) result = DRV(cuMemSetAccess(first, gran, &access, 1));
-  if (result == 0) result = DRV(cuMemSetAccess(second, gran, &access, 1));
-  if (result == 0) result = DRV(cuMemsetD8(first, 0x5a, gran));
+  if (result == 0) first_mapped = (result = result_of(cuMemMap(first, gran, 0, handle, 0))) == 0;
+  if (result == 0) second_mapped = (result = result_of(cuMemMap(second, gran, 0, handle, 0))) == 0;
+  if (result == 0) result = result_of(cuMemSetAccess(first, gran, &access, 1));
+  if (result == 0) result = result_of(cuMemSetAccess(second, gran, &access, 1));
+  if (result == 0) result = result_of(cuMemsetD8(first, 0x5a, gran));
   if (result == 0) {
     std::vector<unsigned char> host(gran);
-    result = DRV(cuMemcpyDtoH(host.data(), second, gran));
+    result = result_of(cuMemcpyDtoH(host.data(), second, gran));
     if (result == 0 && std::count(host.begin(), host.end(), 0x5a) != static_cast<long>(gran)) result = -1;
   }
   if (first_mapped) cuMemUnmap(first, gran);
@@ -136,18 +138,18 @@ void vmm_latencies() {
   int failed = 0;
   for (int i = 0; i < pages; ++i) {
     double t = now_us();
-    failed |= DRV(cuMemCreate(&handles[i], page, &prop, 0));
+    failed |= result_of(cuMemCreate(&handles[i], page, &prop, 0));
     create.push_back(now_us() - t);
     t = now_us();
-    failed |= DRV(cuMemMap(va + i * page, page, 0, handles[i], 0));
+    failed |= result_of(cuMemMap(va + i * page, page, 0, handles[i], 0));
     map.push_back(now_us() - t);
     t = now_us();
-    failed |= DRV(cuMemSetAccess(va + i * page, page, &access, 1));
+    failed |= result_of(cuMemSetAccess(va + i * page, page, &access, 1));
     set_access.push_back(now_us() - t);
   }
   for (int i = 0; i < pages; ++i) {
     double t = now_us();
-    failed |= DRV(cuMemUnmap(va + i * page, page));
+    failed |= result_of(cuMemUnmap(va + i * page, page));
     unmap.push_back(now_us() - t);
   }
   // The same pages mapped one by one again, then one call each over the
@@ -157,11 +159,11 @@ void vmm_latencies() {
   for (int i = 0; i < pages; ++i) mapped_again += cuMemMap(va + i * page, page, 0, handles[i], 0) == CUDA_SUCCESS;
   if (mapped_again == pages) {
     double t = now_us();
-    const int access_run = DRV(cuMemSetAccess(va, page * pages, &access, 1));
+    const int access_run = result_of(cuMemSetAccess(va, page * pages, &access, 1));
     put("cuMemSetAccess_run_us", now_us() - t);
     put("cuMemSetAccess_run_result", access_run);
     t = now_us();
-    const int unmap_run = DRV(cuMemUnmap(va, page * pages));
+    const int unmap_run = result_of(cuMemUnmap(va, page * pages));
     put("cuMemUnmap_run_us", now_us() - t);
     put("cuMemUnmap_run_result", unmap_run);
     if (unmap_run == 0) mapped_again = 0;
@@ -169,7 +171,7 @@ void vmm_latencies() {
   for (int i = 0; i < pages && mapped_again > 0; ++i) cuMemUnmap(va + i * page, page);
   for (int i = 0; i < pages; ++i) {
     double t = now_us();
-    failed |= DRV(cuMemRelease(handles[i]));
+    failed |= result_of(cuMemRelease(handles[i]));
     release.push_back(now_us() - t);
   }
   cuMemAddressFree(va, page * pages);
@@ -197,8 +199,10 @@ void bandwidth() {
     std::vector<double> gbps;
     for (int rep = 0; rep < 6; ++rep) {
       CHECK(cudaEventRecord(a, s));
-      if (dir == 0) CHECK(cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, s));
-      else CHECK(cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, s));
+      if (dir == 0)
+        CHECK(cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, s));
+      else
+        CHECK(cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, s));
       CHECK(cudaEventRecord(b, s));
       CHECK(cudaEventSynchronize(b));
       float ms = 0;
@@ -229,8 +233,10 @@ int main() {
   put("device", name);
   put("driver_version", driver);
   put("runtime_version", runtime);
-  put("compute_capability", std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)) + "." +
-                                std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)), true);
+  put("compute_capability",
+      std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)) + "." +
+          std::to_string(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+      true);
   put("total_bytes", static_cast<double>(total));
   put("vmm", attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));
   put("host_vmm", attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED));

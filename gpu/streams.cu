@@ -22,12 +22,18 @@ long long spin_cycles = 0;
 // that are not the fast kernel's.
 size_t reallocate_and_check(cudaStream_t fast, bool async) {
   unsigned char* fresh = nullptr;
-  if (async) CHECK(cudaMallocAsync(&fresh, kSize, fast)); else CHECK(cudaMalloc(&fresh, kSize));
+  if (async)
+    CHECK(cudaMallocAsync(&fresh, kSize, fast));
+  else
+    CHECK(cudaMalloc(&fresh, kSize));
   fill_kernel<<<128, 256, 0, fast>>>(fresh, kSize, 0x22);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());  // the slow kernel is done too: any late write has landed
   const size_t wrong = count_wrong(fresh, kSize, 0x22);
-  if (async) CHECK(cudaFreeAsync(fresh, fast)); else CHECK(cudaFree(fresh));
+  if (async)
+    CHECK(cudaFreeAsync(fresh, fast));
+  else
+    CHECK(cudaFree(fresh));
   CHECK(cudaDeviceSynchronize());
   return wrong;
 }
@@ -58,9 +64,7 @@ size_t destroyed_stream(cudaStream_t fast) {
 size_t per_thread(cudaStream_t fast) {
   unsigned char* old = nullptr;
   CHECK(cudaMalloc(&old, kSize));
-  std::thread([old] {
-    slow_fill_kernel<<<128, 256, 0, cudaStreamPerThread>>>(old, kSize, 0x11, spin_cycles);
-  }).join();
+  std::thread([old] { slow_fill_kernel<<<128, 256, 0, cudaStreamPerThread>>>(old, kSize, 0x11, spin_cycles); }).join();
   CHECK(cudaFree(old));
   return reallocate_and_check(fast, false);
 }
@@ -95,9 +99,13 @@ int main() {
   spin_cycles = static_cast<long long>(clock_khz) * 50;  // about 50 ms
   cudaStream_t fast;
   CHECK(cudaStreamCreateWithFlags(&fast, cudaStreamNonBlocking));
-  struct Case { const char* name; size_t (*run)(cudaStream_t); } cases[] = {
-      {"free_nonblocking", free_nonblocking}, {"destroyed_stream", destroyed_stream},
-      {"per_thread", per_thread}, {"free_async_other", free_async_other}};
+  struct Case {
+    const char* name;
+    size_t (*run)(cudaStream_t);
+  } cases[] = {{"free_nonblocking", free_nonblocking},
+               {"destroyed_stream", destroyed_stream},
+               {"per_thread", per_thread},
+               {"free_async_other", free_async_other}};
   size_t total = 0;
   std::printf("%s:", PROGRAM);
   for (const Case& c : cases) {

@@ -67,7 +67,7 @@ codec::PageTask reference_task(void** params, unsigned page) {
 
 std::uint32_t reference_offset(std::uint64_t prefix, std::uint32_t chunk) {
   std::uint32_t at = 0;
-  std::memcpy(&at, reinterpret_cast<const void*>(prefix + codec::offsets_at() + chunk * 4U), sizeof(at));
+  std::memcpy(&at, reinterpret_cast<const void*>(prefix + codec::offsets_at() + std::uint64_t{chunk} * 4U), sizeof(at));
   return at;
 }
 
