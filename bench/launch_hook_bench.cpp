@@ -13,7 +13,7 @@
 // pays. The bound is 100 ns more per launch with no pool pointer on
 // the host. The stream is held by a kernel that waits for a flag, so a
 // launch only queues its work (the sim's worker thread does not wake per
-// launch, which would time the scheduler); every 1024 launches the flag
+// launch, which would time the scheduler); every 1000 launches the flag
 // opens, the stream drains and a new holder is queued, in both runs alike.
 //
 // Figures: ns per launch (time per iteration), and the ratio table's extra
@@ -163,7 +163,10 @@ class LaunchSetup {
   }
 
  private:
-  static constexpr std::size_t kLaunchesHeld = 1024;
+  // Fewer than a sim stream holds queued (1024, TIDEPOOL_SIM_QUEUE_DEPTH),
+  // the holder included: one more would wait for room behind the holder,
+  // which only this thread opens.
+  static constexpr std::size_t kLaunchesHeld = 1000;
   void hold() {
     open_.store(false, std::memory_order_relaxed);
     (void)s_.direct(s_.holder, 1, 1, 1, 1, 1, 1, 0, s_.stream, holder_params_.data(), nullptr);

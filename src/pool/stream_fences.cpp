@@ -56,7 +56,7 @@ std::uint64_t Pool::barrier_for_stitching() {
   stats_.stitching_barriers++;
   // Stitching parks pages behind this barrier, and a request that needs one
   // of their places back asks, often a step later, whether the work before
-  // it is done (wait_for_pages_in_the_way). A record behind the barrier
+  // it is done (the space's unmap check, then wait_for_pages_in_the_way). A record behind the barrier
   // answers that; without one, the answer is a record made at the tail of
   // the queue when asked, and the host waits for everything queued since.
   // Stitching barriers are few and off the hot path. (Promotion barriers

@@ -6,11 +6,11 @@
 // write landing after the copy would be lost. So each move is a gate
 // (order::StreamRegistry::device_gate) on the device:
 //   to_host:   all work queued so far  ->  copy device -> host cache on the
-//              device-to-host stream  ->  the legacy stream waits for a flag
+//              device-to-host stream  ->  the gate stream waits for a flag
 //              the host writes  ->  every stream's later work.
 //              The host waits for the copy, remaps the pages (device page
 //              out, host page in, same address), then writes the flag.
-//   to_device: all work queued so far  ->  the legacy stream waits for the
+//   to_device: all work queued so far  ->  the gate stream waits for the
 //              flag  ->  copy host cache -> device on the host-to-device
 //              stream  ->  every stream's later work.
 //              The host waits only for the work before the gate, remaps,

@@ -505,10 +505,11 @@ TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait)
 // default stream does: stitching takes the page of a block freed there while
 // its write is still queued, behind a barrier, and parks the old mapping.
 // Once that write is done (no one tells the pool), a request over the old
-// place must unmap the parked mapping. The record behind the stitching
-// barrier proves the write done, so the host waits for nothing; a record made
-// only when asked would sit behind the newer work now queued on the stream,
-// and the host would wait for all of it.
+// place must unmap the parked mapping, and asks first whether the work
+// before the barrier is done. The record behind the stitching barrier says
+// so, so the host waits for nothing; a record made only when asked would sit
+// behind the newer work now queued on the stream, and the host would wait
+// for all of it.
 TEST_F(StreamSafety, AStitchingBarrierAnswersForItsParkedPagesLaterWithoutAWait) {
   use_barrier_allocator();
   constexpr std::size_t kPage = 2 * MiB;
@@ -535,16 +536,20 @@ TEST_F(StreamSafety, AStitchingBarrierAnswersForItsParkedPagesLaterWithoutAWait)
   int elsewhere = 0;
   ASSERT_EQ(testing::launch_gated_write(nullptr, &new_work, &elsewhere, 2), CUDA_SUCCESS);
   std::thread new_opener = open_later(new_work, 200);
-  ASSERT_TRUE(allocator_->deallocate(kept.value(), 0, true).ok());
+  EXPECT_TRUE(allocator_->deallocate(kept.value(), 0, true).ok());
   const pool::PoolStats before = allocator_->pool().stats();
   const std::uint64_t waits_before = host_waits();
+  const std::uint64_t unmaps_before = calls("cuMemUnmap");
   auto again = allocator_->allocate(kPage, 0, true);
   const std::uint64_t waits = host_waits() - waits_before;
+  const std::uint64_t unmaps = calls("cuMemUnmap") - unmaps_before;
   const pool::PoolStats after = allocator_->pool().stats();
   new_opener.join();
   ASSERT_TRUE(again.ok()) << again.status().message();
   ASSERT_EQ(again.value(), freed.value()) << "the best fit is the old place, and no backed block could serve";
+  EXPECT_GE(unmaps, 1u) << "the parked mapping was not there to go";
   EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits) << "the old write was not known done";
   EXPECT_EQ(waits, 0u) << "waited for the newer work to prove the old write done";
   EXPECT_LE(after.reserved_bytes, 4 * kPage);
   ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
