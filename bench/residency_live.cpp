@@ -63,7 +63,9 @@ struct Options {
   double copy_gbps = 2;  // as bench_residency: the sim's copies at 2 GB/s
   // The sim's VMM calls cost what an H100's did (gpu/probe.cu, 2026-11-27):
   // a gate remaps pages while the device waits, so free remaps flatter.
-  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4";
+  // Pinning a host page costs about a second per GB (DESIGN.md), 2 ms per
+  // 2 MiB page, until the probe's cuMemCreate_host_us measures it.
+  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4,host_create:2000";
   std::vector<std::string> frees{"device", "stream"};
   std::vector<std::string> modes{"off", "launch", "learn"};
   std::vector<double> budget_percents{50, 100.0 / 3.0};
@@ -281,7 +283,8 @@ Run run_child(const Options& o, const std::string& self, Run run) {
       const json& d = whole["devices"][0];
       for (const char* key :
            {"host_cache_peak_bytes", "evicted_bytes", "compressing", "compressed_pages", "compression_ratio",
-            "raw_by_sample_pages", "unsampled_pages", "expand_failures", "codec_ms", "residency_wait_ms"}) {
+            "raw_by_sample_pages", "unsampled_pages", "expand_failures", "codec_ms", "residency_wait_ms",
+            "residency_remap_ms", "pin_calls", "sync_pins", "sync_pin_ms", "maps", "unmaps", "access_grants"}) {
         if (d.contains(key)) run.result[key] = d[key];
       }
     }

@@ -1,8 +1,10 @@
 // gpu/probe.cu: what the GPU machine's driver can do, as one JSON line:
 // driver/runtime versions, the VMM, host-located VMM (HOST, HOST_NUMA) and
 // granularity attributes, a trial host-located cuMemCreate + map + access +
-// memset + readback, one page mapped at two ranges (parked pages), the median latency of
-// cuMemCreate/Map/SetAccess/Unmap/ Release per 2 MiB page, and pinned cudaMemcpyAsync bandwidth each way.
+// memset + readback, one page mapped at two ranges (parked pages), the
+// median latency of cuMemCreate/Map/SetAccess/Unmap/Release per 2 MiB page,
+// the same of a host-located page's create and release (pinning), and
+// pinned cudaMemcpyAsync bandwidth each way.
 #define PROGRAM "probe"
 #include <cuda.h>
 
@@ -185,6 +187,34 @@ void vmm_latencies() {
   put("cuMemRelease_us", median(release));
 }
 
+// What pinning costs: median µs to create and release one host-located
+// 2 MiB page (the host cache's pages; the sim's `host_create`), over 16.
+void host_create_latency(CUmemLocationType type, int id) {
+  const size_t page = 2 << 20;
+  const int pages = 16;
+  CUmemAllocationProp prop = prop_for(type, id);
+  std::vector<CUmemGenericAllocationHandle> handles(pages);
+  std::vector<double> create, release;
+  int failed = 0;
+  for (int i = 0; i < pages; ++i) {
+    const double t = now_us();
+    const int r = result_of(cuMemCreate(&handles[i], page, &prop, 0));
+    create.push_back(now_us() - t);
+    failed |= r;
+    if (r != 0) handles[i] = 0;
+  }
+  for (int i = 0; i < pages; ++i) {
+    if (handles[i] == 0) continue;
+    const double t = now_us();
+    failed |= result_of(cuMemRelease(handles[i]));
+    release.push_back(now_us() - t);
+  }
+  put("host_create_location", type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? "HOST_NUMA" : "HOST", true);
+  put("host_create_errors", failed);
+  put("cuMemCreate_host_us", median(create));
+  put("cuMemRelease_host_us", median(release));
+}
+
 void bandwidth() {
   const size_t n = 256 << 20;
   void *host = nullptr, *device = nullptr;
@@ -254,6 +284,11 @@ int main() {
   put("trial_host_numa_result", trial(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa));
   put("trial_double_map_result", double_map_trial());
   vmm_latencies();
+  if (attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) == 1) {
+    host_create_latency(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa);
+  } else {
+    host_create_latency(CU_MEM_LOCATION_TYPE_HOST, 0);
+  }
   bandwidth();
   put("status", "ok");
   std::printf("%s}\n", json.c_str());

@@ -577,7 +577,8 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size)
 TIDEPOOL_SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
                                          const CUmemAllocationProp* prop, unsigned long long flags) {
   if (CUresult r = enter_initialized("cuMemCreate"); r != CUDA_SUCCESS) return r;
-  vmm_delay(VmmCall::create, size);
+  const bool pins = prop != nullptr && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE;  // host-located
+  vmm_delay(pins ? VmmCall::host_create : VmmCall::create, size);
   State& s = state();
   if (handle == nullptr || prop == nullptr || flags != 0 || size == 0 || size % s.granularity != 0 ||
       prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {

@@ -363,8 +363,10 @@ struct State {
   // TIDEPOOL_SIM_VMM_US: host microseconds each VMM call takes per
   // granularity page, as a driver's ioctls do (an H100 measured 14.5 to
   // create, 1.3 to map, 33 to set access, 22 to unmap, 16 to release a 2 MiB
-  // page); zero, the default: free. Indexed by VmmCall.
-  std::array<std::atomic<double>, 5> vmm_us{};
+  // page); zero, the default: free. Indexed by VmmCall. A host-located
+  // create pins its memory, which costs far more than a device page's:
+  // `host_create`, else `create`'s.
+  std::array<std::atomic<double>, 6> vmm_us{};
   std::atomic<std::uint64_t> copied_to_device{0};
   std::atomic<std::uint64_t> copied_to_host{0};
   // VMM mappings of host-located memory. While there are none, a launch
@@ -399,7 +401,7 @@ struct State {
   std::condition_variable progress;
 };
 
-enum class VmmCall : std::size_t { create, map, set_access, unmap, release };
+enum class VmmCall : std::size_t { create, map, set_access, unmap, release, host_create };
 // The host time TIDEPOOL_SIM_VMM_US gives `call` on `bytes` (at least one
 // page), spent on the calling thread outside the sim's lock.
 void vmm_delay(VmmCall call, std::size_t bytes);

@@ -11,7 +11,9 @@
 //                             e.g. 25 or 0.5; unset, 0 or not a number: unlimited
 //   TIDEPOOL_SIM_VMM_US       host µs per granularity page of each VMM call,
 //                             e.g. create:14.5,map:1.3,access:33,unmap:22,release:16.4
-//                             (an H100's); unset or unknown names: free
+//                             (an H100's), and host_create for a host-located
+//                             create, which pins (create's when unset);
+//                             unset or unknown names: free
 #include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -105,7 +107,7 @@ double parse_gbps(const char* text) {
 
 void set_vmm_us(State& s, const char* text) {
   for (auto& us : s.vmm_us) us.store(0);
-  constexpr std::array<std::string_view, 5> kNames{"create", "map", "access", "unmap", "release"};
+  constexpr std::array<std::string_view, 6> kNames{"create", "map", "access", "unmap", "release", "host_create"};
   for_each_item(text, [&](const std::string& item) {
     const std::size_t colon = item.find(':');
     if (colon == std::string::npos) return;
@@ -152,7 +154,10 @@ void configure_from_environment(State& s) {
 
 void vmm_delay(VmmCall call, std::size_t bytes) {
   const State& s = state();
-  const double us = s.vmm_us[static_cast<std::size_t>(call)].load(std::memory_order_relaxed);
+  double us = s.vmm_us[static_cast<std::size_t>(call)].load(std::memory_order_relaxed);
+  if (call == VmmCall::host_create && us <= 0) {
+    us = s.vmm_us[static_cast<std::size_t>(VmmCall::create)].load(std::memory_order_relaxed);
+  }
   if (us <= 0) return;
   const std::size_t pages = std::max<std::size_t>(1, bytes / s.granularity);
   // Spun, not slept: a driver call is the calling thread's own work, and a
