@@ -181,6 +181,73 @@ class StreamSafety : public ::testing::Test {
     ASSERT_NE(allocator_, nullptr);
   }
 
+  // With the barrier allocator at a budget of four pages: [freed][kept] on
+  // the legacy stream, a write to `freed` queued there when it is freed
+  // (`ordered`: in stream order, else cudaFree-style), then `big`, three
+  // pages where two can be made, which takes the freed block's page while
+  // the write is queued and parks its old mapping. Returns once the write
+  // is done, which no one tells the pool.
+  struct ParkedPage {
+    std::uintptr_t freed = 0;
+    std::uintptr_t kept = 0;
+    std::uintptr_t big = 0;
+    std::uint64_t stitching_barriers = 0;  // made by big's allocation
+  };
+  static constexpr std::size_t kParkPage = 2 * MiB;
+  ParkedPage park_a_page_under_a_queued_write(bool ordered) {
+    ParkedPage parked;
+    use_barrier_allocator();
+    if (allocator_ == nullptr || !allocator_->pool().set_device_limit(4 * kParkPage).ok()) return parked;
+    auto freed = allocator_->allocate(kParkPage, 0, ordered);
+    auto kept = allocator_->allocate(kParkPage, 0, ordered);
+    if (!freed.ok() || !kept.ok()) return parked;
+    testing::Gate old_work;
+    if (testing::launch_gated_write(nullptr, &old_work, reinterpret_cast<int*>(freed.value()), 1) != CUDA_SUCCESS) {
+      return parked;
+    }
+    EXPECT_TRUE(allocator_->deallocate(freed.value(), 0, ordered).ok());
+    std::thread opener = open_if_still_shut(old_work);
+    const std::uint64_t barriers_before = allocator_->pool().stats().stitching_barriers;
+    auto big = allocator_->allocate(3 * kParkPage, 0, ordered);
+    parked.stitching_barriers = allocator_->pool().stats().stitching_barriers - barriers_before;
+    old_work.release();
+    opener.join();
+    while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();
+    EXPECT_TRUE(big.ok()) << big.status().message();
+    parked.freed = freed.value();
+    parked.kept = kept.value();
+    parked.big = big.ok() ? big.value() : 0;
+    return parked;
+  }
+
+  // Then: newer work queued on the legacy stream (a write to `elsewhere`,
+  // held 200 ms), `kept` freed, and a page requested, whose best fit is the
+  // freed block's old place, over the parked mapping.
+  struct OldPlaceAgain {
+    util::Result<std::uintptr_t> again{std::uintptr_t{0}};
+    std::uint64_t waits = 0;   // host waits the request made
+    std::uint64_t unmaps = 0;  // cuMemUnmap calls it made
+    pool::PoolStats before;
+    pool::PoolStats after;
+  };
+  OldPlaceAgain request_the_old_place(const ParkedPage& parked, bool ordered, int* elsewhere) {
+    OldPlaceAgain result;
+    testing::Gate new_work;
+    EXPECT_EQ(testing::launch_gated_write(nullptr, &new_work, elsewhere, 2), CUDA_SUCCESS);
+    std::thread new_opener = open_later(new_work, 200);
+    EXPECT_TRUE(allocator_->deallocate(parked.kept, 0, ordered).ok());
+    result.before = allocator_->pool().stats();
+    const std::uint64_t waits_before = host_waits();
+    const std::uint64_t unmaps_before = calls("cuMemUnmap");
+    result.again = allocator_->allocate(kParkPage, 0, ordered);
+    result.waits = host_waits() - waits_before;
+    result.unmaps = calls("cuMemUnmap") - unmaps_before;
+    result.after = allocator_->pool().stats();
+    new_opener.join();
+    EXPECT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    return result;
+  }
+
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
 };
@@ -398,46 +465,21 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
 // host wait: it does not fail the placement and synchronise the context,
 // waiting for work queued since that has nothing to do with either page.
 TEST_F(StreamSafety, AtAFullBudgetARequestStitchesRatherThanWaitForUnrelatedWork) {
-  use_barrier_allocator();
-  constexpr std::size_t kPage = 2 * MiB;
-  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
-  auto freed = allocator_->allocate(kPage, 0, false);
-  auto kept = allocator_->allocate(kPage, 0, false);
-  ASSERT_TRUE(freed.ok() && kept.ok());
-  testing::Gate old_work;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &old_work, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
-  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
-  std::thread opener = open_if_still_shut(old_work);
-  // Three pages where two can be made: the freed block's is taken while the
-  // write is queued, its old mapping parked behind it.
-  auto big = allocator_->allocate(3 * kPage, 0, false);
-  old_work.release();
-  opener.join();
-  ASSERT_TRUE(big.ok()) << big.status().message();
-  while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();  // done; no one told the pool
-  // Newer work fills the queue and stays there.
-  testing::Gate new_work;
+  constexpr std::size_t kPage = kParkPage;
+  const ParkedPage parked = park_a_page_under_a_queued_write(/*ordered=*/false);
+  ASSERT_NE(parked.big, 0u);
   int elsewhere = 0;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &new_work, &elsewhere, 2), CUDA_SUCCESS);
-  std::thread new_opener = open_later(new_work, 200);
-  EXPECT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
-  const pool::PoolStats before = allocator_->pool().stats();
-  const std::uint64_t waits_before = host_waits();
-  auto again = allocator_->allocate(kPage, 0, false);
-  const std::uint64_t waits = host_waits() - waits_before;
-  const pool::PoolStats after = allocator_->pool().stats();
-  new_opener.join();
-  ASSERT_TRUE(again.ok()) << again.status().message();
-  EXPECT_EQ(again.value(), freed.value()) << "the old place, the best fit, was not taken";
-  EXPECT_EQ(waits, 0u) << "waited for the newer work";
-  EXPECT_LE(after.reserved_bytes, 4 * kPage);
-  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits);
-  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  const OldPlaceAgain r = request_the_old_place(parked, /*ordered=*/false, &elsewhere);
+  ASSERT_TRUE(r.again.ok()) << r.again.status().message();
+  EXPECT_EQ(r.again.value(), parked.freed) << "the old place, the best fit, was not taken";
+  EXPECT_EQ(r.waits, 0u) << "waited for the newer work";
+  EXPECT_LE(r.after.reserved_bytes, 4 * kPage);
+  EXPECT_EQ(r.after.pending_page_waits, r.before.pending_page_waits);
+  EXPECT_EQ(r.after.pending_page_detours, r.before.pending_page_detours);
   EXPECT_EQ(elsewhere, 2);
   EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u);
-  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
-  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(r.again.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(parked.big, 0, false).ok());
 }
 
 // A stream-ordered request that must stitch takes the pages of a block freed
@@ -511,55 +553,27 @@ TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait)
 // behind the newer work now queued on the stream, and the host would wait
 // for all of it.
 TEST_F(StreamSafety, AStitchingBarrierAnswersForItsParkedPagesLaterWithoutAWait) {
-  use_barrier_allocator();
-  constexpr std::size_t kPage = 2 * MiB;
-  ASSERT_TRUE(allocator_->pool().set_device_limit(4 * kPage).ok());
-  auto freed = allocator_->allocate(kPage, 0, true);
-  auto kept = allocator_->allocate(kPage, 0, true);
-  ASSERT_TRUE(freed.ok() && kept.ok());
-  testing::Gate old_work;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &old_work, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
-  ASSERT_TRUE(allocator_->deallocate(freed.value(), 0, true).ok());
-  std::thread opener = open_if_still_shut(old_work);
-  // Three pages where two can be made: the freed block's is taken behind a
-  // barrier while the write is queued.
-  const pool::PoolStats stitched_before = allocator_->pool().stats();
-  auto big = allocator_->allocate(3 * kPage, 0, true);
-  const pool::PoolStats stitched_after = allocator_->pool().stats();
-  old_work.release();
-  opener.join();
-  ASSERT_TRUE(big.ok()) << big.status().message();
-  ASSERT_EQ(stitched_after.stitching_barriers, stitched_before.stitching_barriers + 1);
-  while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();  // done; no one told the pool
-  // Newer work on the same stream stays queued.
-  testing::Gate new_work;
+  constexpr std::size_t kPage = kParkPage;
+  const ParkedPage parked = park_a_page_under_a_queued_write(/*ordered=*/true);
+  ASSERT_NE(parked.big, 0u);
+  ASSERT_EQ(parked.stitching_barriers, 1u) << "the page was not taken behind a stitching barrier";
   int elsewhere = 0;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &new_work, &elsewhere, 2), CUDA_SUCCESS);
-  std::thread new_opener = open_later(new_work, 200);
-  EXPECT_TRUE(allocator_->deallocate(kept.value(), 0, true).ok());
-  const pool::PoolStats before = allocator_->pool().stats();
-  const std::uint64_t waits_before = host_waits();
-  const std::uint64_t unmaps_before = calls("cuMemUnmap");
-  auto again = allocator_->allocate(kPage, 0, true);
-  const std::uint64_t waits = host_waits() - waits_before;
-  const std::uint64_t unmaps = calls("cuMemUnmap") - unmaps_before;
-  const pool::PoolStats after = allocator_->pool().stats();
-  new_opener.join();
-  ASSERT_TRUE(again.ok()) << again.status().message();
-  ASSERT_EQ(again.value(), freed.value()) << "the best fit is the old place, and no backed block could serve";
-  EXPECT_GE(unmaps, 1u) << "the parked mapping was not there to go";
-  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
-  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits) << "the old write was not known done";
-  EXPECT_EQ(waits, 0u) << "waited for the newer work to prove the old write done";
-  EXPECT_LE(after.reserved_bytes, 4 * kPage);
-  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  const OldPlaceAgain r = request_the_old_place(parked, /*ordered=*/true, &elsewhere);
+  ASSERT_TRUE(r.again.ok()) << r.again.status().message();
+  ASSERT_EQ(r.again.value(), parked.freed) << "the best fit is the old place, and no backed block could serve";
+  EXPECT_GE(r.unmaps, 1u) << "the parked mapping was not there to go";
+  EXPECT_EQ(r.after.pending_page_detours, r.before.pending_page_detours);
+  EXPECT_EQ(r.after.pending_page_waits, r.before.pending_page_waits) << "the old write was not known done";
+  EXPECT_EQ(r.waits, 0u) << "waited for the newer work to prove the old write done";
+  EXPECT_LE(r.after.reserved_bytes, 4 * kPage);
   EXPECT_EQ(elsewhere, 2);
-  EXPECT_TRUE(filled_with(again.value(), kPage, 0x33));
+  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(r.again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(r.again.value(), kPage, 0x33));
   EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
       << "a page was unmapped under a queued write";
-  EXPECT_TRUE(allocator_->deallocate(again.value(), 0, true).ok());
-  EXPECT_TRUE(allocator_->deallocate(big.value(), 0, true).ok());
+  EXPECT_TRUE(allocator_->deallocate(r.again.value(), 0, true).ok());
+  EXPECT_TRUE(allocator_->deallocate(parked.big, 0, true).ok());
 }
 
 // A range whose page stitching took (its old work still queued) needs it
