@@ -13,13 +13,17 @@ gives before and after. The last column names the goals a row misses, read
 from the runs of the build given last: utilization under 0.97, cudaFree-
 style more than 0.01 under stream-ordered (means, same trace and lag), more
 than 16 VMM calls or any host wait in the last step. The device lags the
-host, so runs differ; the ranges show by how much.
+host, so runs differ; the ranges show by how much. With --replay, a column
+gives tidepool-replay's utilization (best_fit, the same --lag-us) for the
+rows it models, cudaFree-style (--frees device) and the legacy stream
+(--frees stream, the trace's stream 0 as the program ran it), and a row
+misses "replay" when it lies more than 0.005 outside the live runs' range.
 
 It reports what was measured and asserts nothing; its exit status says only
 whether every run completed.
 
 Usage:
-  bench/live_table.py [--reps 3] [--lags 2,50] [--frees both] [--before BUILD] [--json PATH] BUILD [TRACE...]
+  bench/live_table.py [--reps 3] [--lags 2,50] [--frees both] [--replay] [--before BUILD] [--json PATH] BUILD [TRACE...]
 TRACE defaults to every trace in data/traces.
 """
 import argparse
@@ -32,6 +36,9 @@ import sys
 UTILIZATION_GOAL = 0.97
 MODE_GAP_GOAL = 0.01
 VMM_GOAL = 16
+REPLAY_GOAL = 0.005
+# The live free modes tidepool-replay models, and its --frees for each.
+REPLAY_FREES = {"device": "device", "legacy": "stream"}
 
 
 MODE_NAMES = {"device": "cudaFree", "stream": "stream", "legacy": "stream (legacy)"}
@@ -45,6 +52,21 @@ def run_bench(build, traces, lag, frees):
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def run_replay(build, traces, lag, frees):
+    """tidepool-replay's best_fit utilization of each trace at this lag: {trace name: utilization}."""
+    binary = os.path.join(build, "tools", "replay", "tidepool-replay")
+    command = [binary, "--policy", "best_fit", "--frees", frees, "--lag-us", "%g" % lag, "--json"] + traces
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    figures = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            result = json.loads(line)
+            figures[trace_name(result["trace"])] = result["utilization"]
+    return figures
 
 
 def row_of(result):
@@ -71,7 +93,7 @@ def span(values, form):
     return form % low if low == high else (form % low) + "–" + (form % high)
 
 
-def missed_goals(runs, other_mode_runs, mode):
+def missed_goals(runs, other_mode_runs, mode, replay=None):
     missed = []
     if min(r["utilization"] for r in runs) < UTILIZATION_GOAL:
         missed.append("util")
@@ -84,6 +106,10 @@ def missed_goals(runs, other_mode_runs, mode):
         missed.append("vmm")
     if max(r["waits"] for r in runs) > 0:
         missed.append("waits")
+    if replay is not None:
+        live = [r["utilization"] for r in runs]
+        if replay < min(live) - REPLAY_GOAL or replay > max(live) + REPLAY_GOAL:
+            missed.append("replay")
     return ", ".join(missed) if missed else "met"
 
 
@@ -93,6 +119,8 @@ def main():
     parser.add_argument("--lags", default="2,50", help="kernel microseconds, comma-separated")
     parser.add_argument("--frees", default="both", choices=["device", "stream", "legacy", "both", "all"],
                         help="bench_live_replay's free modes (legacy: stream-ordered on the legacy stream)")
+    parser.add_argument("--replay", action="store_true",
+                        help="also replay each trace with BUILD's tidepool-replay at each lag, for the modes it models")
     parser.add_argument("--before", help="a second build directory, run interleaved with BUILD")
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("build")
@@ -122,6 +150,15 @@ def main():
                     for result in run_bench(build, traces, lag, args.frees):
                         key = (label, trace_name(result["trace"]), result["frees"], lag)
                         runs.setdefault(key, []).append(row_of(result))
+        replays = {}  # (trace, live mode, lag) -> utilization
+        if args.replay:
+            live_modes = {key[2] for key in runs}
+            for lag in lags:
+                for mode, frees in REPLAY_FREES.items():
+                    if mode not in live_modes:
+                        continue
+                    for trace, utilization in run_replay(args.build, traces, lag, frees).items():
+                        replays[(trace, mode, lag)] = utilization
     except (RuntimeError, OSError) as error:
         print(f"live_table: {error}", file=sys.stderr)
         return 1
@@ -130,6 +167,8 @@ def main():
     header = ["trace", "frees", "lag µs"]
     for column in ("util", "VMM", "waits", "ns/event"):
         header += [f"{column} {label}" for label in labels] if len(labels) > 1 else [column]
+    if args.replay:
+        header.append("replay")
     header.append("goals")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -143,8 +182,11 @@ def main():
         for label in labels:
             values = [r["ns_per_event"] for r in runs.get((label, trace, mode, lag), [])]
             row.append("%.0f" % (sum(values) / len(values)) if values else "—")
+        replay = replays.get((trace, mode, lag))
+        if args.replay:
+            row.append("%.4f" % replay if replay is not None else "—")
         after_runs = runs.get(("after", trace, mode, lag))
-        goals = (missed_goals(after_runs, runs.get(("after", trace, "stream", lag), []), mode)
+        goals = (missed_goals(after_runs, runs.get(("after", trace, "stream", lag), []), mode, replay)
                  if after_runs else "not run")
         met += goals == "met"
         row.append(goals)
@@ -152,7 +194,8 @@ def main():
     print(f"\n{met} of {len(cells)} rows meet every goal in all {args.reps} runs of {args.build}.")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump([{"build": k[0], "trace": k[1], "frees": k[2], "lag_us": k[3], "runs": v}
+            json.dump([{"build": k[0], "trace": k[1], "frees": k[2], "lag_us": k[3], "runs": v,
+                        "replay_utilization": replays.get(k[1:])}
                        for k, v in sorted(runs.items())], out, indent=1)
     return 0
 

@@ -52,7 +52,7 @@ if ((${#traces[@]} > 0)); then
   "$build_dir/bench/bench_live_replay" --frees both "${traces[@]}" | tee "$out_dir/live_replay.txt"
   echo
   echo "== bench/live_table.py (trace x free mode x lag, 3 runs each)"
-  python3 bench/live_table.py --reps 3 --frees all --json "$out_dir/live_table.json" "$build_dir" "${traces[@]}" |
+  python3 bench/live_table.py --reps 3 --frees all --replay --json "$out_dir/live_table.json" "$build_dir" "${traces[@]}" |
     tee "$out_dir/live_table.md"
   echo
 else

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Smoke check of bench/live_table.py: its table (read from the file named
 first) and its --json (the file named second) for one trace, one lag, one
-run. Shape only: one row per free mode, each with a goals verdict, and one
-run per (mode, lag) in the JSON with its figures. No performance target."""
+run, with --replay. Shape only: one row per free mode, each with a goals
+verdict, a replay figure on the cudaFree-style row (the one the replay
+models) and none on the stream row, and one run per (mode, lag) in the JSON
+with its figures. No performance target."""
 import json
 import sys
 
@@ -16,10 +18,16 @@ def main() -> int:
         problems.append(f"expected 2 table rows (cudaFree, stream), got {len(rows)}")
     for row in rows:
         verdict = row.rstrip(" |").split("|")[-1].strip()
-        if verdict != "met" and not set(verdict.split(", ")) <= {"util", "gap", "vmm", "waits"}:
+        if verdict != "met" and not set(verdict.split(", ")) <= {"util", "gap", "vmm", "waits", "replay"}:
             problems.append(f"no goals verdict in: {row}")
-    if not any(line.startswith("| trace |") for line in table):
-        problems.append("no header")
+        replay = row.rstrip(" |").split("|")[-2].strip()
+        modelled = "| cudaFree |" in row
+        if modelled and not (replay.replace(".", "", 1).isdigit() and 0 < float(replay) <= 1):
+            problems.append(f"no replay figure in: {row}")
+        if not modelled and replay != "—":
+            problems.append(f"a replay figure where the replay models nothing: {row}")
+    if not any(line.startswith("| trace |") and "| replay |" in line for line in table):
+        problems.append("no header with a replay column")
     if not any("rows meet every goal" in line for line in table):
         problems.append("no summary line")
     if sorted(r["frees"] for r in runs) != ["device", "stream"]:
@@ -32,6 +40,9 @@ def main() -> int:
                 problems.append(f"{r['frees']}: utilization {figures['utilization']}")
             if figures["vmm"] < 0 or figures["waits"] < 0:
                 problems.append(f"{r['frees']}: negative counts {figures}")
+        replay = r.get("replay_utilization")
+        if (r["frees"] == "device") != (replay is not None) or (replay is not None and not 0 < replay <= 1):
+            problems.append(f"{r['frees']}: replay_utilization {replay}")
     for p in problems:
         print(f"live_table_check: {p}", file=sys.stderr)
     return 1 if problems else 0
