@@ -195,7 +195,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump([{"build": k[0], "trace": k[1], "frees": k[2], "lag_us": k[3], "runs": v,
-                        "replay_utilization": replays.get(k[1:])}
+                        "replay_utilization": replays.get(k[1:]) if k[0] == "after" else None}
                        for k, v in sorted(runs.items())], out, indent=1)
     return 0
 

@@ -63,10 +63,10 @@ struct Options {
   double copy_gbps = 2;  // as bench_residency: the sim's copies at 2 GB/s
   // The sim's VMM calls cost what an H100's did (gpu/probe.cu, 2026-11-27):
   // a gate remaps pages while the device waits, so free remaps flatter.
-  // Pinning a host page: about 0.2 ms per 2 MiB page, as the H200's
-  // ResNet-50 at 50% implies (bench/README.md), until the probe's
-  // cuMemCreate_host_us measures it.
-  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4,host_create:200";
+  // Pinning a host page: a create of about 150 µs (with its map and grant,
+  // 0.18 ms), as the H200's ResNet-50 at 50% implies (bench/README.md),
+  // until the probe's cuMemCreate_host_us measures it.
+  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4,host_create:150";
   std::vector<std::string> frees{"device", "stream"};
   std::vector<std::string> modes{"off", "launch", "learn"};
   std::vector<double> budget_percents{50, 100.0 / 3.0};

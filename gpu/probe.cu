@@ -199,9 +199,13 @@ void host_create_latency(CUmemLocationType type, int id) {
   for (int i = 0; i < pages; ++i) {
     const double t = now_us();
     const int r = result_of(cuMemCreate(&handles[i], page, &prop, 0));
-    create.push_back(now_us() - t);
+    const double took = now_us() - t;
     failed |= r;
-    if (r != 0) handles[i] = 0;
+    if (r != 0) {
+      handles[i] = 0;
+      continue;  // an error's return time says nothing of pinning
+    }
+    create.push_back(took);
   }
   for (int i = 0; i < pages; ++i) {
     if (handles[i] == 0) continue;
@@ -211,7 +215,7 @@ void host_create_latency(CUmemLocationType type, int id) {
   }
   put("host_create_location", type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? "HOST_NUMA" : "HOST", true);
   put("host_create_errors", failed);
-  put("cuMemCreate_host_us", median(create));
+  put("cuMemCreate_host_us", median(create));  // -1: no page could be created
   put("cuMemRelease_host_us", median(release));
 }
 
@@ -284,8 +288,10 @@ int main() {
   put("trial_host_numa_result", trial(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa));
   put("trial_double_map_result", double_map_trial());
   vmm_latencies();
-  if (attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) == 1) {
-    host_create_latency(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa < 0 ? 0 : numa);
+  // Where the host cache pins (host_cache.cpp): HOST_NUMA with a known node,
+  // else HOST.
+  if (attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) == 1 && numa >= 0) {
+    host_create_latency(CU_MEM_LOCATION_TYPE_HOST_NUMA, numa);
   } else {
     host_create_latency(CU_MEM_LOCATION_TYPE_HOST, 0);
   }

@@ -45,7 +45,9 @@ CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn
                                       const size_t* param_sizes);
 /* What each VMM call costs from now, as TIDEPOOL_SIM_VMM_US: host
  * microseconds per granularity page, "create:14.5,map:1.3,access:33,
- * unmap:22,release:16.4"; names left out (or NULL) cost nothing. */
+ * unmap:22,release:16.4", and "host_create" for a host-located create, which
+ * pins (create's when left out or 0); other names left out (or NULL) cost
+ * nothing. */
 void tidepool_sim_set_vmm_us(const char* spec);
 /* Registers a context-less library kernel, the kind the CUDA runtime (12.0
  * on) gets from cuLibraryGetKernel for the kernels it launches: cuLaunchKernel

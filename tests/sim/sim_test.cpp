@@ -196,13 +196,13 @@ TEST_F(Sim, VmmCallsTakeTheHostTimeTheyAreGivenPerPage) {
   EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memUnmap(va, 2 * page_), CUDA_SUCCESS); }), 3.0);
   EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memRelease(h), CUDA_SUCCESS); }), 2.0);
   // A host-located page pins its memory: its create has a cost of its own.
-  set_vmm_us("create:1,host_create:4000");
+  set_vmm_us("create:1,host_create:25000");
   CUmemAllocationProp host = device_prop();
   host.location.type = CU_MEM_LOCATION_TYPE_HOST;
   host.location.id = 0;
-  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memCreate(&h, 2 * page_, &host, 0), CUDA_SUCCESS); }), 8.0);
+  EXPECT_GE(ms_of([&] { ASSERT_EQ(api().memCreate(&h, 2 * page_, &host, 0), CUDA_SUCCESS); }), 50.0);
   EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
-  EXPECT_LT(ms_of([&] { ASSERT_EQ(api().memCreate(&h, 2 * page_, &prop, 0), CUDA_SUCCESS); }), 8.0)
+  EXPECT_LT(ms_of([&] { ASSERT_EQ(api().memCreate(&h, 2 * page_, &prop, 0), CUDA_SUCCESS); }), 50.0)
       << "a device page paid for pinning";
   EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
   set_vmm_us(nullptr);
