@@ -3,6 +3,7 @@
 #include "runtime/trace_format.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -20,7 +21,10 @@ namespace {
 
 using testing::kTraceHeader;
 
-std::string temp_path(const std::string& name) { return (std::string(::testing::TempDir()) + "/tidepool_" + name); }
+// Named per process: two test runs on one machine must not share a file.
+std::string temp_path(const std::string& name) {
+  return std::string(::testing::TempDir()) + "/tidepool_" + std::to_string(::getpid()) + "_" + name;
+}
 
 std::string write_text(const std::string& name, const std::string& text) {
   const std::string path = temp_path(name);

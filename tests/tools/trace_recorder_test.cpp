@@ -36,7 +36,11 @@ using testing::code_of_this_program;
 
 using util::MiB;
 
-std::string temp_path(const std::string& name) { return std::string(::testing::TempDir()) + "/tidepool_" + name; }
+// Named per process: two test runs on one machine (two build trees) must not
+// write each other's traces.
+std::string temp_path(const std::string& name) {
+  return std::string(::testing::TempDir()) + "/tidepool_" + std::to_string(::getpid()) + "_" + name;
+}
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
