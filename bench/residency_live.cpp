@@ -61,12 +61,10 @@ struct Options {
   double kernel_ms = 5;
   int steps = 11;
   double copy_gbps = 2;  // as bench_residency: the sim's copies at 2 GB/s
-  // The sim's VMM calls cost what an H100's did (gpu/probe.cu, 2026-11-27):
-  // a gate remaps pages while the device waits, so free remaps flatter.
-  // Pinning a host page: a create of about 150 µs (with its map and grant,
-  // 0.18 ms), as the H200's ResNet-50 at 50% implies (bench/README.md),
-  // until the probe's cuMemCreate_host_us measures it.
-  std::string vmm_us = "create:14.5,map:1.3,access:33,unmap:22,release:16.4,host_create:150";
+  // The sim's VMM calls cost what an H200's did (gpu/probe.cu, 2026-11-28),
+  // pinning a host page (a HOST_NUMA create) included: a gate remaps pages
+  // while the device waits, so free remaps flatter.
+  std::string vmm_us = "create:7.7,map:0.7,access:20.8,unmap:12.9,release:8.6,host_create:770";
   std::vector<std::string> frees{"device", "stream"};
   std::vector<std::string> modes{"off", "launch", "learn"};
   std::vector<double> budget_percents{50, 100.0 / 3.0};

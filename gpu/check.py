@@ -119,6 +119,9 @@ def hotpath(d):
     preload = last_json_line(os.path.join(d, "preload.out")) or {}
     py = last_json_line(os.path.join(d, "python.out")) or {}
     figures = {"c_native": native, "c_preload": preload, "python": py}
+    nobarrier = last_json_line(os.path.join(d, "preload_nobarrier.out"))
+    if nobarrier is not None:  # free_barrier:off, where this bundle ran it
+        figures["c_preload_nobarrier"] = nobarrier
     # The driver work behind the preloaded pairs (both kinds), from its report.
     dev = ((load_json(os.path.join(d, "preload.report.json"), {}) or {}).get("devices") or [{}])[0]
     figures["c_preload_report"] = {k: dev.get(k) for k in ("allocations", "frees", "device_barriers", "maps",

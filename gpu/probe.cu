@@ -219,6 +219,33 @@ void host_create_latency(CUmemLocationType type, int id) {
   put("cuMemRelease_host_us", median(release));
 }
 
+// What the preload's hot path pays the driver: mean ns per call, over many,
+// of the calls a cached pair may make (route: cuCtxGetDevice and
+// cuStreamIsCapturing; a device barrier: a record on the legacy stream; a
+// fence: a record and a query).
+void hot_driver_calls() {
+  const int calls = 10000;
+  CUevent event = nullptr;
+  if (cuEventCreate(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  const auto mean_ns = [&](const auto& call) {
+    for (int i = 0; i < 100; ++i) call();
+    const double t = now_us();
+    for (int i = 0; i < calls; ++i) call();
+    return (now_us() - t) * 1000.0 / calls;
+  };
+  CUdevice device = 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUcontext context = nullptr;
+  put("cuCtxGetDevice_ns", mean_ns([&] { cuCtxGetDevice(&device); }));
+  put("cuCtxGetCurrent_ns", mean_ns([&] { cuCtxGetCurrent(&context); }));
+  put("cuStreamIsCapturing_legacy_ns", mean_ns([&] { cuStreamIsCapturing(nullptr, &status); }));
+  put("cuEventRecord_legacy_ns", mean_ns([&] { cuEventRecord(event, nullptr); }));
+  put("cuEventQuery_ns", mean_ns([&] { cuEventQuery(event); }));
+  put("cuStreamWaitEvent_legacy_ns", mean_ns([&] { cuStreamWaitEvent(nullptr, event, 0); }));
+  cuCtxSynchronize();
+  cuEventDestroy(event);
+}
+
 void bandwidth() {
   const size_t n = 256 << 20;
   void *host = nullptr, *device = nullptr;
@@ -295,6 +322,7 @@ int main() {
   } else {
     host_create_latency(CU_MEM_LOCATION_TYPE_HOST, 0);
   }
+  hot_driver_calls();
   bandwidth();
   put("status", "ok");
   std::printf("%s}\n", json.c_str());

@@ -93,6 +93,9 @@ part_hotpath() {
   # The report counts the driver work behind the pairs (device barriers).
   timeout -k 5 60 env LD_PRELOAD="$LIB" TIDEPOOL_CONF="report:$d/preload.report.json" "$HERE/cuda/hotpath" \
     > "$d/preload.out"; echo "preload exit $?"
+  # The same without the device barrier, to price it (free_barrier:off fences each free instead).
+  timeout -k 5 60 env LD_PRELOAD="$LIB" TIDEPOOL_CONF="free_barrier:off,report:$d/preload_nobarrier.report.json" \
+    "$HERE/cuda/hotpath" > "$d/preload_nobarrier.out"; echo "preload_nobarrier exit $?"
   timeout -k 5 90 "$PY" "$HERE/hotpath.py" > "$d/python.out"; echo "python exit $?"
   cat "$d"/*.out
   "$PY" "$HERE/check.py" hotpath "$d" > "$d/../hotpath.figures.json"
