@@ -55,6 +55,7 @@ void copy_set(CUresult r, CUgraphExec exec, const CUDA_MEMCPY3D& copy) noexcept 
 
 template <typename Call>
 CUresult guarded_graph_launch(CUgraphExec exec, CUstream stream, Call&& call) {
+  tidepool::interpose::submitting_on(stream);
   if (!tidepool::interpose::guarding()) return call();
   tidepool::runtime::Runtime& rt = tidepool::runtime::Runtime::get();
   tidepool::runtime::Submission submission;

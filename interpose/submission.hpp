@@ -2,7 +2,8 @@
 // the driver: with eviction on, the runtime pins the pool blocks it names
 // before the real call and releases them after it (see pool/page_mover.hpp
 // for the rule this keeps); otherwise the call goes straight through. A scan
-// that cannot run (out of host memory) leaves the call as it was.
+// that cannot run (out of host memory) leaves the call as it was. Either
+// way the runtime first hears which stream the work goes on.
 #pragma once
 
 #include <cuda.h>
@@ -15,9 +16,17 @@ namespace tidepool::interpose {
 // Whether submissions are guarded at all: one load and a compare when not.
 inline bool guarding() { return serving() && runtime::Runtime::get().guards_submissions(); }
 
+// Every submission names its stream before it is queued; on the legacy
+// stream, two compares. The first on another stream ends the pools'
+// legacy-order barriers (order/stream_registry.hpp, legacy_only).
+inline void submitting_on(CUstream stream) {
+  if (stream != nullptr && stream != CU_STREAM_LEGACY) runtime::Runtime::get().stream_used(stream);
+}
+
 // A launch of `function` with these arguments on `stream`.
 template <typename Call>
 CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstream stream, Call&& call) {
+  submitting_on(stream);
   if (!guarding()) return call();
   runtime::Runtime& rt = runtime::Runtime::get();
   runtime::Submission submission;
@@ -34,6 +43,7 @@ CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstre
 // A copy or set touching device addresses `first` and `second` (0: none).
 template <typename Call>
 CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stream, Call&& call) {
+  submitting_on(stream);
   if (!guarding()) return call();
   runtime::Runtime& rt = runtime::Runtime::get();
   runtime::Submission submission;

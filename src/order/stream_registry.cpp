@@ -44,25 +44,54 @@ void StreamRegistry::created(CUstream stream) {
     std::lock_guard<std::mutex> guard(lock_);
     streams_[stream] = entry;
   }
+  legacy_only_.store(false, std::memory_order_release);
   // Memory the pools hand out may still be in use by work queued before a
   // device barrier; a non-blocking stream does not wait for the legacy
   // stream, so it starts behind the barrier instead. (A blocking one waits
   // for the legacy stream, which is behind it.)
+  if (!entry.non_blocking) return;
+  if (in_order_barriers_) {
+    // Barriers made by the legacy stream's order left no event: the barrier
+    // to start behind is a record of the legacy stream's work so far. Later
+    // barriers queue theirs (legacy_only no longer holds).
+    in_order_barriers_ = false;
+    driver::ScopedContext scope(api_, entry.context);
+    CUevent now = barrier_event(&barriers_[entry.context].after);
+    if (now == nullptr || api_.eventRecord(now, nullptr) != CUDA_SUCCESS) {
+      host_waits_for_the_barrier(entry.context, nullptr);
+      return;
+    }
+  }
   auto barrier = barriers_.find(entry.context);
-  if (!entry.non_blocking || barrier == barriers_.end() || barrier->second.after == nullptr) return;
+  if (barrier == barriers_.end() || barrier->second.after == nullptr) return;
   const CUresult state = api_.eventQuery(barrier->second.after);
   if (state == CUDA_SUCCESS) return;
   if (state == CUDA_ERROR_NOT_READY && api_.streamWaitEvent(stream, barrier->second.after, 0) == CUDA_SUCCESS) return;
+  host_waits_for_the_barrier(entry.context, barrier->second.after);
+}
+
+void StreamRegistry::host_waits_for_the_barrier(CUcontext context, CUevent after) {
   // The stream cannot be made to wait: the host waits instead (stream
   // creation is rare), so nothing it runs can overlap work before the
   // barrier. Only if that fails too are fences left to what proves them
   // without the registry.
-  driver::ScopedContext scope(api_, entry.context);
-  if (api_.eventSynchronize(barrier->second.after) == CUDA_SUCCESS) return;
-  if (api_.ctxSynchronize != nullptr && !capture_in_progress(entry.context) && api_.ctxSynchronize() == CUDA_SUCCESS) {
+  driver::ScopedContext scope(api_, context);
+  if (after != nullptr && api_.eventSynchronize(after) == CUDA_SUCCESS) return;
+  if (api_.ctxSynchronize != nullptr && !capture_in_progress(context) && api_.ctxSynchronize() == CUDA_SUCCESS) {
     return;
   }
   set_complete(false);
+}
+
+StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
+  if (complete() && legacy_only()) {
+    std::lock_guard<std::mutex> creations(creation_lock_);
+    if (legacy_only()) {
+      in_order_barriers_ = true;
+      return BarrierKind::in_order;
+    }
+  }
+  return device_gate(context, nullptr) ? BarrierKind::queued : BarrierKind::failed;
 }
 
 CUevent StreamRegistry::barrier_event(CUevent* slot) {

@@ -13,6 +13,15 @@
 // Without it the registry may miss a non-blocking stream, and the fences
 // built from it fall back to a context synchronisation (see DeferredFrees).
 //
+// `legacy_only`: all work the process has queued is on the legacy stream. It
+// holds until a stream is created or a submission names another stream (a
+// per-thread default stream: the preload's launch, copy, set and graph-launch
+// hooks call using_stream() before the driver is called), and never returns.
+// While it holds in a complete registry, the legacy stream's own order is a
+// device barrier, and device_barrier() queues nothing (BarrierKind::in_order).
+// A non-blocking stream created afterwards starts behind the legacy stream's
+// work so far (created()), as it starts behind a queued barrier's event.
+//
 // Locks: `lock_` (a mutex) guards the maps. `creation_lock_` orders stream
 // creation against device barriers and is taken before `lock_`. Both are
 // taken after a pool's lock, never before one: destroying() releases them
@@ -81,6 +90,16 @@ class StreamRegistry {
   [[nodiscard]] bool complete() const noexcept { return complete_.load(std::memory_order_acquire); }
   void set_complete(bool complete) noexcept { complete_.store(complete, std::memory_order_release); }
 
+  // Work is about to be queued on `stream`: any stream but the legacy one
+  // ends legacy_only() for good. Called before the work is queued, so that a
+  // block freed after it is never put back by the legacy stream's order.
+  void using_stream(CUstream stream) noexcept {
+    if (stream != nullptr && stream != CU_STREAM_LEGACY && legacy_only_.load(std::memory_order_relaxed)) {
+      legacy_only_.store(false, std::memory_order_release);
+    }
+  }
+  [[nodiscard]] bool legacy_only() const noexcept { return legacy_only_.load(std::memory_order_acquire); }
+
   // What a cudaFree fence of `context` must cover beyond the legacy stream:
   // the live non-blocking streams, and the destroyed streams whose work may
   // still run. Finished retirements are dropped on the way.
@@ -98,7 +117,14 @@ class StreamRegistry {
   // at creation (created()). False when the barrier cannot be made whole:
   // an incomplete registry, a capture, a record without an event, more than
   // kMaxBarrierStreams streams, or a failed call. Then nothing may be assumed.
-  bool device_barrier(CUcontext context) { return device_gate(context, nullptr); }
+  // While legacy_only() holds, the barrier is the legacy stream's own order
+  // and nothing is queued.
+  enum class BarrierKind {
+    failed,    // not made whole: nothing may be assumed
+    queued,    // records and waits were queued
+    in_order,  // all work so far is on the legacy stream: its order is the barrier, nothing was queued
+  };
+  BarrierKind device_barrier(CUcontext context);
   // device_barrier() with `on_legacy` called once the legacy stream waits for
   // every other stream and before it records the barrier event: what it
   // queues on the legacy stream (or on a stream made to wait for it) runs
@@ -137,8 +163,17 @@ class StreamRegistry {
     std::vector<CUevent> joins;
   };
   CUevent barrier_event(CUevent* slot);
+  // A stream just created could not be made to wait for `after` (null: for
+  // the legacy stream's work so far): the host waits, or else the registry
+  // is no longer complete.
+  void host_waits_for_the_barrier(CUcontext context, CUevent after);
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
+  std::atomic<bool> legacy_only_{true};
+  // A barrier was made in order (nothing queued): a non-blocking stream
+  // created since starts behind a record made at its creation. Guarded by
+  // creation_lock_, which orders those barriers against created().
+  bool in_order_barriers_ = false;
   // Held across a device barrier and across created(), so that a stream is
   // either covered by a barrier or made to wait for it. Taken before lock_.
   std::mutex creation_lock_;

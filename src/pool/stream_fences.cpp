@@ -21,6 +21,7 @@
 
 namespace tidepool::pool {
 
+using order::StreamRegistry;
 using order::stream_keys::is_per_thread_key;
 using order::stream_keys::stream_key;
 
@@ -28,14 +29,19 @@ bool Pool::promote_deferred_behind_barrier() {
   if (!options_.free_barrier || deferred_.empty()) return false;
   // While barriers fail (a capture, too many streams), frees are fenced as
   // they come (deallocate), so that promotions without a wait find them done.
-  barrier_failed_ = !registry_.device_barrier(context_);
+  const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
+  barrier_failed_ = made == StreamRegistry::BarrierKind::failed;
   if (barrier_failed_) return false;
   // The blocks' earlier work may still run; nothing that runs later can
   // overlap it. Unmapping their pages waits for a record on the legacy
   // stream made after this barrier (settle_by_query), or a synchronisation.
   const std::uint64_t epoch = fences_.freed();
   barrier_epoch_ = epoch;
-  stats_.device_barriers++;
+  if (made == StreamRegistry::BarrierKind::queued) {
+    stats_.device_barriers++;
+  } else {
+    stats_.legacy_order_barriers++;  // all work so far is on the legacy stream: nothing queued
+  }
   // Only eviction waits for one barrier's work (a learned bring-back taking
   // pages of blocks freed a launch ago); without it the record would cost
   // every promotion a record and a query for answers nothing asks.
@@ -50,7 +56,7 @@ bool Pool::promote_deferred_behind_barrier() {
 }
 
 std::uint64_t Pool::barrier_for_stitching() {
-  if (!registry_.device_barrier(context_)) return 0;
+  if (registry_.device_barrier(context_) == StreamRegistry::BarrierKind::failed) return 0;
   const std::uint64_t epoch = fences_.freed();
   barrier_epoch_ = epoch;
   stats_.stitching_barriers++;

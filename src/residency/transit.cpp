@@ -27,6 +27,10 @@ util::Result<std::unique_ptr<Transit>> Transit::create(const driver::Driver& dri
   if (auto s = driver::check(api.streamCreate(&transit->gate_stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); !s) {
     return s;
   }
+  // The moves queue work on these: the legacy stream's order no longer
+  // orders all work (order/stream_registry.hpp, legacy_only).
+  for (CUstream s : {transit->to_host_stream_, transit->to_device_stream_, transit->gate_stream_})
+    streams.using_stream(s);
   transit->joined_ = transit->events_.take();
   transit->copied_ = transit->events_.take();
   if (transit->joined_ == nullptr || transit->copied_ == nullptr) {

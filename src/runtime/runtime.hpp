@@ -173,6 +173,12 @@ class Runtime {
   // Every stream creation of the process reaches stream_created() (the
   // preload's hooks are what the process calls); see order::StreamRegistry.
   void set_streams_complete(bool complete) noexcept;
+  // A submission is about to be queued on `stream` (the preload's launch,
+  // copy, set and graph-launch hooks, before the driver): the registry's
+  // legacy_only ends at the first that is not on the legacy stream.
+  void stream_used(CUstream stream) noexcept {
+    if (streams_ != nullptr) streams_->using_stream(stream);
+  }
   // Null in pass-through mode.
   [[nodiscard]] order::StreamRegistry* streams() const noexcept { return streams_.get(); }
 

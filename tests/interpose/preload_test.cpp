@@ -164,6 +164,26 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
   EXPECT_GE(r.report.value("device_barriers", -1), 1);
 }
 
+// A program that queues all its work on the legacy stream: its order puts
+// the frees back, with no barrier queued and no driver call, and the old
+// writes still land before the new owners' sets.
+TEST_F(Preload, CudaFreeOnlyOnTheLegacyStreamComesBackInItsOrderWithNoBarrier) {
+  const ProgramRun r = both(PROBE_LINKED, "legacy_stream", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 6);
+  EXPECT_GE(r.report.value("legacy_order_barriers", -1), 1);
+  EXPECT_EQ(r.report.value("device_barriers", -1), 0);
+}
+
+// The same writes on the per-thread default stream, which no creation
+// announces: the launch hook hears of it, and the frees come back behind a
+// queued barrier again.
+TEST_F(Preload, CudaFreeAfterWorkOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
+  const ProgramRun r = both(PROBE_LINKED, "per_thread_stream", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 6);
+  EXPECT_GE(r.report.value("device_barriers", -1), 1);
+  EXPECT_EQ(r.report.value("legacy_order_barriers", -1), 0);
+}
+
 // Live data four times the budget, touched by kernels in random order with
 // both kinds of free beside them: every byte checked, the budget never
 // exceeded (the probe watches the sim's device bytes).

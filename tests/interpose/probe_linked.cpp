@@ -423,6 +423,55 @@ int sidestream_route(bool through_stream) {
   return probe::finish(through_stream ? "sidestream_ordered" : "sidestream");
 }
 
+// cudaFree-style frees of blocks a slow write still fills, in a program that
+// creates no stream. Either everything goes on the legacy stream, or
+// (`per_thread`) the old writes go on this thread's per-thread default
+// stream and the new owners' sets on another thread's, which does not wait
+// for it. The old writes must land first either way: by the legacy stream's
+// own order, or behind a device barrier.
+int one_stream_route(bool per_thread) {
+  make_context_current();
+  CUfunction kernel = nullptr;
+  const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
+  PROBE_CHECK(tidepool_sim_register_kernel(&kernel, &slow_fill, nullptr, 2, sizes) == CUDA_SUCCESS);
+  constexpr std::size_t kBlock = 2 * MiB;
+  std::vector<CUdeviceptr> old_blocks(2);
+  for (CUdeviceptr& p : old_blocks) {
+    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
+    std::size_t size = kBlock;
+    void* params[] = {&p, &size};
+    CUstream stream = per_thread ? CU_STREAM_PER_THREAD : nullptr;
+    PROBE_CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+  }
+  for (CUdeviceptr p : old_blocks) PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
+  // The budget (device_limit:8MiB under the preload) leaves only the freed
+  // pages for two of these four blocks.
+  std::vector<CUdeviceptr> blocks;
+  for (unsigned i = 0; i < 4; ++i) {
+    CUdeviceptr p = 0;
+    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
+    const auto value = static_cast<unsigned char>(20 + i);
+    if (per_thread) {
+      std::thread([&] {
+        make_context_current();
+        PROBE_CHECK(cuMemsetD8Async(p, value, kBlock, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
+      }).join();
+    } else {
+      PROBE_CHECK(cuMemsetD8(p, value, kBlock) == CUDA_SUCCESS);
+    }
+    blocks.push_back(p);
+  }
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  for (unsigned i = 0; i < blocks.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
+    // A late write would have left 0xAA.
+    PROBE_CHECK(std::count(bytes, bytes + kBlock, static_cast<unsigned char>(20 + i)) ==
+                static_cast<std::ptrdiff_t>(kBlock));
+    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
+  }
+  return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
+}
+
 int evict_route() {
   make_context_current();
   constexpr std::size_t kBudget = 16 * MiB;
@@ -743,6 +792,8 @@ int main(int argc, char** argv) {
   if (mode == "fork_alloc") return fork_alloc_route();
   if (mode == "sidestream") return sidestream_route(false);
   if (mode == "sidestream_ordered") return sidestream_route(true);
+  if (mode == "legacy_stream") return one_stream_route(false);
+  if (mode == "per_thread_stream") return one_stream_route(true);
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
   if (mode == "foreign") return foreign_route();

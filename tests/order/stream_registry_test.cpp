@@ -122,7 +122,8 @@ TEST_F(OrderTest, ADeviceBarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
   CUstream second = make_stream(CU_STREAM_NON_BLOCKING);
   registry.created(first);
   registry.created(second);
-  EXPECT_FALSE(registry.device_barrier(context_)) << "an incomplete registry makes no barrier";
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::failed)
+      << "an incomplete registry makes no barrier";
   registry.set_complete(true);
 
   testing::Gate early;
@@ -130,7 +131,7 @@ TEST_F(OrderTest, ADeviceBarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
   late.release();
   int cell = 0;
   ASSERT_EQ(testing::launch_gated_write(first, &early, &cell, 1), CUDA_SUCCESS);
-  ASSERT_TRUE(registry.device_barrier(context_));
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   ASSERT_EQ(testing::launch_gated_write(second, &late, &cell, 2), CUDA_SUCCESS);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(cell, 0) << "the later write ran before the earlier one";
@@ -141,7 +142,7 @@ TEST_F(OrderTest, ADeviceBarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
   // A stream created after the barrier waits for it too.
   testing::Gate held;
   ASSERT_EQ(testing::launch_gated_write(first, &held, &cell, 3), CUDA_SUCCESS);
-  ASSERT_TRUE(registry.device_barrier(context_));
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
   registry.created(newcomer);
   ASSERT_EQ(testing::launch_gated_write(newcomer, &late, &cell, 4), CUDA_SUCCESS);
@@ -154,6 +155,62 @@ TEST_F(OrderTest, ADeviceBarrierOrdersLaterWorkOnEveryStreamAfterEarlierWork) {
     EXPECT_TRUE(registry.destroying(s));
     ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
   }
+}
+
+// While all work is on the legacy stream, its order is the barrier: nothing
+// is queued, not even a capture query. A non-blocking stream created later
+// does not wait for the legacy stream, so it starts behind a record of the
+// legacy stream's work so far, and barriers from then on are queued.
+TEST_F(OrderTest, WhileAllWorkIsOnTheLegacyStreamItsOrderIsTheBarrier) {
+  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  StreamRegistry registry(api());
+  ASSERT_TRUE(registry.legacy_only());
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::failed)
+      << "an incomplete registry cannot know that no stream exists";
+  registry.set_complete(true);
+
+  testing::Gate held;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
+  const char* const kQueuingCalls[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuEventQuery"};
+  std::vector<std::uint64_t> before;
+  for (const char* name : kQueuingCalls) before.push_back(calls(name));
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(calls(kQueuingCalls[i]), before[i]) << kQueuingCalls[i] << " in a barrier made by the legacy order";
+  }
+
+  CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(newcomer);
+  EXPECT_FALSE(registry.legacy_only());
+  testing::Gate open;
+  open.release();
+  ASSERT_EQ(testing::launch_gated_write(newcomer, &open, &cell, 2), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0) << "the new stream's write overtook the legacy stream's older one";
+  held.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2) << "the new stream's write must land last";
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_TRUE(registry.destroying(newcomer));
+  ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
+}
+
+// Work on the legacy stream keeps it so; the first submission on another
+// stream (here a per-thread default stream, which no creation announces)
+// ends it for good.
+TEST_F(OrderTest, ASubmissionOnAnyOtherStreamEndsTheLegacyStreamsOrderAsABarrier) {
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+  registry.using_stream(nullptr);
+  registry.using_stream(CU_STREAM_LEGACY);
+  EXPECT_TRUE(registry.legacy_only());
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
+  registry.using_stream(CU_STREAM_PER_THREAD);
+  EXPECT_FALSE(registry.legacy_only());
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  registry.using_stream(CU_STREAM_LEGACY);
+  EXPECT_FALSE(registry.legacy_only()) << "it never comes back";
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "cross_stream_waits",
                           "device_barriers",
                           "stitching_barriers",
+                          "legacy_order_barriers",
                           "live_blocks",
                           "free_blocks",
                           "segments",
