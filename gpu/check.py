@@ -131,6 +131,8 @@ def hotpath(d):
         figures["speedup_capi_vs_best_c"] = min(others) / native["tidepool_capi_ns"]
     if others and preload.get("cudaMalloc_ns"):
         figures["speedup_preload_vs_best_c"] = min(others) / preload["cudaMalloc_ns"]
+    if others and preload.get("cuMemAlloc_ns"):  # the cudaFree-style pair without cudart's share
+        figures["speedup_preload_driver_vs_best_c"] = min(others) / preload["cuMemAlloc_ns"]
     if others and preload.get("cudaMallocAsync_ns"):  # stream-ordered pairs through the preload
         figures["speedup_preload_async_vs_best_c"] = min(others) / preload["cudaMallocAsync_ns"]
     py_others = [py.get(k) for k in ("torch_caching_ns", "cupy_async_ns") if py.get(k)]

@@ -3,9 +3,12 @@
 //   cudaMalloc/cudaFree (under the preload: tidepool through its hooks),
 //   cudaMallocAsync/cudaFreeAsync on the default pool, release threshold max,
 //   tidepool's C API (tidepool_malloc/tidepool_free), dlopened from the path
-//   in $TIDEPOOL_LIBRARY when set and no preload is active.
+//   in $TIDEPOOL_LIBRARY when set and no preload is active;
+//   cuMemAlloc_v2/cuMemFree_v2 found with dlsym (under the preload: its
+//   hooks), the cudaFree-style pair without cudart's own share.
 // run.sh runs it twice, native and preloaded; hotpath.py adds PyTorch.
 #define PROGRAM "hotpath"
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <chrono>
@@ -43,6 +46,26 @@ int main() {
                                        return p;
                                      },
                                      [](void* p) { CHECK(cudaFree(p)); }));
+
+  // Before any stream exists, as the cudaMalloc pairs above.
+  if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    using Alloc = CUresult (*)(CUdeviceptr*, size_t);
+    using Release = CUresult (*)(CUdeviceptr);
+    static Alloc mem_alloc = reinterpret_cast<Alloc>(dlsym(driver, "cuMemAlloc_v2"));
+    static Release mem_free = reinterpret_cast<Release>(dlsym(driver, "cuMemFree_v2"));
+    if (mem_alloc != nullptr && mem_free != nullptr) {
+      json += ",\"cuMemAlloc_ns\":" + std::to_string(ns_per_pair(
+                                          [](size_t n) {
+                                            CUdeviceptr p = 0;
+                                            if (mem_alloc(&p, n) != CUDA_SUCCESS) std::exit(3);
+                                            return reinterpret_cast<void*>(p);
+                                          },
+                                          [](void* p) {
+                                            if (mem_free(reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+                                              std::exit(3);
+                                          }));
+    }
+  }
 
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
