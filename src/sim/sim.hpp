@@ -343,6 +343,12 @@ struct State {
   std::unordered_map<std::string, Fault> faults;
   std::unordered_map<std::string, Fault> signals;  // Fault::result holds the signal number
   std::unordered_map<std::string, std::uint64_t> calls;
+  // TIDEPOOL_SIM_CALL_NS: host nanoseconds named entry points take on the
+  // calling thread, as a driver's do (an H200 measured cuEventRecord on the
+  // legacy stream at 217, cuEventQuery 1243); none named, the default: the
+  // sim's own cost only. Guarded by `lock`; any_call_ns says whether to look.
+  std::unordered_map<std::string, double> call_ns;
+  std::atomic<bool> any_call_ns{false};
   // tidepool_sim_set_records_wait: cuEventRecord returns once its event is
   // complete, so tools that launch no work see the same answers every run.
   std::atomic<bool> records_wait{false};
@@ -407,6 +413,8 @@ enum class VmmCall : std::size_t { create, map, set_access, unmap, release, host
 void vmm_delay(VmmCall call, std::size_t bytes);
 // Sets State::vmm_us from a TIDEPOOL_SIM_VMM_US spec (null: all free).
 void set_vmm_us(State& s, const char* spec);
+// Sets State::call_ns from a TIDEPOOL_SIM_CALL_NS spec (null: none).
+void set_call_ns(State& s, const char* spec);
 
 State& state();
 // Counts a call of `name` and returns the injected result, or CUDA_SUCCESS.

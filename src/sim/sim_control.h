@@ -49,6 +49,11 @@ CUresult tidepool_sim_register_kernel(CUfunction* out, tidepool_sim_kernel_fn fn
  * pins (create's when left out or 0); other names left out (or NULL) cost
  * nothing. */
 void tidepool_sim_set_vmm_us(const char* spec);
+/* Host nanoseconds named driver entry points take per call on the calling
+ * thread, as TIDEPOOL_SIM_CALL_NS: "name:ns,...", e.g. "cuEventRecord:217,
+ * cuEventQuery:1243,cuStreamWaitEvent:141,cuStreamIsCapturing:20,
+ * cuCtxGetDevice:10" (an H200's, gpu/probe.cu); NULL or "": none. */
+void tidepool_sim_set_call_ns(const char* spec);
 /* Registers a context-less library kernel, the kind the CUDA runtime (12.0
  * on) gets from cuLibraryGetKernel for the kernels it launches: cuLaunchKernel
  * takes the handle cast to CUfunction; cuKernelGetParamInfo describes its

@@ -14,6 +14,9 @@
 //                             (an H100's), and host_create for a host-located
 //                             create, which pins (create's when unset);
 //                             unset or unknown names: free
+//   TIDEPOOL_SIM_CALL_NS      host ns a named entry point takes per call,
+//                             e.g. cuEventRecord:217,cuEventQuery:1243 (an
+//                             H200's); unset: the sim's own cost only
 #include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -118,7 +121,27 @@ void set_vmm_us(State& s, const char* text) {
   });
 }
 
+void set_call_ns(State& s, const char* text) {
+  std::lock_guard<std::mutex> guard(s.lock);
+  s.call_ns.clear();
+  for_each_item(text, [&](const std::string& item) {
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos || colon == 0) return;
+    const double ns = parse_gbps(item.c_str() + colon + 1);  // the same grammar: a finite number >= 0
+    if (ns > 0) s.call_ns[item.substr(0, colon)] = ns;
+  });
+  s.any_call_ns.store(!s.call_ns.empty());
+}
+
 namespace {
+
+// The calling thread's own work for `ns`: spun, not slept, since a sleep
+// this short would oversleep.
+void spin_for(double ns) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::nano>(ns);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
 
 void configure_from_environment(State& s) {
   s.capacity = parse_bytes(std::getenv("TIDEPOOL_SIM_MEMORY"), std::size_t{16} << 30);
@@ -148,6 +171,7 @@ void configure_from_environment(State& s) {
     if (end != nullptr && *end == '\0') s.queue_depth.store(static_cast<std::size_t>(value));
   }
   set_vmm_us(s, std::getenv("TIDEPOOL_SIM_VMM_US"));
+  set_call_ns(s, std::getenv("TIDEPOOL_SIM_CALL_NS"));
 }
 
 }  // namespace
@@ -160,12 +184,7 @@ void vmm_delay(VmmCall call, std::size_t bytes) {
   }
   if (us <= 0) return;
   const std::size_t pages = std::max<std::size_t>(1, bytes / s.granularity);
-  // Spun, not slept: a driver call is the calling thread's own work, and a
-  // sleep this short would oversleep.
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us * static_cast<double>(pages));
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  spin_for(us * 1000.0 * static_cast<double>(pages));
 }
 
 State& state() {
@@ -209,9 +228,13 @@ CUresult enter(const char* name) {
   State& s = state();
   int signal_now = 0;
   CUresult result = CUDA_SUCCESS;
+  double cost_ns = 0;
   {
     std::lock_guard<std::mutex> guard(s.lock);
     s.calls[name]++;
+    if (s.any_call_ns.load(std::memory_order_relaxed)) {
+      if (auto it = s.call_ns.find(name); it != s.call_ns.end()) cost_ns = it->second;
+    }
     if (auto it = s.faults.find(name); it != s.faults.end() && --it->second.countdown == 0) {
       result = it->second.result;
       s.faults.erase(it);
@@ -221,7 +244,9 @@ CUresult enter(const char* name) {
       s.signals.erase(it);
     }
   }
-  // Outside the sim's lock: the handler may call anything, exit() included.
+  // Outside the sim's lock: the handler may call anything, exit() included;
+  // and the call's own cost is the calling thread's, not the sim's.
+  if (cost_ns > 0) spin_for(cost_ns);
   if (signal_now != 0) ::raise(signal_now);
   return result;
 }
@@ -612,6 +637,8 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_call_count(const char* name) {
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_vmm_us(const char* spec) { set_vmm_us(state(), spec); }
+
+TIDEPOOL_SIM_EXPORT void tidepool_sim_set_call_ns(const char* spec) { set_call_ns(state(), spec); }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_queue_depth(size_t depth) { state().queue_depth.store(depth); }
 

@@ -209,6 +209,32 @@ TEST_F(Sim, VmmCallsTakeTheHostTimeTheyAreGivenPerPage) {
   EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
 }
 
+// A driver's calls cost host time of their own (an event query 1.2 us on an
+// H200): the named entry points take what they are given, per call, and the
+// others nothing more.
+TEST_F(Sim, NamedCallsTakeTheHostTimeTheyAreGivenPerCall) {
+  auto set_call_ns = testing::sim_control<void (*)(const char*)>("tidepool_sim_set_call_ns");
+  ASSERT_NE(set_call_ns, nullptr);
+  CUevent event = nullptr;
+  ASSERT_EQ(api().eventCreate(&event, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventRecord(event, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api().eventSynchronize(event), CUDA_SUCCESS);
+  const auto ms_for_100 = [](auto call) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) call();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+  set_call_ns("cuEventQuery:200000,bogus:5,cuCtxGetDevice:-3");
+  EXPECT_GE(ms_for_100([&] { EXPECT_EQ(api().eventQuery(event), CUDA_SUCCESS); }), 20.0);
+  CUdevice device = -1;
+  EXPECT_LT(ms_for_100([&] { EXPECT_EQ(api().ctxGetDevice(&device), CUDA_SUCCESS); }), 20.0)
+      << "a call not named (or given a negative cost) paid";
+  set_call_ns(nullptr);
+  EXPECT_LT(ms_for_100([&] { EXPECT_EQ(api().eventQuery(event), CUDA_SUCCESS); }), 20.0)
+      << "the cost outlived its reset";
+  EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, ContentsSurviveRemapAtAnotherAddress) {
   CUdeviceptr a = 0;
   CUdeviceptr b = 0;
