@@ -1,5 +1,6 @@
 // Copy and set hooks: cuMemcpy*, cuMemset* (synchronous and async, their
-// per-thread-stream forms, peer, 2D and 3D). With eviction on, the device
+// per-thread-stream forms, peer, 2D and 3D), and the stream writes
+// cuStreamWriteValue32/64 (a word written in stream order). With eviction on, the device
 // addresses each one touches go to the runtime before the driver is called,
 // exactly as a launch's arguments do (launch_hooks.cpp): the pool blocks
 // they fall in are marked used and pinned until the call has returned, and
@@ -192,3 +193,21 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUs
 TIDEPOOL_SET_HOOKS(8, unsigned char)
 TIDEPOOL_SET_HOOKS(16, unsigned short)
 TIDEPOOL_SET_HOOKS(32, unsigned int)
+
+// Stream writes: one word at `addr`, in stream order (the _v2 forms cuda.h
+// names; the v1 forms are the pre-12.0 ABI). cuStreamBatchMemOp and the
+// batched copies (cuMemcpyBatchAsync, cuMemcpy3DBatchAsync) are not hooked.
+TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2, addr, 0, s, s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                                    unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2_ptsz, addr, 0, per_thread(s), s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2, addr, 0, s, s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                                    unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2_ptsz, addr, 0, per_thread(s), s, addr, value, flags);
+}

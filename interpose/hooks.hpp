@@ -33,6 +33,8 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                         unsigned bz, unsigned shared, CUstream stream, void** params);
 CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* d);
+CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s);
 // Graph entry points of CUDA 11 that cuda.h renames away; drivers still
 // export them, and cudart 11.x asks for them.
@@ -125,7 +127,9 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuCtxDisablePeerAccess) X(cuDeviceSetMemPool) X(cuMemPoolDestroy) \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) \
   X(cuMemPoolSetAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) \
-  X(cuIpcCloseMemHandle) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)
+  X(cuIpcCloseMemHandle) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) \
+  X(cuStreamWriteValue32_v2) X(cuStreamWriteValue32_v2_ptsz) X(cuStreamWriteValue64_v2) \
+  X(cuStreamWriteValue64_v2_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {

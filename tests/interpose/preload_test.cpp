@@ -184,6 +184,16 @@ TEST_F(Preload, CudaFreeAfterWorkOnAPerThreadStreamComesBackBehindAQueuedBarrier
   EXPECT_EQ(r.report.value("legacy_order_barriers", -1), 0);
 }
 
+// No launch at all: a stream write on the per-thread stream (its hook hears
+// of the stream) is the old work, and the new owner's set on another
+// thread's per-thread stream still lands after it.
+TEST_F(Preload, CudaFreeAfterAStreamWriteOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
+  const ProgramRun r = both(PROBE_LINKED, "per_thread_write", nullptr, "device_limit:4MiB");
+  expect_all_returned(r, 3);
+  EXPECT_GE(r.report.value("device_barriers", -1), 1);
+  EXPECT_EQ(r.report.value("legacy_order_barriers", -1), 0);
+}
+
 // Live data four times the budget, touched by kernels in random order with
 // both kinds of free beside them: every byte checked, the budget never
 // exceeded (the probe watches the sim's device bytes).

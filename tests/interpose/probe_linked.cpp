@@ -429,6 +429,43 @@ int sidestream_route(bool through_stream) {
 // stream and the new owners' sets on another thread's, which does not wait
 // for it. The old writes must land first either way: by the legacy stream's
 // own order, or behind a device barrier.
+// The same with no launch at all: the old write is a cuStreamWriteValue32 on
+// this thread's per-thread stream, held behind a slow host function (which
+// the preload does not hook); the new owner's set goes on another thread's
+// per-thread stream. It must land after the old word all the same.
+void slow_host_function(void* /*user*/) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }
+
+int per_thread_write_route() {
+  make_context_current();
+  constexpr std::size_t kBlock = 2 * MiB;
+  CUdeviceptr old_block = 0;
+  PROBE_CHECK(cuMemAlloc(&old_block, kBlock) == CUDA_SUCCESS);
+  PROBE_CHECK(cuLaunchHostFunc(CU_STREAM_PER_THREAD, &slow_host_function, nullptr) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamWriteValue32(CU_STREAM_PER_THREAD, old_block, 0xAAAAAAAAu, 0) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(old_block) == CUDA_SUCCESS);
+  // The budget (device_limit:4MiB under the preload) leaves the freed page
+  // for one of these two blocks.
+  std::vector<CUdeviceptr> blocks;
+  for (unsigned i = 0; i < 2; ++i) {
+    CUdeviceptr p = 0;
+    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
+    std::thread([&] {
+      make_context_current();
+      PROBE_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(20 + i), kBlock, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
+    }).join();
+    blocks.push_back(p);
+  }
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  for (unsigned i = 0; i < blocks.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
+    // A late word would have left 0xAA in the first four bytes.
+    PROBE_CHECK(std::count(bytes, bytes + kBlock, static_cast<unsigned char>(20 + i)) ==
+                static_cast<std::ptrdiff_t>(kBlock));
+    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
+  }
+  return probe::finish("per_thread_write");
+}
+
 int one_stream_route(bool per_thread) {
   make_context_current();
   CUfunction kernel = nullptr;
@@ -794,6 +831,7 @@ int main(int argc, char** argv) {
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "legacy_stream") return one_stream_route(false);
   if (mode == "per_thread_stream") return one_stream_route(true);
+  if (mode == "per_thread_write") return per_thread_write_route();
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
   if (mode == "foreign") return foreign_route();
