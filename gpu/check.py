@@ -124,8 +124,9 @@ def hotpath(d):
         figures["c_preload_nobarrier"] = nobarrier
     # The driver work behind the preloaded pairs (both kinds), from its report.
     dev = ((load_json(os.path.join(d, "preload.report.json"), {}) or {}).get("devices") or [{}])[0]
-    figures["c_preload_report"] = {k: dev.get(k) for k in ("allocations", "frees", "device_barriers", "maps",
-                                                           "unmaps", "access_grants", "peak_reserved_bytes")}
+    figures["c_preload_report"] = {k: dev.get(k) for k in ("allocations", "frees", "device_barriers",
+                                                           "legacy_order_barriers", "maps", "unmaps",
+                                                           "access_grants", "peak_reserved_bytes")}
     others = [native.get(k) for k in ("cudaMalloc_ns", "cudaMallocAsync_ns") if native.get(k)]
     if others and native.get("tidepool_capi_ns"):
         figures["speedup_capi_vs_best_c"] = min(others) / native["tidepool_capi_ns"]
@@ -133,6 +134,8 @@ def hotpath(d):
         figures["speedup_preload_vs_best_c"] = min(others) / preload["cudaMalloc_ns"]
     if others and preload.get("cuMemAlloc_ns"):  # the cudaFree-style pair without cudart's share
         figures["speedup_preload_driver_vs_best_c"] = min(others) / preload["cuMemAlloc_ns"]
+    if others and preload.get("cudaMalloc_with_stream_ns"):  # the same pair once a stream exists: queued barriers
+        figures["speedup_preload_with_stream_vs_best_c"] = min(others) / preload["cudaMalloc_with_stream_ns"]
     if others and preload.get("cudaMallocAsync_ns"):  # stream-ordered pairs through the preload
         figures["speedup_preload_async_vs_best_c"] = min(others) / preload["cudaMallocAsync_ns"]
     py_others = [py.get(k) for k in ("torch_caching_ns", "cupy_async_ns") if py.get(k)]

@@ -6,6 +6,8 @@
 //   in $TIDEPOOL_LIBRARY when set and no preload is active;
 //   cuMemAlloc_v2/cuMemFree_v2 found with dlsym (under the preload: its
 //   hooks), the cudaFree-style pair without cudart's own share.
+// The cudaMalloc and cuMemAlloc pairs run before any stream exists, then
+// the cudaMalloc pair again after one does (cudaMalloc_with_stream_ns).
 // run.sh runs it twice, native and preloaded; hotpath.py adds PyTorch.
 #define PROGRAM "hotpath"
 #include <cuda.h>
@@ -69,6 +71,15 @@ int main() {
 
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // The cudaMalloc pair again once a stream exists: under the preload, the
+  // legacy stream's order no longer puts frees back, a queued barrier does.
+  json += ",\"cudaMalloc_with_stream_ns\":" + std::to_string(ns_per_pair(
+                                                  [](size_t n) {
+                                                    void* p;
+                                                    CHECK(cudaMalloc(&p, n));
+                                                    return p;
+                                                  },
+                                                  [](void* p) { CHECK(cudaFree(p)); }));
   cudaMemPool_t pool;
   CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t threshold = UINT64_MAX;

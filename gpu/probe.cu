@@ -236,6 +236,15 @@ void hot_driver_calls() {
   CUdevice device = 0;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUcontext context = nullptr;
+  // A call that fails would be timed as if it worked: each must succeed once.
+  if (cuCtxGetDevice(&device) != CUDA_SUCCESS || cuCtxGetCurrent(&context) != CUDA_SUCCESS ||
+      cuStreamIsCapturing(nullptr, &status) != CUDA_SUCCESS || cuEventRecord(event, nullptr) != CUDA_SUCCESS ||
+      cuStreamWaitEvent(nullptr, event, 0) != CUDA_SUCCESS || cuEventSynchronize(event) != CUDA_SUCCESS ||
+      cuEventQuery(event) != CUDA_SUCCESS) {
+    put("hot_driver_calls_error", 1);
+    cuEventDestroy(event);
+    return;
+  }
   put("cuCtxGetDevice_ns", mean_ns([&] { cuCtxGetDevice(&device); }));
   put("cuCtxGetCurrent_ns", mean_ns([&] { cuCtxGetCurrent(&context); }));
   put("cuStreamIsCapturing_legacy_ns", mean_ns([&] { cuStreamIsCapturing(nullptr, &status); }));

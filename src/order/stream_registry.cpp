@@ -50,20 +50,26 @@ void StreamRegistry::created(CUstream stream) {
   // stream, so it starts behind the barrier instead. (A blocking one waits
   // for the legacy stream, which is behind it.)
   if (!entry.non_blocking) return;
-  if (in_order_barriers_) {
+  auto barrier = barriers_.find(entry.context);
+  if (barrier == barriers_.end()) return;
+  if (barrier->second.in_order) {
     // Barriers made by the legacy stream's order left no event: the barrier
     // to start behind is a record of the legacy stream's work so far. Later
-    // barriers queue theirs (legacy_only no longer holds).
-    in_order_barriers_ = false;
+    // barriers queue theirs (legacy_only no longer holds). A record while a
+    // stream captures would join or break the capture: the host waits instead.
+    barrier->second.in_order = false;
     driver::ScopedContext scope(api_, entry.context);
-    CUevent now = barrier_event(&barriers_[entry.context].after);
+    CUevent now = capture_in_progress(entry.context) ? nullptr : barrier_event(&barrier->second.after);
     if (now == nullptr || api_.eventRecord(now, nullptr) != CUDA_SUCCESS) {
+      if (now != nullptr) {  // never recorded: a later stream must not read it as a barrier passed
+        (void)api_.eventDestroy(now);
+        barrier->second.after = nullptr;
+      }
       host_waits_for_the_barrier(entry.context, nullptr);
       return;
     }
   }
-  auto barrier = barriers_.find(entry.context);
-  if (barrier == barriers_.end() || barrier->second.after == nullptr) return;
+  if (barrier->second.after == nullptr) return;
   const CUresult state = api_.eventQuery(barrier->second.after);
   if (state == CUDA_SUCCESS) return;
   if (state == CUDA_ERROR_NOT_READY && api_.streamWaitEvent(stream, barrier->second.after, 0) == CUDA_SUCCESS) return;
@@ -84,10 +90,11 @@ void StreamRegistry::host_waits_for_the_barrier(CUcontext context, CUevent after
 }
 
 StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
-  if (complete() && legacy_only()) {
+  // created() must be able to put a new stream behind the legacy stream's work.
+  if (complete() && legacy_only() && api_.eventRecord != nullptr && api_.streamWaitEvent != nullptr) {
     std::lock_guard<std::mutex> creations(creation_lock_);
     if (legacy_only()) {
-      in_order_barriers_ = true;
+      barriers_[context].in_order = true;
       return BarrierKind::in_order;
     }
   }

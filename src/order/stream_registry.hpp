@@ -114,11 +114,12 @@ class StreamRegistry {
   // afterwards then runs after all work queued before, with no host wait.
   // Blocking streams (per-thread default streams too) are ordered by the
   // legacy stream itself; streams created later wait for the barrier event
-  // at creation (created()). False when the barrier cannot be made whole:
-  // an incomplete registry, a capture, a record without an event, more than
-  // kMaxBarrierStreams streams, or a failed call. Then nothing may be assumed.
-  // While legacy_only() holds, the barrier is the legacy stream's own order
-  // and nothing is queued.
+  // at creation (created()). BarrierKind::failed when the barrier cannot be
+  // made whole: an incomplete registry, a capture, a record without an event,
+  // more than kMaxBarrierStreams streams, or a failed call. Then nothing may
+  // be assumed. While legacy_only() holds, the barrier is the legacy stream's
+  // own order and nothing is queued (BarrierKind::in_order); the context's
+  // next non-blocking stream then starts behind a record made at its creation.
   enum class BarrierKind {
     failed,    // not made whole: nothing may be assumed
     queued,    // records and waits were queued
@@ -161,6 +162,10 @@ class StreamRegistry {
   struct Barrier {
     CUevent after = nullptr;
     std::vector<CUevent> joins;
+    // A barrier of this context was made by the legacy stream's order, and
+    // no record has stood for it since: the next non-blocking stream created
+    // here starts behind one made at its creation.
+    bool in_order = false;
   };
   CUevent barrier_event(CUevent* slot);
   // A stream just created could not be made to wait for `after` (null: for
@@ -170,14 +175,12 @@ class StreamRegistry {
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
-  // A barrier was made in order (nothing queued): a non-blocking stream
-  // created since starts behind a record made at its creation. Guarded by
-  // creation_lock_, which orders those barriers against created().
-  bool in_order_barriers_ = false;
   // Held across a device barrier and across created(), so that a stream is
   // either covered by a barrier or made to wait for it. Taken before lock_.
   std::mutex creation_lock_;
-  std::unordered_map<CUcontext, Barrier> barriers_;  // guarded by creation_lock_
+  // Guarded by creation_lock_, which orders barriers, in order or queued,
+  // against created().
+  std::unordered_map<CUcontext, Barrier> barriers_;
   mutable std::mutex lock_;
   std::unordered_map<CUstream, Entry> streams_;
   std::vector<std::shared_ptr<RetiredStream>> retired_;

@@ -110,8 +110,9 @@ struct PoolStats {
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
-  // cudaFree batches put back by the legacy stream's order, with no driver
-  // call: all work so far was on it (order::StreamRegistry::legacy_only).
+  // Barriers (cudaFree batches, stitching) made by the legacy stream's order,
+  // with no driver call: all work so far was on it
+  // (order::StreamRegistry::legacy_only).
   std::uint64_t legacy_order_barriers = 0;
   std::uint64_t stitching_barriers = 0;  // barriers made so that stitching need not wait for a stream
   // Host waits for work still reading a page's old place before a range there could be mapped.

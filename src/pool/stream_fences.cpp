@@ -56,10 +56,15 @@ bool Pool::promote_deferred_behind_barrier() {
 }
 
 std::uint64_t Pool::barrier_for_stitching() {
-  if (registry_.device_barrier(context_) == StreamRegistry::BarrierKind::failed) return 0;
+  const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
+  if (made == StreamRegistry::BarrierKind::failed) return 0;
   const std::uint64_t epoch = fences_.freed();
   barrier_epoch_ = epoch;
-  stats_.stitching_barriers++;
+  if (made == StreamRegistry::BarrierKind::queued) {
+    stats_.stitching_barriers++;
+  } else {
+    stats_.legacy_order_barriers++;
+  }
   // Stitching parks pages behind this barrier, and a request that needs one
   // of their places back asks, often a step later, whether the work before
   // it is done (the space's unmap check, then wait_for_pages_in_the_way). A record behind the barrier

@@ -191,7 +191,9 @@ class StreamSafety : public ::testing::Test {
     std::uintptr_t freed = 0;
     std::uintptr_t kept = 0;
     std::uintptr_t big = 0;
-    std::uint64_t stitching_barriers = 0;  // made by big's allocation
+    // Made by big's allocation: queued, or (all work being on the legacy
+    // stream) in its order; in stream order no cudaFree batch counts here.
+    std::uint64_t stitching_barriers = 0;
   };
   static constexpr std::size_t kParkPage = 2 * MiB;
   ParkedPage park_a_page_under_a_queued_write(bool ordered) {
@@ -207,9 +209,13 @@ class StreamSafety : public ::testing::Test {
     }
     EXPECT_TRUE(allocator_->deallocate(freed.value(), 0, ordered).ok());
     std::thread opener = open_if_still_shut(old_work);
-    const std::uint64_t barriers_before = allocator_->pool().stats().stitching_barriers;
+    const auto barriers = [&] {
+      const auto& stats = allocator_->pool().stats();
+      return stats.stitching_barriers + stats.legacy_order_barriers;
+    };
+    const std::uint64_t barriers_before = barriers();
     auto big = allocator_->allocate(3 * kParkPage, 0, ordered);
-    parked.stitching_barriers = allocator_->pool().stats().stitching_barriers - barriers_before;
+    parked.stitching_barriers = barriers() - barriers_before;
     old_work.release();
     opener.join();
     while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();

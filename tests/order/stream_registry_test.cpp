@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,13 @@
 
 namespace tidepool::order {
 namespace {
+
+// Two devices, for a registry over two contexts. Runs before main, before
+// the sim reads its environment.
+[[maybe_unused]] const bool kTwoDevices = [] {
+  ::setenv("TIDEPOOL_SIM_DEVICES", "2", 0);
+  return true;
+}();
 
 const driver::Api& api() { return testing::sim_driver().api(); }
 
@@ -194,6 +202,61 @@ TEST_F(OrderTest, WhileAllWorkIsOnTheLegacyStreamItsOrderIsTheBarrier) {
   EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_TRUE(registry.destroying(newcomer));
   ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
+}
+
+// Each context has its own legacy stream: a stream created in one context
+// after barriers made in order in both must not use up the other's record.
+TEST_F(OrderTest, EachContextsNextStreamStartsBehindItsOwnLegacyStreamsWork) {
+  int devices = 0;
+  ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);
+  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  CUdevice other_device = 0;
+  CUcontext other = nullptr;
+  ASSERT_EQ(api().deviceGet(&other_device, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRetain(&other, other_device), CUDA_SUCCESS);
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+
+  testing::Gate held_here;
+  testing::Gate held_there;
+  int here_cell = 0;
+  int there_cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &held_here, &here_cell, 1), CUDA_SUCCESS);
+  {
+    driver::ScopedContext there(api(), other);
+    ASSERT_EQ(testing::launch_gated_write(nullptr, &held_there, &there_cell, 1), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
+  EXPECT_EQ(registry.device_barrier(other), StreamRegistry::BarrierKind::in_order);
+
+  // A stream here first, then one there.
+  CUstream here_stream = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(here_stream);
+  CUstream there_stream = nullptr;
+  testing::Gate open;
+  open.release();
+  {
+    driver::ScopedContext there(api(), other);
+    there_stream = make_stream(CU_STREAM_NON_BLOCKING);
+    registry.created(there_stream);
+    ASSERT_EQ(testing::launch_gated_write(there_stream, &open, &there_cell, 2), CUDA_SUCCESS);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(there_cell, 0) << "the second context's new stream overtook its legacy stream's older write";
+  held_there.release();
+  held_here.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  {
+    driver::ScopedContext there(api(), other);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(registry.destroying(there_stream));
+    ASSERT_EQ(api().streamDestroy(there_stream), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(there_cell, 2) << "the new stream's write must land last";
+  EXPECT_EQ(here_cell, 1);
+  EXPECT_TRUE(registry.destroying(here_stream));
+  ASSERT_EQ(api().streamDestroy(here_stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
 }
 
 // Work on the legacy stream keeps it so; the first submission on another
