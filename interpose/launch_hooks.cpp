@@ -1,5 +1,7 @@
 // Kernel-launch hooks: cuLaunchKernel, cuLaunchKernelEx,
-// cuLaunchCooperativeKernel and their _ptsz forms. With eviction on, each launch's arguments go to the runtime first,
+// cuLaunchCooperativeKernel and their _ptsz forms. A cuLaunchKernelEx that
+// may overlap the kernel ahead of it (programmatic stream serialization) is
+// told to the runtime first. With eviction on, each launch's arguments go to the runtime first,
 // which pins the pool blocks they point at until the launch is queued, marks
 // them used and, under prefetch:launch or learn, brings their host pages
 // back (submission.hpp); otherwise the launch goes straight to the driver.
@@ -48,10 +50,31 @@ TIDEPOOL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx,
                         [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params); });
 }
 
+namespace {
+
+// Whether the launch may begin before the kernel ahead of it has finished
+// (programmatic dependent launch): the runtime hears of it first.
+void note_overlap(const CUlaunchConfig* config) {
+  for (unsigned i = 0; i < config->numAttrs && config->attrs != nullptr; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    const bool overlaps =
+        (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
+         a.value.programmaticStreamSerializationAllowed != 0) ||
+        (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT && a.value.programmaticEvent.event != nullptr);
+    if (overlaps && tidepool::interpose::serving()) {
+      tidepool::runtime::Runtime::get().overlapping_launch();
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 TIDEPOOL_HOOK CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernelEx);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (config == nullptr) return real(config, f, params, extra);
+  note_overlap(config);
   return guarded_launch(f, params, extra, config->hStream, [&] { return real(config, f, params, extra); });
 }
 
@@ -59,6 +82,7 @@ TIDEPOOL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfun
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernelEx_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (config == nullptr) return real(config, f, params, extra);
+  note_overlap(config);
   return guarded_launch(f, params, extra, config->hStream == nullptr ? CU_STREAM_PER_THREAD : config->hStream,
                         [&] { return real(config, f, params, extra); });
 }

@@ -101,6 +101,24 @@ StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
   return device_gate(context, nullptr) ? BarrierKind::queued : BarrierKind::failed;
 }
 
+void StreamRegistry::overlapping_launch(CUcontext context) {
+  std::lock_guard<std::mutex> creations(creation_lock_);
+  legacy_only_.store(false, std::memory_order_release);
+  auto barrier = barriers_.find(context);
+  if (barrier == barriers_.end() || !barrier->second.in_order) return;
+  // An overlap is allowed only between a kernel and the one right after it:
+  // a record between them is the barrier the in-order ones stood for. It
+  // also stands for them when a non-blocking stream is created (created()).
+  barrier->second.in_order = false;
+  CUevent now = capture_in_progress(context) ? nullptr : barrier_event(&barrier->second.after);
+  if (now != nullptr && api_.eventRecord(now, nullptr) == CUDA_SUCCESS) return;
+  if (now != nullptr) {
+    (void)api_.eventDestroy(now);
+    barrier->second.after = nullptr;
+  }
+  host_waits_for_the_barrier(context, nullptr);
+}
+
 CUevent StreamRegistry::barrier_event(CUevent* slot) {
   if (*slot == nullptr && api_.eventCreate(slot, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) *slot = nullptr;
   return *slot;

@@ -99,6 +99,12 @@ class StreamRegistry {
     }
   }
   [[nodiscard]] bool legacy_only() const noexcept { return legacy_only_.load(std::memory_order_acquire); }
+  // A kernel of `context` (current) is about to be launched with
+  // programmatic stream serialization: it may begin before the kernel ahead
+  // of it on its stream has finished, so that stream's order is no barrier.
+  // legacy_only ends, and where a barrier was made in order, a record on the
+  // legacy stream goes between the two kernels first.
+  void overlapping_launch(CUcontext context);
 
   // What a cudaFree fence of `context` must cover beyond the legacy stream:
   // the live non-blocking streams, and the destroyed streams whose work may

@@ -209,6 +209,13 @@ void Runtime::stream_destroy_failed(CUstream stream) {
   if (streams_ != nullptr) streams_->destroy_failed(stream);
 }
 
+void Runtime::overlapping_launch() {
+  if (streams_ == nullptr || driver_ == nullptr) return;
+  CUcontext context = nullptr;
+  if (driver_->api().ctxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr) return;
+  streams_->overlapping_launch(context);
+}
+
 void Runtime::set_streams_complete(bool complete) noexcept {
   if (streams_ != nullptr) streams_->set_complete(complete);
 }

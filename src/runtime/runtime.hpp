@@ -179,6 +179,9 @@ class Runtime {
   void stream_used(CUstream stream) noexcept {
     if (streams_ != nullptr) streams_->using_stream(stream);
   }
+  // A launch with programmatic stream serialization is about to be queued
+  // in the current context: see order::StreamRegistry::overlapping_launch.
+  void overlapping_launch();
   // Null in pass-through mode.
   [[nodiscard]] order::StreamRegistry* streams() const noexcept { return streams_.get(); }
 

@@ -259,6 +259,39 @@ TEST_F(OrderTest, EachContextsNextStreamStartsBehindItsOwnLegacyStreamsWork) {
   ASSERT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
 }
 
+// A kernel launched with programmatic stream serialization may begin before
+// the kernel ahead of it has finished: the legacy stream's order stops being
+// a barrier, and the barriers already made in it get a record between the
+// two kernels, which a stream created later also starts behind.
+TEST_F(OrderTest, AnOverlappingLaunchPutsARecordBehindTheBarriersMadeInOrder) {
+  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+  testing::Gate held;
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
+  const auto records = calls("cuEventRecord");
+  registry.overlapping_launch(context_);
+  EXPECT_FALSE(registry.legacy_only());
+  EXPECT_EQ(calls("cuEventRecord"), records + 1) << "no record went between the kernels";
+  registry.overlapping_launch(context_);
+  EXPECT_EQ(calls("cuEventRecord"), records + 1) << "one record stands for the barriers made in order";
+
+  CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(newcomer);
+  testing::Gate open;
+  open.release();
+  ASSERT_EQ(testing::launch_gated_write(newcomer, &open, &cell, 2), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0) << "the new stream's write overtook the legacy stream's older one";
+  held.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2);
+  EXPECT_TRUE(registry.destroying(newcomer));
+  ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
+}
+
 // Work on the legacy stream keeps it so; the first submission on another
 // stream (here a per-thread default stream, which no creation announces)
 // ends it for good.
