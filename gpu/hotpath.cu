@@ -36,18 +36,22 @@ double ns_per_pair(Alloc alloc, Free release) {
   return std::chrono::duration<double, std::nano>(stop - start).count() / kIters;
 }
 
+double cuda_malloc_pair_ns() {
+  return ns_per_pair(
+      [](size_t n) {
+        void* p;
+        CHECK(cudaMalloc(&p, n));
+        return p;
+      },
+      [](void* p) { CHECK(cudaFree(p)); });
+}
+
 }  // namespace
 
 int main() {
   std::string json = "{";
   CHECK(cudaFree(nullptr));
-  json += "\"cudaMalloc_ns\":" + std::to_string(ns_per_pair(
-                                     [](size_t n) {
-                                       void* p;
-                                       CHECK(cudaMalloc(&p, n));
-                                       return p;
-                                     },
-                                     [](void* p) { CHECK(cudaFree(p)); }));
+  json += "\"cudaMalloc_ns\":" + std::to_string(cuda_malloc_pair_ns());
 
   // Before any stream exists, as the cudaMalloc pairs above.
   if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
@@ -73,13 +77,7 @@ int main() {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   // The cudaMalloc pair again once a stream exists: under the preload, the
   // legacy stream's order no longer puts frees back, a queued barrier does.
-  json += ",\"cudaMalloc_with_stream_ns\":" + std::to_string(ns_per_pair(
-                                                  [](size_t n) {
-                                                    void* p;
-                                                    CHECK(cudaMalloc(&p, n));
-                                                    return p;
-                                                  },
-                                                  [](void* p) { CHECK(cudaFree(p)); }));
+  json += ",\"cudaMalloc_with_stream_ns\":" + std::to_string(cuda_malloc_pair_ns());
   cudaMemPool_t pool;
   CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t threshold = UINT64_MAX;

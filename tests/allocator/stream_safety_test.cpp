@@ -855,13 +855,9 @@ TEST_F(StreamSafety, InteriorPointerQueriesFollowTheBlocksAsTheyChange) {
 }
 
 TEST_F(StreamSafety, AStreamOfAnotherDeviceIsNeverFencedAsOneOfOurs) {
-  int devices = 0;
-  ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);
-  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
-  CUdevice other_device = 0;
-  CUcontext other = nullptr;
-  ASSERT_EQ(api().deviceGet(&other_device, 1), CUDA_SUCCESS);
-  ASSERT_EQ(api().devicePrimaryCtxRetain(&other, other_device), CUDA_SUCCESS);
+  CUcontext other = testing::second_device_context();
+  if (other == nullptr) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  const CUdevice other_device = 1;
   CUstream foreign = nullptr;
   {
     driver::ScopedContext there(api(), other);

@@ -96,6 +96,16 @@ class Preload : public ::testing::Test {
     return hooked;
   }
 
+  // `mode`'s cudaFree-style frees all came back, in the legacy stream's
+  // order (no barrier queued) or behind queued barriers, and the old
+  // writes landed before the new owners' (the program checks its bytes).
+  void expect_frees_came_back(const char* mode, const char* conf, int allocations, bool in_legacy_order) {
+    const ProgramRun r = both(PROBE_LINKED, mode, nullptr, conf);
+    expect_all_returned(r, allocations);
+    EXPECT_GE(r.report.value(in_legacy_order ? "legacy_order_barriers" : "device_barriers", -1), 1);
+    EXPECT_EQ(r.report.value(in_legacy_order ? "device_barriers" : "legacy_order_barriers", -1), 0);
+  }
+
   static void expect_all_returned(const ProgramRun& r, int allocations) {
     ASSERT_TRUE(r.report.is_object()) << "no report written; stderr:\n" << r.err;
     EXPECT_EQ(r.report.value("allocations", -1), allocations);
@@ -168,30 +178,21 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
 // the frees back, with no barrier queued and no driver call, and the old
 // writes still land before the new owners' sets.
 TEST_F(Preload, CudaFreeOnlyOnTheLegacyStreamComesBackInItsOrderWithNoBarrier) {
-  const ProgramRun r = both(PROBE_LINKED, "legacy_stream", nullptr, "device_limit:8MiB");
-  expect_all_returned(r, 6);
-  EXPECT_GE(r.report.value("legacy_order_barriers", -1), 1);
-  EXPECT_EQ(r.report.value("device_barriers", -1), 0);
+  expect_frees_came_back("legacy_stream", "device_limit:8MiB", 6, /*in_legacy_order=*/true);
 }
 
 // The same writes on the per-thread default stream, which no creation
 // announces: the launch hook hears of it, and the frees come back behind a
 // queued barrier again.
 TEST_F(Preload, CudaFreeAfterWorkOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
-  const ProgramRun r = both(PROBE_LINKED, "per_thread_stream", nullptr, "device_limit:8MiB");
-  expect_all_returned(r, 6);
-  EXPECT_GE(r.report.value("device_barriers", -1), 1);
-  EXPECT_EQ(r.report.value("legacy_order_barriers", -1), 0);
+  expect_frees_came_back("per_thread_stream", "device_limit:8MiB", 6, /*in_legacy_order=*/false);
 }
 
 // No launch at all: a stream write on the per-thread stream (its hook hears
 // of the stream) is the old work, and the new owner's set on another
 // thread's per-thread stream still lands after it.
 TEST_F(Preload, CudaFreeAfterAStreamWriteOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
-  const ProgramRun r = both(PROBE_LINKED, "per_thread_write", nullptr, "device_limit:4MiB");
-  expect_all_returned(r, 3);
-  EXPECT_GE(r.report.value("device_barriers", -1), 1);
-  EXPECT_EQ(r.report.value("legacy_order_barriers", -1), 0);
+  expect_frees_came_back("per_thread_write", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
 }
 
 // Live data four times the budget, touched by kernels in random order with

@@ -429,6 +429,40 @@ int sidestream_route(bool through_stream) {
 // stream and the new owners' sets on another thread's, which does not wait
 // for it. The old writes must land first either way: by the legacy stream's
 // own order, or behind a device barrier.
+// The new owners of freed blocks: `count` blocks of `size`, block i set to
+// 20 + i on the legacy stream, or (`per_thread`) on another thread's
+// per-thread default stream, which does not wait for this thread's.
+std::vector<CUdeviceptr> new_owners_set(unsigned count, std::size_t size, bool per_thread) {
+  std::vector<CUdeviceptr> blocks;
+  for (unsigned i = 0; i < count; ++i) {
+    CUdeviceptr p = 0;
+    PROBE_CHECK(cuMemAlloc(&p, size) == CUDA_SUCCESS);
+    const auto value = static_cast<unsigned char>(20 + i);
+    if (per_thread) {
+      std::thread([&] {
+        make_context_current();
+        PROBE_CHECK(cuMemsetD8Async(p, value, size, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
+      }).join();
+    } else {
+      PROBE_CHECK(cuMemsetD8(p, value, size) == CUDA_SUCCESS);
+    }
+    blocks.push_back(p);
+  }
+  return blocks;
+}
+
+// Once the device is idle, every new owner's bytes are its own (an old
+// write landing late would have left 0xAA), and the blocks are freed.
+void check_new_owners_then_free(const std::vector<CUdeviceptr>& blocks, std::size_t size) {
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  for (unsigned i = 0; i < blocks.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
+    PROBE_CHECK(std::count(bytes, bytes + size, static_cast<unsigned char>(20 + i)) ==
+                static_cast<std::ptrdiff_t>(size));
+    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
+  }
+}
+
 // The same with no launch at all: the old write is a cuStreamWriteValue32 on
 // this thread's per-thread stream, held behind a slow host function (which
 // the preload does not hook); the new owner's set goes on another thread's
@@ -445,24 +479,7 @@ int per_thread_write_route() {
   PROBE_CHECK(cuMemFree(old_block) == CUDA_SUCCESS);
   // The budget (device_limit:4MiB under the preload) leaves the freed page
   // for one of these two blocks.
-  std::vector<CUdeviceptr> blocks;
-  for (unsigned i = 0; i < 2; ++i) {
-    CUdeviceptr p = 0;
-    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
-    std::thread([&] {
-      make_context_current();
-      PROBE_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(20 + i), kBlock, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
-    }).join();
-    blocks.push_back(p);
-  }
-  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
-  for (unsigned i = 0; i < blocks.size(); ++i) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
-    // A late word would have left 0xAA in the first four bytes.
-    PROBE_CHECK(std::count(bytes, bytes + kBlock, static_cast<unsigned char>(20 + i)) ==
-                static_cast<std::ptrdiff_t>(kBlock));
-    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
-  }
+  check_new_owners_then_free(new_owners_set(2, kBlock, /*per_thread=*/true), kBlock);
   return probe::finish("per_thread_write");
 }
 
@@ -483,29 +500,7 @@ int one_stream_route(bool per_thread) {
   for (CUdeviceptr p : old_blocks) PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
   // The budget (device_limit:8MiB under the preload) leaves only the freed
   // pages for two of these four blocks.
-  std::vector<CUdeviceptr> blocks;
-  for (unsigned i = 0; i < 4; ++i) {
-    CUdeviceptr p = 0;
-    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
-    const auto value = static_cast<unsigned char>(20 + i);
-    if (per_thread) {
-      std::thread([&] {
-        make_context_current();
-        PROBE_CHECK(cuMemsetD8Async(p, value, kBlock, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
-      }).join();
-    } else {
-      PROBE_CHECK(cuMemsetD8(p, value, kBlock) == CUDA_SUCCESS);
-    }
-    blocks.push_back(p);
-  }
-  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
-  for (unsigned i = 0; i < blocks.size(); ++i) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(blocks[i]);
-    // A late write would have left 0xAA.
-    PROBE_CHECK(std::count(bytes, bytes + kBlock, static_cast<unsigned char>(20 + i)) ==
-                static_cast<std::ptrdiff_t>(kBlock));
-    PROBE_CHECK(cuMemFree(blocks[i]) == CUDA_SUCCESS);
-  }
+  check_new_owners_then_free(new_owners_set(4, kBlock, per_thread), kBlock);
   return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
 }
 

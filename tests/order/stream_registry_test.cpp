@@ -33,6 +33,25 @@ class OrderTest : public testing::WithPrimaryContext {
     EXPECT_EQ(api().streamCreate(&s, flags), CUDA_SUCCESS);
     return s;
   }
+
+  // A non-blocking stream created now writes 2 into `cell`: that write must
+  // land after the one of 1 that `held` keeps queued on the legacy stream.
+  // Releases `held`; the stream is destroyed again.
+  void expect_a_new_stream_to_start_behind(StreamRegistry& registry, testing::Gate& held, int* cell) {
+    CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
+    registry.created(newcomer);
+    EXPECT_FALSE(registry.legacy_only());
+    testing::Gate open;
+    open.release();
+    ASSERT_EQ(testing::launch_gated_write(newcomer, &open, cell, 2), CUDA_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(*cell, 0) << "the new stream's write overtook the legacy stream's older one";
+    held.release();
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(*cell, 2) << "the new stream's write must land last";
+    EXPECT_TRUE(registry.destroying(newcomer));
+    ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
+  }
 };
 
 TEST(StreamKeys, TheLegacyStreamIsZeroAndEachThreadHasItsOwnPerThreadKey) {
@@ -188,32 +207,15 @@ TEST_F(OrderTest, WhileAllWorkIsOnTheLegacyStreamItsOrderIsTheBarrier) {
     EXPECT_EQ(calls(kQueuingCalls[i]), before[i]) << kQueuingCalls[i] << " in a barrier made by the legacy order";
   }
 
-  CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
-  registry.created(newcomer);
-  EXPECT_FALSE(registry.legacy_only());
-  testing::Gate open;
-  open.release();
-  ASSERT_EQ(testing::launch_gated_write(newcomer, &open, &cell, 2), CUDA_SUCCESS);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(cell, 0) << "the new stream's write overtook the legacy stream's older one";
-  held.release();
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(cell, 2) << "the new stream's write must land last";
+  expect_a_new_stream_to_start_behind(registry, held, &cell);
   EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
-  EXPECT_TRUE(registry.destroying(newcomer));
-  ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
 }
 
 // Each context has its own legacy stream: a stream created in one context
 // after barriers made in order in both must not use up the other's record.
 TEST_F(OrderTest, EachContextsNextStreamStartsBehindItsOwnLegacyStreamsWork) {
-  int devices = 0;
-  ASSERT_EQ(api().deviceGetCount(&devices), CUDA_SUCCESS);
-  if (devices < 2) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
-  CUdevice other_device = 0;
-  CUcontext other = nullptr;
-  ASSERT_EQ(api().deviceGet(&other_device, 1), CUDA_SUCCESS);
-  ASSERT_EQ(api().devicePrimaryCtxRetain(&other, other_device), CUDA_SUCCESS);
+  CUcontext other = testing::second_device_context();
+  if (other == nullptr) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
   StreamRegistry registry(api());
   registry.set_complete(true);
 
@@ -256,7 +258,7 @@ TEST_F(OrderTest, EachContextsNextStreamStartsBehindItsOwnLegacyStreamsWork) {
   EXPECT_EQ(here_cell, 1);
   EXPECT_TRUE(registry.destroying(here_stream));
   ASSERT_EQ(api().streamDestroy(here_stream), CUDA_SUCCESS);
-  ASSERT_EQ(api().devicePrimaryCtxRelease(other_device), CUDA_SUCCESS);
+  ASSERT_EQ(api().devicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
 // A kernel launched with programmatic stream serialization may begin before
@@ -278,18 +280,7 @@ TEST_F(OrderTest, AnOverlappingLaunchPutsARecordBehindTheBarriersMadeInOrder) {
   registry.overlapping_launch(context_);
   EXPECT_EQ(calls("cuEventRecord"), records + 1) << "one record stands for the barriers made in order";
 
-  CUstream newcomer = make_stream(CU_STREAM_NON_BLOCKING);
-  registry.created(newcomer);
-  testing::Gate open;
-  open.release();
-  ASSERT_EQ(testing::launch_gated_write(newcomer, &open, &cell, 2), CUDA_SUCCESS);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(cell, 0) << "the new stream's write overtook the legacy stream's older one";
-  held.release();
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(cell, 2);
-  EXPECT_TRUE(registry.destroying(newcomer));
-  ASSERT_EQ(api().streamDestroy(newcomer), CUDA_SUCCESS);
+  expect_a_new_stream_to_start_behind(registry, held, &cell);
 }
 
 // Work on the legacy stream keeps it so; the first submission on another

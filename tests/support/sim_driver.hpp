@@ -33,6 +33,20 @@ Fn sim_control(const char* name) {
 }
 
 // A test run with device 0's primary context current (on the sim), made
+// Device 1's primary context, retained (the caller releases device 1's), or
+// null when the sim has one device (TIDEPOOL_SIM_DEVICES).
+inline CUcontext second_device_context() {
+  const driver::Api& api = sim_driver().api();
+  int devices = 0;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  if (api.deviceGetCount(&devices) != CUDA_SUCCESS || devices < 2 || api.deviceGet(&device, 1) != CUDA_SUCCESS ||
+      api.devicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return context;
+}
+
 // current before each test and left after it, once the device is idle.
 class WithPrimaryContext : public ::testing::Test {
  protected:
