@@ -52,23 +52,10 @@ void StreamRegistry::created(CUstream stream) {
   if (!entry.non_blocking) return;
   auto barrier = barriers_.find(entry.context);
   if (barrier == barriers_.end()) return;
-  if (barrier->second.in_order) {
-    // Barriers made by the legacy stream's order left no event: the barrier
-    // to start behind is a record of the legacy stream's work so far. Later
-    // barriers queue theirs (legacy_only no longer holds). A record while a
-    // stream captures would join or break the capture: the host waits instead.
-    barrier->second.in_order = false;
-    driver::ScopedContext scope(api_, entry.context);
-    CUevent now = capture_in_progress(entry.context) ? nullptr : barrier_event(&barrier->second.after);
-    if (now == nullptr || api_.eventRecord(now, nullptr) != CUDA_SUCCESS) {
-      if (now != nullptr) {  // never recorded: a later stream must not read it as a barrier passed
-        (void)api_.eventDestroy(now);
-        barrier->second.after = nullptr;
-      }
-      host_waits_for_the_barrier(entry.context, nullptr);
-      return;
-    }
-  }
+  // Barriers made by the legacy stream's order left no event: the barrier to
+  // start behind is a record of the legacy stream's work so far. Later
+  // barriers queue theirs (legacy_only no longer holds).
+  if (barrier->second.in_order && !record_for_in_order_barriers(entry.context, &barrier->second)) return;
   if (barrier->second.after == nullptr) return;
   const CUresult state = api_.eventQuery(barrier->second.after);
   if (state == CUDA_SUCCESS) return;
@@ -109,14 +96,21 @@ void StreamRegistry::overlapping_launch(CUcontext context) {
   // An overlap is allowed only between a kernel and the one right after it:
   // a record between them is the barrier the in-order ones stood for. It
   // also stands for them when a non-blocking stream is created (created()).
-  barrier->second.in_order = false;
-  CUevent now = capture_in_progress(context) ? nullptr : barrier_event(&barrier->second.after);
-  if (now != nullptr && api_.eventRecord(now, nullptr) == CUDA_SUCCESS) return;
-  if (now != nullptr) {
+  (void)record_for_in_order_barriers(context, &barrier->second);
+}
+
+bool StreamRegistry::record_for_in_order_barriers(CUcontext context, Barrier* barrier) {
+  barrier->in_order = false;
+  driver::ScopedContext scope(api_, context);
+  // A record while a stream captures would join or break the capture.
+  CUevent now = capture_in_progress(context) ? nullptr : barrier_event(&barrier->after);
+  if (now != nullptr && api_.eventRecord(now, nullptr) == CUDA_SUCCESS) return true;
+  if (now != nullptr) {  // never recorded: a later stream must not read it as a barrier passed
     (void)api_.eventDestroy(now);
-    barrier->second.after = nullptr;
+    barrier->after = nullptr;
   }
   host_waits_for_the_barrier(context, nullptr);
+  return false;
 }
 
 CUevent StreamRegistry::barrier_event(CUevent* slot) {

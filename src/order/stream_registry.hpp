@@ -178,6 +178,10 @@ class StreamRegistry {
   // the legacy stream's work so far): the host waits, or else the registry
   // is no longer complete.
   void host_waits_for_the_barrier(CUcontext context, CUevent after);
+  // Records the legacy stream's work so far as `barrier`'s event, standing
+  // for the barriers made there in order; else the host waits for that work
+  // (false). Under creation_lock_.
+  bool record_for_in_order_barriers(CUcontext context, Barrier* barrier);
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
