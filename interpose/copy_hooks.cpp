@@ -19,8 +19,6 @@
 
 namespace {
 
-CUstream per_thread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
-
 CUdeviceptr device_side(CUmemorytype type, CUdeviceptr device) {
   return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED ? device : 0;
 }
@@ -38,6 +36,7 @@ CUdeviceptr source(const Descriptor* d) {
 }  // namespace
 
 using tidepool::interpose::guarded_submission;
+using tidepool::interpose::per_thread_default;
 
 // Calls the real driver's `symbol` with the hook's arguments, the device
 // addresses `first` and `second` guarded on `stream` around it.
@@ -58,7 +57,7 @@ TIDEPOOL_HOOK CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size
   TIDEPOOL_GUARDED_COPY(cuMemcpyAsync, dst, src, s, dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpyAsync_ptsz, dst, src, per_thread(s), dst, src, n, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpyAsync_ptsz, dst, src, per_thread_default(s), dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t n) {
   TIDEPOOL_GUARDED_COPY(cuMemcpyHtoD_v2, dst, 0, nullptr, dst, src, n);
@@ -82,19 +81,19 @@ TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, st
   TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2, dst, 0, s, dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, std::size_t n, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2_ptsz, dst, 0, per_thread(s), dst, src, n, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2_ptsz, dst, 0, per_thread_default(s), dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t n, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2, src, 0, s, dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, std::size_t n, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2_ptsz, src, 0, per_thread(s), dst, src, n, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2_ptsz, src, 0, per_thread_default(s), dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpyDtoDAsync_v2, dst, src, s, dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoDAsync_v2_ptsz, dst, src, per_thread(s), dst, src, n, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoDAsync_v2_ptsz, dst, src, per_thread_default(s), dst, src, n, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
                                     std::size_t n) {
@@ -110,7 +109,7 @@ TIDEPOOL_HOOK CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUd
 }
 TIDEPOOL_HOOK CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
                                               std::size_t n, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpyPeerAsync_ptsz, dst, src, per_thread(s), dst, dst_ctx, src, src_ctx, n, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpyPeerAsync_ptsz, dst, src, per_thread_default(s), dst, dst_ctx, src, src_ctx, n, s);
 }
 
 // Two- and three-dimensional copies: the device sides their descriptors name.
@@ -130,7 +129,7 @@ TIDEPOOL_HOOK CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* d, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpy2DAsync_v2, destination(d), source(d), s, d, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* d, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpy2DAsync_v2_ptsz, destination(d), source(d), per_thread(s), d, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpy2DAsync_v2_ptsz, destination(d), source(d), per_thread_default(s), d, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* d) {
   TIDEPOOL_GUARDED_COPY(cuMemcpy3D_v2, destination(d), source(d), nullptr, d);
@@ -142,7 +141,7 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* d, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2, destination(d), source(d), s, d, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* d, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2_ptsz, destination(d), source(d), per_thread(s), d, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DAsync_v2_ptsz, destination(d), source(d), per_thread_default(s), d, s);
 }
 
 TIDEPOOL_HOOK CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* d) {
@@ -155,7 +154,7 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* d, CUstream
   TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeerAsync, destination(d), source(d), s, d, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s) {
-  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeerAsync_ptsz, destination(d), source(d), per_thread(s), d, s);
+  TIDEPOOL_GUARDED_COPY(cuMemcpy3DPeerAsync_ptsz, destination(d), source(d), per_thread_default(s), d, s);
 }
 
 // Sets. One macro per width: the synchronous, per-thread, async and
@@ -171,7 +170,7 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUs
     TIDEPOOL_GUARDED_COPY(cuMemsetD##width##Async, dst, 0, s, dst, v, n, s);                                           \
   }                                                                                                                    \
   TIDEPOOL_HOOK CUresult cuMemsetD##width##Async_ptsz(CUdeviceptr dst, value_type v, std::size_t n, CUstream s) {      \
-    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##Async_ptsz, dst, 0, per_thread(s), dst, v, n, s);                          \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD##width##Async_ptsz, dst, 0, per_thread_default(s), dst, v, n, s);                  \
   }                                                                                                                    \
   TIDEPOOL_HOOK CUresult cuMemsetD2D##width##_v2(CUdeviceptr dst, std::size_t pitch, value_type v, std::size_t w,      \
                                                  std::size_t h) {                                                      \
@@ -187,7 +186,7 @@ TIDEPOOL_HOOK CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUs
   }                                                                                                                    \
   TIDEPOOL_HOOK CUresult cuMemsetD2D##width##Async_ptsz(CUdeviceptr dst, std::size_t pitch, value_type v,              \
                                                         std::size_t w, std::size_t h, CUstream s) {                    \
-    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##Async_ptsz, dst, 0, per_thread(s), dst, pitch, v, w, h, s);              \
+    TIDEPOOL_GUARDED_COPY(cuMemsetD2D##width##Async_ptsz, dst, 0, per_thread_default(s), dst, pitch, v, w, h, s);      \
   }
 
 TIDEPOOL_SET_HOOKS(8, unsigned char)
@@ -195,19 +194,19 @@ TIDEPOOL_SET_HOOKS(16, unsigned short)
 TIDEPOOL_SET_HOOKS(32, unsigned int)
 
 // Stream writes: one word at `addr`, in stream order (the _v2 forms cuda.h
-// names; the v1 forms are the pre-12.0 ABI). cuStreamBatchMemOp and the
-// batched copies (cuMemcpyBatchAsync, cuMemcpy3DBatchAsync) are not hooked.
+// names; the v1 forms, the pre-11.7 ABI, are not hooked). Batches of them,
+// and batched copies, are in batch_hooks.cpp.
 TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2, addr, 0, s, s, addr, value, flags);
 }
 TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value,
                                                     unsigned int flags) {
-  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2_ptsz, addr, 0, per_thread(s), s, addr, value, flags);
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
 }
 TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2, addr, 0, s, s, addr, value, flags);
 }
 TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value,
                                                     unsigned int flags) {
-  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2_ptsz, addr, 0, per_thread(s), s, addr, value, flags);
+  TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
 }

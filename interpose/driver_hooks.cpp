@@ -45,6 +45,7 @@ CUresult release(CUdeviceptr dptr, CUstream stream, bool ordered, bool* forward)
 using tidepool::interpose::allocate;
 using tidepool::interpose::driver_freed;
 using tidepool::interpose::driver_served;
+using tidepool::interpose::per_thread_default;
 using tidepool::interpose::release;
 
 TIDEPOOL_HOOK CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytesize) {
@@ -78,8 +79,7 @@ TIDEPOOL_HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
 // The _ptsz variants read the null stream as the per-thread stream.
 TIDEPOOL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytesize, CUstream stream) {
   bool forward = false;
-  const CUresult r =
-      allocate(dptr, bytesize, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, TIDEPOOL_CALLER(), &forward);
+  const CUresult r = allocate(dptr, bytesize, per_thread_default(stream), true, TIDEPOOL_CALLER(), &forward);
   return forward ? driver_served(TIDEPOOL_CALL_REAL_DRIVER(cuMemAllocAsync_ptsz, dptr, bytesize, stream), dptr,
                                  bytesize, TIDEPOOL_CALLER())
                  : r;
@@ -87,7 +87,7 @@ TIDEPOOL_HOOK CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes
 
 TIDEPOOL_HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
   bool forward = false;
-  const CUresult r = release(dptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream, true, &forward);
+  const CUresult r = release(dptr, per_thread_default(stream), true, &forward);
   return forward ? driver_freed(TIDEPOOL_CALL_REAL_DRIVER(cuMemFreeAsync_ptsz, dptr, stream), dptr) : r;
 }
 

@@ -202,7 +202,7 @@ TIDEPOOL_HOOK CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
 TIDEPOOL_HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   auto real = TIDEPOOL_REAL_DRIVER(cuGraphLaunch_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return guarded_graph_launch(exec, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
+  return guarded_graph_launch(exec, tidepool::interpose::per_thread_default(stream),
                               [&] { return real(exec, stream); });
 }
 

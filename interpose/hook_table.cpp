@@ -27,6 +27,8 @@ const HookRow kDriverHooks[] = {
     {"cuGraphExecUpdate", reinterpret_cast<void*>(&::tidepool_cuGraphExecUpdate_v1)},
     {"cuGraphExecKernelNodeSetParams", reinterpret_cast<void*>(&::tidepool_cuGraphExecKernelNodeSetParams_v1)},
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
+    {"cuMemcpyBatchAsync", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1)},
+    {"cuMemcpyBatchAsync_ptsz", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1_ptsz)},
 };
 #undef TIDEPOOL_HOOK_ROW
 

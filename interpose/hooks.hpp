@@ -36,6 +36,20 @@ CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* d);
 CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s);
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                    unsigned int flags);
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                                    CUmemcpyAttributes* attrs, std::size_t* attrs_idxs, std::size_t num_attrs,
+                                    CUstream s);
+// cuMemcpyBatchAsync of CUDA 12.8 and 12.9 (with failIdx), which cuda.h
+// renames to the _v2 (batch_hooks.cpp).
+CUresult tidepool_cuMemcpyBatchAsync_v1(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                                        CUmemcpyAttributes* attrs, std::size_t* attrs_idxs, std::size_t num_attrs,
+                                        std::size_t* fail_idx, CUstream s) __asm__("cuMemcpyBatchAsync");
+CUresult tidepool_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                             std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                             std::size_t num_attrs, std::size_t* fail_idx,
+                                             CUstream s) __asm__("cuMemcpyBatchAsync_ptsz");
 // Graph entry points of CUDA 11 that cuda.h renames away; drivers still
 // export them, and cudart 11.x asks for them.
 CUresult tidepool_cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
@@ -129,7 +143,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuMemPoolSetAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) \
   X(cuIpcCloseMemHandle) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) \
   X(cuStreamWriteValue32_v2) X(cuStreamWriteValue32_v2_ptsz) X(cuStreamWriteValue64_v2) \
-  X(cuStreamWriteValue64_v2_ptsz)
+  X(cuStreamWriteValue64_v2_ptsz) X(cuStreamBatchMemOp_v2) X(cuStreamBatchMemOp_v2_ptsz) \
+  X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {

@@ -14,6 +14,7 @@
 #include "submission.hpp"
 
 using tidepool::interpose::guarded_launch;
+using tidepool::interpose::per_thread_default;
 
 TIDEPOOL_HOOK CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                       unsigned bz, unsigned shared, CUstream stream, void** params, void** extra) {
@@ -28,7 +29,7 @@ TIDEPOOL_HOOK CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned g
                                            void** extra) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchKernel_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return guarded_launch(f, params, extra, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
+  return guarded_launch(f, params, extra, per_thread_default(stream),
                         [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra); });
 }
 
@@ -46,7 +47,7 @@ TIDEPOOL_HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx,
                                                       void** params) {
   auto real = TIDEPOOL_REAL_DRIVER(cuLaunchCooperativeKernel_ptsz);
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return guarded_launch(f, params, nullptr, stream == nullptr ? CU_STREAM_PER_THREAD : stream,
+  return guarded_launch(f, params, nullptr, per_thread_default(stream),
                         [&] { return real(f, gx, gy, gz, bx, by, bz, shared, stream, params); });
 }
 
@@ -83,6 +84,6 @@ TIDEPOOL_HOOK CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfun
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (config == nullptr) return real(config, f, params, extra);
   note_overlap(config);
-  return guarded_launch(f, params, extra, config->hStream == nullptr ? CU_STREAM_PER_THREAD : config->hStream,
+  return guarded_launch(f, params, extra, per_thread_default(config->hStream),
                         [&] { return real(config, f, params, extra); });
 }

@@ -24,6 +24,9 @@ struct Route {
 
 // Whether tidepool serves allocations at all (a good configuration and a driver).
 bool serving();
+// The stream a _ptsz entry point orders its work on: a null handle there
+// means the calling thread's default stream, not the legacy one.
+inline CUstream per_thread_default(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 // An allocation on the current context's device.
 Route route_allocation(CUstream stream, bool ordered);
 // An allocation on `device` (the runtime API's current device).

@@ -57,4 +57,24 @@ CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stre
   return r;
 }
 
+// A batch of copies or stream memory operations on `stream`: `each(visit)`
+// calls visit(first, second) with the device addresses of each operation.
+template <typename Each, typename Call>
+CUresult guarded_batch(CUstream stream, Each&& each, Call&& call) {
+  submitting_on(stream);
+  if (!guarding()) return call();
+  runtime::Runtime& rt = runtime::Runtime::get();
+  runtime::Submission submission;
+  try {
+    each([&](CUdeviceptr first, CUdeviceptr second) {
+      rt.before_copy(static_cast<std::uintptr_t>(first), static_cast<std::uintptr_t>(second), stream, &submission);
+    });
+  } catch (...) {
+    rt.scan_failed();
+  }
+  const CUresult r = call();
+  rt.after_submission(submission);
+  return r;
+}
+
 }  // namespace tidepool::interpose

@@ -226,6 +226,7 @@ struct Submission {
   Allocator*
       owner[kMaxOwners];  // NOLINT(cppcoreguidelines-avoid-c-arrays,modernize-avoid-c-arrays): the first `owners`
   std::size_t owners = 0;
+  bool overflow_reported = false;  // Runtime::before_copy has told the pools pins.overflow
   void note(Allocator* a) noexcept {
     for (std::size_t i = 0; i < owners; ++i) {
       if (owner[i] == a) return;

@@ -612,6 +612,15 @@ void Runtime::before_copy(std::uintptr_t first, std::uintptr_t second, CUstream 
       return a->use_in_copy(address, stream, &s->pins, on_host);
     });
   }
+  // A batch (several calls for one submission) can name more blocks than
+  // there are pins; reported once, on the call that overflowed.
+  if (s->pins.overflow && !s->overflow_reported) {
+    s->overflow_reported = true;
+    (void)find_allocator([&](Allocator* a) {
+      a->pins_overflowed();
+      return false;
+    });
+  }
 }
 
 void Runtime::hold_for_graph(CUgraphExec exec, const GraphUse& use) {

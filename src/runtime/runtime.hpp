@@ -195,6 +195,7 @@ class Runtime {
   [[nodiscard]] bool guards_submissions() const noexcept { return launch_scanner_ != nullptr; }
   void before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s);
   // `first` and `second`: the device addresses a copy or set touches (0: none).
+  // A batch calls it once per operation with the same Submission.
   void before_copy(std::uintptr_t first, std::uintptr_t second, CUstream stream, Submission* s);
   void after_submission(const Submission& s);
   // A scan above stopped partway (it threw): the submission may name blocks

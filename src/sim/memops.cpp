@@ -1,6 +1,6 @@
-// Stream memory operations: cuStreamWaitValue32/64 and cuStreamWriteValue32/64
-// (the _v2 ABI, which cuGetProcAddress hands out from CUDA 11.7, and its
-// per-thread-default-stream forms).
+// Stream memory operations: cuStreamWaitValue32/64, cuStreamWriteValue32/64
+// and cuStreamBatchMemOp (the _v2 ABI, which cuGetProcAddress hands out from
+// CUDA 11.7, and its per-thread-default-stream forms).
 //
 // The address is a device pointer the device can reach: device memory,
 // pinned host memory (its device pointer is its host address, see
@@ -137,6 +137,77 @@ CUresult write_value(const char* name, CUstream handle, CUdeviceptr address, T v
 
 CUstream per_thread(CUstream handle) { return handle == nullptr ? CU_STREAM_PER_THREAD : handle; }
 
+// One operation of a batch, checked before anything is queued.
+CUresult check_batch_op(const CUstreamBatchMemOpParams& op) {
+  switch (op.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+      const bool wide = op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      const unsigned condition = op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+      if (condition > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
+      return check_address(op.waitValue.address, wide ? sizeof(cuuint64_t) : sizeof(cuuint32_t));
+    }
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
+      const bool wide = op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      if (op.writeValue.flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;  // as write_value
+      return check_address(op.writeValue.address, wide ? sizeof(cuuint64_t) : sizeof(cuuint32_t));
+    }
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+      return op.flushRemoteWrites.flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_STREAM_MEM_OP_BARRIER: return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// Runs one checked operation on the stream's worker. A flush and a barrier
+// order nothing beyond what the worker's program order already does.
+void run_batch_op(const CUstreamBatchMemOpParams& op) {
+  switch (op.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      wait_until(reinterpret_cast<const cuuint32_t*>(op.waitValue.address), op.waitValue.value,
+                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH));
+      return;
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+      wait_until(reinterpret_cast<const cuuint64_t*>(op.waitValue.address), op.waitValue.value64,
+                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH));
+      return;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32: {
+      auto* target = reinterpret_cast<cuuint32_t*>(op.writeValue.address);
+      ordered_before_word(target);
+      device_store(target, op.writeValue.value);
+      return;
+    }
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
+      auto* target = reinterpret_cast<cuuint64_t*>(op.writeValue.address);
+      ordered_before_word(target);
+      device_store(target, op.writeValue.value64);
+      return;
+    }
+    default: return;
+  }
+}
+
+// The operations run in the order given, as one piece of work: a wait holds
+// up the operations after it. The driver takes fewer than 256 at a time.
+CUresult batch_mem_op(const char* name, CUstream handle, unsigned count, const CUstreamBatchMemOpParams* ops,
+                      unsigned flags) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  constexpr unsigned kMostOps = 255;
+  if (flags != 0 || count == 0 || count > kMostOps || ops == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    if (CUresult r = check_batch_op(ops[i]); r != CUDA_SUCCESS) return r;
+  }
+  // The caller may reuse its array once the call returns.
+  return submit(stream,
+                [copied = std::vector<CUstreamBatchMemOpParams>(ops, ops + count)] {
+                  for (const CUstreamBatchMemOpParams& op : copied) run_batch_op(op);
+                })
+      .result;
+}
+
 }  // namespace
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
@@ -177,4 +248,14 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdevicept
 TIDEPOOL_SIM_EXPORT CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                                           unsigned int flags) {
   return write_value("cuStreamWriteValue64_v2_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                                   unsigned int flags) {
+  return batch_mem_op("cuStreamBatchMemOp_v2", stream, count, ops, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
+                                                        CUstreamBatchMemOpParams* ops, unsigned int flags) {
+  return batch_mem_op("cuStreamBatchMemOp_v2_ptsz", per_thread(stream), count, ops, flags);
 }

@@ -56,6 +56,19 @@ CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32
 CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
 CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
 CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
+CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned count, CUstreamBatchMemOpParams* ops, unsigned flags);
+CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                                    CUmemcpyAttributes* attrs, std::size_t* attrs_idxs, std::size_t num_attrs,
+                                    CUstream stream);
+// cuMemcpyBatchAsync of CUDA 12.8 and 12.9 (with failIdx), which cuda.h
+// renames to the _v2.
+CUresult tidepool_sim_cuMemcpyBatchAsync_v1(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                                            CUmemcpyAttributes* attrs, std::size_t* attrs_idxs, std::size_t num_attrs,
+                                            std::size_t* fail_idx, CUstream stream) __asm__("cuMemcpyBatchAsync");
+CUresult tidepool_sim_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                 std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                                 std::size_t num_attrs, std::size_t* fail_idx,
+                                                 CUstream stream) __asm__("cuMemcpyBatchAsync_ptsz");
 }
 
 namespace tidepool::sim {

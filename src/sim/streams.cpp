@@ -1442,16 +1442,17 @@ void count_host_reach(Node& node, const void* dst, const void* src) {
   };
 }
 
+void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
 // Pageable host memory, as the driver treats it: an asynchronous copy to it
 // returns only once the copy is done, and one from it only once the source
 // has been read (the driver stages it), so the program may reuse or free
 // the memory as soon as the call returns. A copy that read its source later
 // on the stream's worker would race with that.
-CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
-  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
-  if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Stream> stream;
-  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+// `read_now`: the source is read before the call returns, whatever memory
+// it is (a batch copy's CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL).
+CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n, bool wait,
+                    bool read_now) {
   const bool to_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(dst));
   const bool from_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(src));
   wait = wait || to_pageable;
@@ -1473,7 +1474,7 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
     count_host_reach(node, dst, src);
   };
   Submitted sub;
-  if (from_pageable && !wait) {
+  if ((from_pageable || (read_now && n > 0)) && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
     // The source was read into host memory now; only the destination's side
@@ -1486,6 +1487,67 @@ CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n,
   }
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
+}
+
+CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  return queue_copy(stream, dst, src, n, wait, false);
+}
+
+// Whether a batch's attributes are as the driver requires: the first
+// applies from copy 0, each later one from a later copy, all within `count`,
+// and each names a source access order.
+bool batch_attributes_valid(std::size_t count, const CUmemcpyAttributes* attrs, const std::size_t* idxs,
+                            std::size_t num_attrs) {
+  if (attrs == nullptr || idxs == nullptr || num_attrs == 0 || num_attrs > count || idxs[0] != 0) return false;
+  for (std::size_t k = 0; k < num_attrs; ++k) {
+    if (k > 0 && idxs[k] <= idxs[k - 1]) return false;
+    if (idxs[k] >= count) return false;
+    const CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
+    if (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM && order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+        order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// cuMemcpyBatchAsync: pointer-to-pointer copies on a stream other than the
+// legacy one, queued in the order given (the driver promises no order among
+// them, so a program may not rely on this one). `fail_index` (v1 only):
+// the copy that failed, or SIZE_MAX when the batch failed as a whole or not
+// at all.
+CUresult copy_batch(const char* name, CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes, std::size_t count,
+                    CUmemcpyAttributes* attrs, std::size_t* idxs, std::size_t num_attrs, std::size_t* fail_index,
+                    CUstream handle) {
+  if (fail_index != nullptr) *fail_index = SIZE_MAX;
+  if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
+  if (handle == nullptr || handle == CU_STREAM_LEGACY) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0 || dsts == nullptr || srcs == nullptr || sizes == nullptr ||
+      !batch_attributes_valid(count, attrs, idxs, num_attrs)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (sizes[i] > 0 && (dsts[i] == 0 || srcs[i] == 0)) {
+      if (fail_index != nullptr) *fail_index = i;
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  std::size_t attribute = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    while (attribute + 1 < num_attrs && idxs[attribute + 1] <= i) ++attribute;
+    const bool read_now = attrs[attribute].srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    if (CUresult r = queue_copy(stream, ptr(dsts[i]), ptr(srcs[i]), sizes[i], false, read_now); r != CUDA_SUCCESS) {
+      if (fail_index != nullptr) *fail_index = i;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t n, CUstream handle, bool wait) {
@@ -1508,8 +1570,6 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
 }
-
-void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
 }  // namespace
 
@@ -1542,6 +1602,33 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, st
 }
 TIDEPOOL_SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t n, CUstream s) {
   return set_async("cuMemsetD8Async", ptr(dst), value, n, s, false);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                   std::size_t count, CUmemcpyAttributes* attrs,
+                                                   std::size_t* attrs_idxs, std::size_t num_attrs, CUstream s) {
+  return copy_batch("cuMemcpyBatchAsync_v2", dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, nullptr, s);
+}
+TIDEPOOL_SIM_EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                        std::size_t count, CUmemcpyAttributes* attrs,
+                                                        std::size_t* attrs_idxs, std::size_t num_attrs, CUstream s) {
+  return copy_batch("cuMemcpyBatchAsync_v2_ptsz", dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, nullptr,
+                    s == nullptr ? CU_STREAM_PER_THREAD : s);
+}
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuMemcpyBatchAsync_v1(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                                std::size_t* sizes, std::size_t count,
+                                                                CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                                                std::size_t num_attrs, std::size_t* fail_idx,
+                                                                CUstream s) {
+  return copy_batch("cuMemcpyBatchAsync", dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, s);
+}
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                                     std::size_t* sizes, std::size_t count,
+                                                                     CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                                                     std::size_t num_attrs, std::size_t* fail_idx,
+                                                                     CUstream s) {
+  return copy_batch("cuMemcpyBatchAsync_ptsz", dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx,
+                    s == nullptr ? CU_STREAM_PER_THREAD : s);
 }
 
 TIDEPOOL_SIM_EXPORT void tidepool_sim_set_capturing(CUstream handle, int capturing) {

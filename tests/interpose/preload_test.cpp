@@ -195,6 +195,16 @@ TEST_F(Preload, CudaFreeAfterAStreamWriteOnAPerThreadStreamComesBackBehindAQueue
   expect_frees_came_back("per_thread_write", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
 }
 
+// The same old write inside a cuStreamBatchMemOp, and as a batched copy
+// (cuMemcpyBatchAsync): their hooks hear of the stream too.
+TEST_F(Preload, CudaFreeAfterABatchedWriteOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
+  expect_frees_came_back("per_thread_batch_write", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
+}
+
+TEST_F(Preload, CudaFreeAfterABatchedCopyOnAPerThreadStreamComesBackBehindAQueuedBarrier) {
+  expect_frees_came_back("per_thread_batch_copy", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
+}
+
 // Live data four times the budget, touched by kernels in random order with
 // both kinds of free beside them: every byte checked, the budget never
 // exceeded (the probe watches the sim's device bytes).
@@ -312,20 +322,24 @@ TEST_F(Preload, ALaunchOnItsWayToTheDriverKeepsItsBlockWhereItIsThroughAnotherTh
 // once its stream is synchronised, reads blocks back with cuMemcpyDtoH.
 // Neither names its block in a launch; the copy hooks mark the blocks used,
 // bring them back and order the copy after tidepool's own copies of them.
+// The same copies as batches (cuMemcpyBatchAsync): every copy of a batch is
+// guarded as a single copy is.
 TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
   time_limit_s_ = 120;
   extra_env_ = "TIDEPOOL_SIM_COPY_GBPS=2 ";
-  for (const char* mode : {"launch", "learn"}) {
-    SCOPED_TRACE(std::string("prefetch:") + mode);
-    const std::string conf = std::string("device_limit:48MiB,evict:on,prefetch:") + mode;
-    const ProgramRun r = run(PROBE_RACES, "copies", conf.c_str());
-    EXPECT_EQ(r.status, 42) << r.err;
-    EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
-    ASSERT_TRUE(r.report.is_object()) << r.err;
-    EXPECT_GT(r.report.value("evictions", 0), 0);
-    if (std::string(mode) == "learn") {
-      EXPECT_GT(r.report.value("learned_period", 0), 0);
-      EXPECT_GT(r.report.value("tracked_moves", 0), 0) << "the step's blocks moved without a gate";
+  for (const char* route : {"copies", "batch_copies"}) {
+    for (const char* mode : {"launch", "learn"}) {
+      SCOPED_TRACE(std::string(route) + " prefetch:" + mode);
+      const std::string conf = std::string("device_limit:48MiB,evict:on,prefetch:") + mode;
+      const ProgramRun r = run(PROBE_RACES, route, conf.c_str());
+      EXPECT_EQ(r.status, 42) << r.err;
+      EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+      ASSERT_TRUE(r.report.is_object()) << r.err;
+      EXPECT_GT(r.report.value("evictions", 0), 0);
+      if (std::string(mode) == "learn") {
+        EXPECT_GT(r.report.value("learned_period", 0), 0);
+        EXPECT_GT(r.report.value("tracked_moves", 0), 0) << "the step's blocks moved without a gate";
+      }
     }
   }
 }

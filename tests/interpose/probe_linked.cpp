@@ -469,18 +469,38 @@ void check_new_owners_then_free(const std::vector<CUdeviceptr>& blocks, std::siz
 // per-thread stream. It must land after the old word all the same.
 void slow_host_function(void* /*user*/) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }
 
-int per_thread_write_route() {
+// `how`: "write" (cuStreamWriteValue32), "batch_write" (the same word in a
+// cuStreamBatchMemOp) or "batch_copy" (0xAA over the whole block by
+// cuMemcpyBatchAsync).
+int per_thread_write_route(const std::string& how) {
   make_context_current();
   constexpr std::size_t kBlock = 2 * MiB;
   CUdeviceptr old_block = 0;
   PROBE_CHECK(cuMemAlloc(&old_block, kBlock) == CUDA_SUCCESS);
   PROBE_CHECK(cuLaunchHostFunc(CU_STREAM_PER_THREAD, &slow_host_function, nullptr) == CUDA_SUCCESS);
-  PROBE_CHECK(cuStreamWriteValue32(CU_STREAM_PER_THREAD, old_block, 0xAAAAAAAAu, 0) == CUDA_SUCCESS);
+  if (how == "write") {
+    PROBE_CHECK(cuStreamWriteValue32(CU_STREAM_PER_THREAD, old_block, 0xAAAAAAAAu, 0) == CUDA_SUCCESS);
+  } else if (how == "batch_write") {
+    CUstreamBatchMemOpParams op{};
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = old_block;
+    op.writeValue.value = 0xAAAAAAAAu;
+    PROBE_CHECK(cuStreamBatchMemOp(CU_STREAM_PER_THREAD, 1, &op, 0) == CUDA_SUCCESS);
+  } else {
+    const std::vector<unsigned char> old_bytes(kBlock, 0xAA);
+    CUdeviceptr dst = old_block;
+    auto src = reinterpret_cast<CUdeviceptr>(old_bytes.data());
+    std::size_t size = kBlock;
+    CUmemcpyAttributes attrs{};
+    attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    std::size_t first = 0;
+    PROBE_CHECK(cuMemcpyBatchAsync(&dst, &src, &size, 1, &attrs, &first, 1, CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
+  }
   PROBE_CHECK(cuMemFree(old_block) == CUDA_SUCCESS);
   // The budget (device_limit:4MiB under the preload) leaves the freed page
   // for one of these two blocks.
   check_new_owners_then_free(new_owners_set(2, kBlock, /*per_thread=*/true), kBlock);
-  return probe::finish("per_thread_write");
+  return probe::finish(("per_thread_" + how).c_str());
 }
 
 int one_stream_route(bool per_thread) {
@@ -826,7 +846,9 @@ int main(int argc, char** argv) {
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "legacy_stream") return one_stream_route(false);
   if (mode == "per_thread_stream") return one_stream_route(true);
-  if (mode == "per_thread_write") return per_thread_write_route();
+  if (mode == "per_thread_write") return per_thread_write_route("write");
+  if (mode == "per_thread_batch_write") return per_thread_write_route("batch_write");
+  if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
   if (mode == "foreign") return foreign_route();

@@ -17,6 +17,8 @@
 //     persistent input block with cuMemcpyHtoD, reads it with kernels, and
 //     reads a persistent block back with cuMemcpyDtoH after synchronising
 //     its stream: the program's own copies, which no launch names.
+//   probe_races batch_copies [report-path]
+//     The same, each copy a cuMemcpyBatchAsync of two halves on the stream.
 //   probe_races capture [report-path]
 //     A global-mode capture on one thread while another thread's allocation
 //     needs room and a launch into the capture names a block on the host.
@@ -211,7 +213,29 @@ int window_route() {
   return verdict("window");
 }
 
-int copies_route() {
+// `bytes` from `src` to `dst` as a batch of two halves on `stream`, each
+// source read before the call returns.
+void copy_in_halves(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  const std::size_t half = bytes / 2;
+  CUdeviceptr dsts[] = {dst, dst + half};
+  CUdeviceptr srcs[] = {src, src + half};
+  std::size_t sizes[] = {half, bytes - half};
+  CUmemcpyAttributes attrs{};
+  attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  std::size_t first = 0;
+  expect(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attrs, &first, 1, stream), "cuMemcpyBatchAsync");
+}
+
+std::uint64_t wrong_by_batch_copy(CUdeviceptr p, std::size_t bytes, std::uint32_t seed, CUstream stream) {
+  std::vector<std::uint32_t> host(bytes / 4);
+  copy_in_halves(reinterpret_cast<CUdeviceptr>(host.data()), p, bytes, stream);
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < host.size(); ++i) bad += host[i] != word_pattern(seed, i) ? 1 : 0;
+  return bad;
+}
+
+int copies_route(bool batched) {
   probe::make_context_current();
   const Kernels k;
   constexpr int kLayers = 6;
@@ -232,7 +256,11 @@ int copies_route() {
     for (std::size_t i = 0; i < batch.size(); ++i) batch[i] = word_pattern(seed, i);
     // The next batch, once the last step's work is done.
     expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
-    expect(cuMemcpyHtoD(input, batch.data(), kBlock), "cuMemcpyHtoD");
+    if (batched) {
+      copy_in_halves(input, reinterpret_cast<CUdeviceptr>(batch.data()), kBlock, stream);
+    } else {
+      expect(cuMemcpyHtoD(input, batch.data(), kBlock), "cuMemcpyHtoD");
+    }
     expect(k.launch(k.check, stream, input, kBlock, seed), "check input");
     std::vector<CUdeviceptr> activations(kLayers, 0);
     for (int l = 0; l < kLayers; ++l) {
@@ -249,13 +277,18 @@ int copies_route() {
     }
     // The step's loss, read back on the host.
     expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
-    wrong.fetch_add(wrong_by_copy(input, kBlock, seed));
-    wrong.fetch_add(wrong_by_copy(weights, kBlock, 77));
+    if (batched) {
+      wrong.fetch_add(wrong_by_batch_copy(input, kBlock, seed, stream));
+      wrong.fetch_add(wrong_by_batch_copy(weights, kBlock, 77, stream));
+    } else {
+      wrong.fetch_add(wrong_by_copy(input, kBlock, seed));
+      wrong.fetch_add(wrong_by_copy(weights, kBlock, 77));
+    }
   }
   expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
   for (CUdeviceptr p : {input, weights}) expect(cuMemFree(p), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  return verdict("copies");
+  return verdict(batched ? "batch_copies" : "copies");
 }
 
 // A global-mode capture on thread A's non-blocking stream while thread B's
@@ -617,7 +650,8 @@ int graph_nodes_route() {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (std::strcmp(mode, "window") == 0) return window_route();
-  if (std::strcmp(mode, "copies") == 0) return copies_route();
+  if (std::strcmp(mode, "copies") == 0) return copies_route(false);
+  if (std::strcmp(mode, "batch_copies") == 0) return copies_route(true);
   if (std::strcmp(mode, "capture") == 0) return capture_route();
   if (std::strcmp(mode, "graph") == 0) return graph_route();
   if (std::strcmp(mode, "graph_nodes") == 0) return graph_nodes_route();

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,6 +49,10 @@ using LaunchKernel = decltype(&::cuLaunchKernel);
 using LaunchKernelEx = decltype(&::cuLaunchKernelEx);
 using HostGetDevicePointer = decltype(&::cuMemHostGetDevicePointer_v2);
 using ElapsedTime = decltype(&::cuEventElapsedTime_v2);
+using BatchMemOp = decltype(&::cuStreamBatchMemOp_v2);
+using CopyBatch = decltype(&::cuMemcpyBatchAsync_v2);
+using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
+                                 std::size_t*, std::size_t, std::size_t*, CUstream);
 
 void set_copy_gbps(double gbps) {
   sim_control<decltype(&tidepool_sim_set_copy_gbps)>("tidepool_sim_set_copy_gbps")(gbps);
@@ -794,10 +799,189 @@ TEST_F(SimTransfers, GetProcAddressHandsOutTheV2MemoryOperationsAndTheLaunchVari
   EXPECT_EQ(resolve("cuLaunchKernelEx", 11060, kDefault), exported("cuLaunchKernelEx"));
   EXPECT_EQ(resolve("cuLaunchKernelEx", 12000, kPerThread), exported("cuLaunchKernelEx_ptsz"));
   EXPECT_EQ(resolve("cuMemHostGetDevicePointer", 12000, kDefault), exported("cuMemHostGetDevicePointer_v2"));
+  EXPECT_EQ(resolve("cuStreamBatchMemOp", 12000, kDefault), exported("cuStreamBatchMemOp_v2"));
+  EXPECT_EQ(resolve("cuStreamBatchMemOp", 12000, kPerThread), exported("cuStreamBatchMemOp_v2_ptsz"));
+  EXPECT_EQ(resolve("cuMemcpyBatchAsync", 12080, kDefault), exported("cuMemcpyBatchAsync"));
+  EXPECT_EQ(resolve("cuMemcpyBatchAsync", 12090, kPerThread), exported("cuMemcpyBatchAsync_ptsz"));
+  EXPECT_EQ(resolve("cuMemcpyBatchAsync", 13000, kDefault), exported("cuMemcpyBatchAsync_v2"));
+  EXPECT_EQ(resolve("cuMemcpyBatchAsync", 13000, kPerThread), exported("cuMemcpyBatchAsync_v2_ptsz"));
   void* fn = nullptr;
   CUdriverProcAddressQueryResult found{};
   EXPECT_EQ(api().getProcAddress("cuLaunchKernelEx", &fn, 11000, kDefault, &found), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(found, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+// --- batches ------------------------------------------------------------------------------------------------
+
+CUstreamBatchMemOpParams batch_write32(CUdeviceptr at, std::uint32_t value) {
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = at;
+  op.writeValue.value = value;
+  return op;
+}
+
+CUstreamBatchMemOpParams batch_wait32(CUdeviceptr at, std::uint32_t value) {
+  CUstreamBatchMemOpParams op{};
+  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  op.waitValue.address = at;
+  op.waitValue.value = value;
+  op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  return op;
+}
+
+// The operations run in the order given, behind the stream's earlier work;
+// a wait inside the batch holds up the operations after it.
+TEST_F(SimTransfers, BatchMemOpRunsItsOperationsInOrderOnItsStream) {
+  const auto batch = entry<BatchMemOp>("cuStreamBatchMemOp_v2");
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, 64), CUDA_SUCCESS);
+  const auto words = reinterpret_cast<CUdeviceptr>(host);
+  host_store<std::uint64_t>(words, 0);
+  host_store<std::uint64_t>(words + 8, 0);
+  CUstream stream = new_stream();
+  Gate gate;
+  int cell = 0;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  CUstreamBatchMemOpParams ops[] = {batch_write32(words, 1), batch_wait32(words + 8, 5), batch_write32(words + 4, 2)};
+  ASSERT_EQ(batch(stream, 3, ops, 0), CUDA_SUCCESS);
+  ops[0] = batch_write32(words, 99);  // the caller's array is its own again
+  settle();
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(words), 0u);  // behind the gate
+  gate.release();
+  ASSERT_TRUE(eventually([&] { return *reinterpret_cast<volatile std::uint32_t*>(words) == 1u; }));
+  settle();
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(words + 4), 0u);  // behind the wait
+  EXPECT_EQ(api().streamQuery(stream), CUDA_ERROR_NOT_READY);
+  host_store<std::uint32_t>(words + 8, 5);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(words + 4), 2u);
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(words), 1u);
+  api().streamDestroy(stream);
+  api().memFreeHost(host);
+}
+
+TEST_F(SimTransfers, BatchMemOpRefusesBadBatchesAndQueuesNothingOfThem) {
+  const auto batch = entry<BatchMemOp>("cuStreamBatchMemOp_v2");
+  void* host = nullptr;
+  ASSERT_EQ(api().memAllocHost(&host, 64), CUDA_SUCCESS);
+  const auto word = reinterpret_cast<CUdeviceptr>(host);
+  host_store<std::uint64_t>(word, 0);
+  CUstream stream = new_stream();
+  CUstreamBatchMemOpParams ops[256];
+  for (CUstreamBatchMemOpParams& op : ops) op = batch_write32(word, 7);
+  EXPECT_EQ(batch(stream, 0, ops, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(batch(stream, 256, ops, 0), CUDA_ERROR_INVALID_VALUE);  // fewer than 256
+  EXPECT_EQ(batch(stream, 1, nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(batch(stream, 1, ops, 1), CUDA_ERROR_INVALID_VALUE);  // flags must be 0
+  ops[1] = batch_write32(word + 2, 7);                            // misaligned, after a good one
+  EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
+  ops[1] = batch_write32(word, 7);
+  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;  // the v1 ABI's only
+  EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
+  ops[1] = batch_wait32(word, 0);
+  ops[1].waitValue.flags = 0x10;
+  EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
+  ops[1].operation = static_cast<CUstreamBatchMemOpType>(42);
+  EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(word), 0u);  // the good first write was not queued
+  ops[1] = CUstreamBatchMemOpParams{};
+  ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+  ops[2] = CUstreamBatchMemOpParams{};
+  ops[2].flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+  ASSERT_EQ(batch(stream, 255, ops, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(word), 7u);
+  api().streamDestroy(stream);
+  api().memFreeHost(host);
+}
+
+// cuMemcpyBatchAsync: every copy lands in stream order; a source read
+// "during the API call" is read before it returns, one read "in stream
+// order" when the copy runs.
+TEST_F(SimTransfers, CopyBatchCopiesEachPairBehindItsStreamsEarlierWork) {
+  const auto copy_batch = entry<CopyBatch>("cuMemcpyBatchAsync_v2");
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, 4096), CUDA_SUCCESS);
+  CUdeviceptr staging = 0;
+  ASSERT_EQ(api().memAlloc(&staging, 64), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(staging, 3, 64), CUDA_SUCCESS);
+  std::vector<unsigned char> ephemeral(64, 1);
+  CUstream stream = new_stream();
+  Gate gate;
+  int cell = 0;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  CUdeviceptr dsts[] = {device, device + 1024, device + 2048};
+  CUdeviceptr srcs[] = {reinterpret_cast<CUdeviceptr>(ephemeral.data()), staging, staging};
+  std::size_t sizes[] = {64, 64, 0};
+  CUmemcpyAttributes attrs[2] = {};
+  attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  attrs[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  std::size_t idxs[] = {0, 1};
+  ASSERT_EQ(copy_batch(dsts, srcs, sizes, 3, attrs, idxs, 2, stream), CUDA_SUCCESS);
+  std::fill(ephemeral.begin(), ephemeral.end(), 9);  // read already
+  settle();
+  EXPECT_EQ(*reinterpret_cast<const unsigned char*>(device), 0);  // behind the gate
+  // The sim's device memory is the host's: a store the device sees at once.
+  std::memset(reinterpret_cast<void*>(staging), 4, 64);
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(device);
+  EXPECT_EQ(std::count(bytes, bytes + 64, 1), 64);
+  EXPECT_EQ(std::count(bytes + 64, bytes + 1024, 0), 1024 - 64);
+  EXPECT_EQ(std::count(bytes + 1024, bytes + 1088, 4), 64);  // read when it ran
+  EXPECT_EQ(bytes[2048], 0);
+  api().streamDestroy(stream);
+  api().memFree(staging);
+  api().memFree(device);
+}
+
+TEST_F(SimTransfers, CopyBatchRefusesTheLegacyStreamAndBadAttributesAndNamesTheFailedCopy) {
+  const auto copy_batch = entry<CopyBatch>("cuMemcpyBatchAsync_v2");
+  const auto copy_batch_v1 = entry<CopyBatchV1>("cuMemcpyBatchAsync");
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, 256), CUDA_SUCCESS);
+  std::vector<unsigned char> source(64, 5);
+  CUstream stream = new_stream();
+  CUdeviceptr dsts[] = {device, device + 64};
+  CUdeviceptr srcs[] = {reinterpret_cast<CUdeviceptr>(source.data()), reinterpret_cast<CUdeviceptr>(source.data())};
+  std::size_t sizes[] = {64, 64};
+  CUmemcpyAttributes attrs[2] = {};
+  attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  attrs[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+  std::size_t idxs[] = {0, 1};
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, attrs, idxs, 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, attrs, idxs, 1, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 0, attrs, idxs, 1, stream), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, attrs, idxs, 0, stream), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 1, attrs, idxs, 2, stream), CUDA_ERROR_INVALID_VALUE);  // more than copies
+  std::size_t late[] = {1, 1};
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, attrs, late, 1, stream), CUDA_ERROR_INVALID_VALUE);  // not from 0
+  std::size_t same[] = {0, 0};
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, attrs, same, 2, stream), CUDA_ERROR_INVALID_VALUE);
+  CUmemcpyAttributes no_order[1] = {};
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, no_order, idxs, 1, stream), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy_batch(dsts, srcs, sizes, 2, nullptr, idxs, 1, stream), CUDA_ERROR_INVALID_VALUE);
+  // CUDA 12.8's form says which copy failed, or SIZE_MAX for the batch.
+  CUdeviceptr holes[] = {device, 0};
+  std::size_t failed = 0;
+  EXPECT_EQ(copy_batch_v1(holes, srcs, sizes, 2, attrs, idxs, 2, &failed, stream), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(failed, 1u);
+  EXPECT_EQ(copy_batch_v1(dsts, srcs, sizes, 2, attrs, idxs, 2, &failed, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(failed, SIZE_MAX);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(device);
+  EXPECT_EQ(std::count(bytes, bytes + 256, 0), 256);  // nothing refused was queued
+  ASSERT_EQ(copy_batch_v1(dsts, srcs, sizes, 2, attrs, idxs, 2, &failed, stream), CUDA_SUCCESS);
+  EXPECT_EQ(failed, SIZE_MAX);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(std::count(bytes, bytes + 128, 5), 128);
+  api().streamDestroy(stream);
+  api().memFree(device);
 }
 
 // --- children: the environment, and exit -----------------------------------------------------------------

@@ -598,6 +598,10 @@ using WaitValue32Ptsz = decltype(&::cuStreamWaitValue32_v2);
 using WaitValue64Ptsz = decltype(&::cuStreamWaitValue64_v2);
 using WriteValue32Ptsz = decltype(&::cuStreamWriteValue32_v2);
 using WriteValue64Ptsz = decltype(&::cuStreamWriteValue64_v2);
+using BatchMemOpPtsz = decltype(&::cuStreamBatchMemOp_v2);
+using CopyBatchPtsz = decltype(&::cuMemcpyBatchAsync_v2);
+using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
+                                 std::size_t*, std::size_t, std::size_t*, CUstream);
 
 struct CaptureApi {
   decltype(&::cuStreamBeginCapture_v2) begin = entry<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
@@ -2262,6 +2266,15 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue32_v2_ptsz", WriteValue32Ptsz, bogus, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuStreamWriteValue64_v2, bogus, 0, 0, 0),
       TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue64_v2_ptsz", WriteValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuStreamBatchMemOp_v2, bogus, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBatchMemOp_v2_ptsz", BatchMemOpPtsz, bogus, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyBatchAsync_v2, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpyBatchAsync_v2_ptsz", CopyBatchPtsz, nullptr, nullptr, nullptr, 0, nullptr, nullptr,
+                            0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpyBatchAsync", CopyBatchV1, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0,
+                            nullptr, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpyBatchAsync_ptsz", CopyBatchV1, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0,
+                            nullptr, bogus),
       TIDEPOOL_FAULT_CASE(cuMemcpy, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpyAsync, 0, 0, 0, bogus),
       TIDEPOOL_FAULT_CASE(cuMemcpyHtoD_v2, 0, nullptr, 0),

@@ -1,0 +1,100 @@
+// Batched submissions: cuStreamBatchMemOp (the _v2 ABI and its per-thread
+// form) and cuMemcpyBatchAsync (CUDA 12.8's, with failIdx, and 13.0's _v2,
+// each with its per-thread form). Each names its stream before it is queued,
+// as every submission does (submission.hpp), and under eviction guards the
+// device addresses of all its operations, as a single copy's are guarded.
+// cuMemcpyBatchAsync never runs on the legacy stream, so a program that uses
+// it has work on another stream: the pools' legacy-order barriers end.
+#include <cuda.h>
+
+#include "hooks.hpp"
+#include "real_symbols.hpp"
+#include "submission.hpp"
+
+namespace {
+
+using tidepool::interpose::guarded_batch;
+using tidepool::interpose::per_thread_default;
+
+// A wait reads its word and a write writes it; a flush or a barrier names
+// no memory.
+template <typename Visit>
+void visit_mem_ops(unsigned count, const CUstreamBatchMemOpParams* ops, Visit&& visit) {
+  if (ops == nullptr) return;
+  for (unsigned i = 0; i < count; ++i) {
+    switch (ops[i].operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: visit(ops[i].waitValue.address, 0); break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64: visit(ops[i].writeValue.address, 0); break;
+      default: break;
+    }
+  }
+}
+
+template <typename Visit>
+void visit_copies(const CUdeviceptr* dsts, const CUdeviceptr* srcs, std::size_t count, Visit&& visit) {
+  if (dsts == nullptr || srcs == nullptr) return;
+  for (std::size_t i = 0; i < count; ++i) visit(dsts[i], srcs[i]);
+}
+
+using MemOps = CUresult (*)(CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned);
+
+CUresult mem_ops(MemOps real, CUstream ordered_on, CUstream s, unsigned count, CUstreamBatchMemOpParams* ops,
+                 unsigned flags) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return guarded_batch(
+      ordered_on, [&](auto&& visit) { visit_mem_ops(count, ops, visit); }, [&] { return real(s, count, ops, flags); });
+}
+
+}  // namespace
+
+TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                             unsigned int flags) {
+  return mem_ops(TIDEPOOL_REAL_DRIVER(cuStreamBatchMemOp_v2), s, s, count, ops, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                                  unsigned int flags) {
+  return mem_ops(TIDEPOOL_REAL_DRIVER(cuStreamBatchMemOp_v2_ptsz), per_thread_default(s), s, count, ops, flags);
+}
+
+// Calls the real driver's `real` with the hook's arguments, every copy's
+// addresses guarded on `stream`.
+#define TIDEPOOL_GUARDED_COPY_BATCH(real, stream, ...) \
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;    \
+  return guarded_batch(                                \
+      stream, [&](auto&& visit) { visit_copies(dsts, srcs, count, visit); }, [&] { return real(__VA_ARGS__); })
+
+TIDEPOOL_HOOK CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                             std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                             std::size_t num_attrs, CUstream s) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2);
+  TIDEPOOL_GUARDED_COPY_BATCH(real, s, dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                  std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
+                                                  std::size_t num_attrs, CUstream s) {
+  auto real = TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2_ptsz);
+  TIDEPOOL_GUARDED_COPY_BATCH(real, per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+}
+
+using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
+                                 std::size_t*, std::size_t, std::size_t*, CUstream);
+
+TIDEPOOL_HOOK CUresult tidepool_cuMemcpyBatchAsync_v1(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                      std::size_t count, CUmemcpyAttributes* attrs,
+                                                      std::size_t* attrs_idxs, std::size_t num_attrs,
+                                                      std::size_t* fail_idx, CUstream s) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync", slot);
+  TIDEPOOL_GUARDED_COPY_BATCH(real, s, dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, s);
+}
+TIDEPOOL_HOOK CUresult tidepool_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                                                           std::size_t count, CUmemcpyAttributes* attrs,
+                                                           std::size_t* attrs_idxs, std::size_t num_attrs,
+                                                           std::size_t* fail_idx, CUstream s) {
+  static std::atomic<void*> slot{nullptr};
+  auto real = tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync_ptsz", slot);
+  TIDEPOOL_GUARDED_COPY_BATCH(real, per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs,
+                              fail_idx, s);
+}
