@@ -144,7 +144,7 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuIpcCloseMemHandle) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) \
   X(cuStreamWriteValue32_v2) X(cuStreamWriteValue32_v2_ptsz) X(cuStreamWriteValue64_v2) \
   X(cuStreamWriteValue64_v2_ptsz) X(cuStreamBatchMemOp_v2) X(cuStreamBatchMemOp_v2_ptsz) \
-  X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz)
+  X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz) X(cuCtxSetCurrent) X(cuCtxPushCurrent_v2)
 // clang-format on
 
 namespace tidepool::interpose {

@@ -11,11 +11,6 @@ using runtime::Runtime;
 
 }  // namespace
 
-bool serving() {
-  const Runtime& rt = Runtime::get();
-  return !rt.passthrough() && rt.driver() != nullptr;
-}
-
 Route route_allocation_on(int device, CUstream stream, bool ordered) {
   Runtime& rt = Runtime::get();
   if (!serving()) return {};

@@ -23,7 +23,10 @@ struct Route {
 };
 
 // Whether tidepool serves allocations at all (a good configuration and a driver).
-bool serving();
+inline bool serving() {
+  const runtime::Runtime& rt = runtime::Runtime::get();
+  return !rt.passthrough() && rt.driver() != nullptr;
+}
 // The stream a _ptsz entry point orders its work on: a null handle there
 // means the calling thread's default stream, not the legacy one.
 inline CUstream per_thread_default(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }

@@ -80,6 +80,11 @@ StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
   // created() must be able to put a new stream behind the legacy stream's work.
   if (complete() && legacy_only() && api_.eventRecord != nullptr && api_.streamWaitEvent != nullptr) {
     std::lock_guard<std::mutex> creations(creation_lock_);
+    CUcontext first = nullptr;
+    if (legacy_only() && !first_context_.compare_exchange_strong(first, context, std::memory_order_acq_rel) &&
+        first != context) {
+      several_contexts_locked();  // a barrier in a second context: its legacy stream orders nothing of the first's
+    }
     if (legacy_only()) {
       barriers_[context].in_order = true;
       return BarrierKind::in_order;
@@ -97,6 +102,27 @@ void StreamRegistry::overlapping_launch(CUcontext context) {
   // a record between them is the barrier the in-order ones stood for. It
   // also stands for them when a non-blocking stream is created (created()).
   (void)record_for_in_order_barriers(context, &barrier->second);
+}
+
+void StreamRegistry::several_contexts() {
+  std::lock_guard<std::mutex> creations(creation_lock_);
+  several_contexts_locked();
+}
+
+void StreamRegistry::several_contexts_locked() {
+  legacy_only_.store(false, std::memory_order_release);
+  for (auto& [context, barrier] : barriers_) {
+    if (!barrier.in_order) continue;
+    barrier.in_order = false;
+    host_waits_for_the_barrier(context, nullptr);
+  }
+}
+
+void StreamRegistry::made_current(CUcontext context) {
+  if (context == nullptr || !legacy_only()) return;
+  CUcontext first = nullptr;
+  if (first_context_.compare_exchange_strong(first, context, std::memory_order_acq_rel) || first == context) return;
+  several_contexts();
 }
 
 bool StreamRegistry::record_for_in_order_barriers(CUcontext context, Barrier* barrier) {

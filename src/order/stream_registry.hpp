@@ -105,6 +105,16 @@ class StreamRegistry {
   // legacy_only ends, and where a barrier was made in order, a record on the
   // legacy stream goes between the two kernels first.
   void overlapping_launch(CUcontext context);
+  // A second device's pool, peer access, or a second context made current
+  // lets work of another context (on its own legacy stream) reach a pool's
+  // memory, in no order with the first context's legacy stream.
+  // legacy_only ends, and the host waits once for the work each barrier
+  // made in order stood for.
+  void several_contexts();
+  // The program made `context` current (cuCtxSetCurrent, cuCtxPushCurrent):
+  // the first such context, or the first a barrier was made in, is the one
+  // legacy_only speaks of; any other calls several_contexts().
+  void made_current(CUcontext context);
 
   // What a cudaFree fence of `context` must cover beyond the legacy stream:
   // the live non-blocking streams, and the destroyed streams whose work may
@@ -181,10 +191,14 @@ class StreamRegistry {
   // Records the legacy stream's work so far as `barrier`'s event, standing
   // for the barriers made there in order; else the host waits for that work
   // (false). Under creation_lock_.
+  void several_contexts_locked();  // several_contexts() under creation_lock_
   bool record_for_in_order_barriers(CUcontext context, Barrier* barrier);
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
+  // The one context whose legacy stream legacy_only speaks of (null: none
+  // seen yet). Set once.
+  std::atomic<CUcontext> first_context_{nullptr};
   // Held across a device barrier and across created(), so that a stream is
   // either covered by a barrier or made to wait for it. Taken before lock_.
   std::mutex creation_lock_;

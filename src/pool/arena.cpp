@@ -17,7 +17,6 @@ void Arena::remove(Segment* segment) {
 }
 
 Block* Arena::carve(Block* chosen, std::size_t rounded, const Request& request) {
-  index_.erase(chosen);
   Block* result = chosen;
   if (chosen->size > rounded) {
     Block* piece = blocks_.make();
@@ -25,6 +24,8 @@ Block* Arena::carve(Block* chosen, std::size_t rounded, const Request& request) 
     piece->stream = chosen->stream;
     piece->free_epoch = chosen->free_epoch;
     piece->size = rounded;
+    // The rest stays free where it was, between the same neighbours.
+    std::uintptr_t rest = chosen->address;
     if (policy_.carve_end(*chosen, request) == CarveEnd::high) {
       piece->address = chosen->address + chosen->size - rounded;
       piece->prev = chosen;
@@ -33,7 +34,7 @@ Block* Arena::carve(Block* chosen, std::size_t rounded, const Request& request) 
       chosen->next = piece;
     } else {
       piece->address = chosen->address;
-      chosen->address += rounded;
+      rest += rounded;
       piece->prev = chosen->prev;
       piece->next = chosen;
       if (chosen->prev != nullptr) {
@@ -43,9 +44,10 @@ Block* Arena::carve(Block* chosen, std::size_t rounded, const Request& request) 
       }
       chosen->prev = piece;
     }
-    chosen->size -= rounded;
-    index_.insert(chosen);
+    index_.reshape(chosen, rest, chosen->size - rounded);
     result = piece;
+  } else {
+    index_.erase(chosen);
   }
   result->is_free = false;
   policy_.on_carved(*result);
@@ -59,10 +61,11 @@ bool Arena::mergeable(Block* a, Block* b) {
   return settle(*a, fences_) || settle(*b, fences_);
 }
 
-// Folds `high` (the address neighbour above `low`) into `low`; the merged
-// block keeps the pending stream either had and the latest of their times.
+// Folds `high` (the address neighbour above `low`) into `low`, all but the
+// size, which the caller sets (through the index where `low` is in it); the
+// merged block keeps the pending stream either had and the latest of their
+// times.
 void Arena::absorb(Block* low, Block* high) {
-  low->size += high->size;
   low->next = high->next;
   if (high->next != nullptr) high->next->prev = low;
   if (low->stream == kNoPendingWork) low->stream = high->stream;
@@ -71,18 +74,28 @@ void Arena::absorb(Block* low, Block* high) {
   blocks_.recycle(high);
 }
 
+// A free neighbour below grows in place in the index (reshape); one above
+// leaves the index and joins the block.
 void Arena::release(Block* block) {
   block->is_free = true;
+  bool indexed = false;
   if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index && mergeable(prev, block)) {
-    index_.erase(prev);
+    index_.reshape(prev, prev->address, prev->size + block->size);
     absorb(prev, block);
     block = prev;
+    indexed = true;
   }
   if (Block* next = block->next; next != nullptr && next->is_free && next->in_index && mergeable(block, next)) {
     index_.erase(next);
+    const std::size_t merged = block->size + next->size;
     absorb(block, next);
+    if (indexed) {
+      index_.reshape(block, block->address, merged);
+    } else {
+      block->size = merged;
+    }
   }
-  index_.insert(block);
+  if (!indexed) index_.insert(block);
 }
 
 }  // namespace tidepool::pool

@@ -40,6 +40,15 @@ void FreeIndex::erase(Block* b) noexcept {
   total_bytes_ -= b->size;
 }
 
+void FreeIndex::reshape(Block* b, std::uintptr_t address, std::size_t size) noexcept {
+  by_size_.erase(b);
+  total_bytes_ = total_bytes_ - b->size + size;
+  b->address = address;
+  b->size = size;
+  by_address_.refresh(b);
+  by_size_.insert(b);
+}
+
 Block* FreeIndex::best_fit(std::size_t n) const noexcept {
   return by_size_.lower_bound([n](const Block* b) { return b->size < n; });
 }

@@ -43,6 +43,11 @@ class FreeIndex {
  public:
   void insert(Block* b) noexcept;
   void erase(Block* b) noexcept;
+  // `b`, in the index, now spans [address, address + size): a range that
+  // still lies between the same free neighbours (carved from either end, or
+  // grown into a neighbour that was not free). The address tree keeps its
+  // place and priority; the size tree places it again.
+  void reshape(Block* b, std::uintptr_t address, std::size_t size) noexcept;
 
   [[nodiscard]] bool empty() const noexcept { return by_size_.empty(); }
   [[nodiscard]] std::size_t count() const noexcept { return by_size_.size(); }

@@ -428,6 +428,16 @@ void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool
     arena_of(block).release(block);
     return;
   }
+  if (frees_in_legacy_order()) {
+    // As promote_deferred_behind_barrier does for a batch, for this block alone.
+    const std::uint64_t epoch = fences_.freed();
+    barrier_epoch_ = epoch;
+    stats_.legacy_order_barriers++;
+    block->stream = kAfterBarrier;
+    block->free_epoch = epoch;
+    arena_of(block).release(block);
+    return;
+  }
   block->is_free = true;
   block->stream = kNoPendingWork;
   // Fenced at once (or with the next fence while one is in flight), so the

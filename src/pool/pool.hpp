@@ -386,6 +386,16 @@ class Pool {
   [[nodiscard]] BarrierMaker* stitching_barriers(bool ordered) noexcept {
     return ordered && mover_ == nullptr && options_.free_barrier ? &stitch_barrier_ : nullptr;
   }
+  // Whether a cudaFree-style free goes back to the index at once: all work
+  // the process queued is on the legacy stream, and this pool's context has
+  // a barrier made in that stream's order standing for it
+  // (legacy_order_marked_), so the stream's order already puts the block's
+  // old work before a new owner's. No batch, no barrier, no driver call.
+  // Not with a page mover, whose barriers are recorded (barrier_fences_).
+  [[nodiscard]] bool frees_in_legacy_order() const noexcept {
+    return legacy_order_marked_ && mover_ == nullptr && !barrier_failed_ && deferred_.empty() && registry_.complete() &&
+           registry_.legacy_only();
+  }
   // promote_deferred_behind_barrier(), else wait for every fence.
   bool promote_all_deferred();
   // Whether enough is deferred that it should rejoin the index before the
@@ -491,7 +501,11 @@ class Pool {
   StitchBarrier stitch_barrier_{*this};
   std::vector<space::PendingUse> in_the_way_;  // wait_for_pages_in_the_way's scratch
   std::uint64_t sequence_ = 0;
-  bool barrier_failed_ = false;      // the last device barrier could not be made
+  bool barrier_failed_ = false;  // the last device barrier could not be made
+  // A barrier of this pool was made in the legacy stream's order; it stands
+  // until legacy_only ends (order::StreamRegistry, which clears its in-order
+  // mark only when ending legacy_only).
+  bool legacy_order_marked_ = false;
   std::uint64_t barrier_epoch_ = 0;  // fences_'s epoch of the newest device barrier (0: none)
   std::vector<Block*> unsafe_;       // set aside during one allocation
   PoolStats stats_;

@@ -41,6 +41,7 @@ bool Pool::promote_deferred_behind_barrier() {
     stats_.device_barriers++;
   } else {
     stats_.legacy_order_barriers++;  // all work so far is on the legacy stream: nothing queued
+    legacy_order_marked_ = true;
   }
   // Only eviction waits for one barrier's work (a learned bring-back taking
   // pages of blocks freed a launch ago); without it the record would cost

@@ -84,7 +84,9 @@ bool Runtime::forked_passthrough() noexcept {
   return true;
 }
 
-Runtime& Runtime::get() {
+std::atomic<Runtime*> Runtime::instance_{nullptr};
+
+Runtime& Runtime::create() {
   // Not destroyed at exit: see the lifetime note in runtime.hpp.
   static Runtime* const runtime = [] {
     watch_for_exit();
@@ -96,6 +98,7 @@ Runtime& Runtime::get() {
     ::pthread_atfork(nullptr, nullptr, [] { forked_child_.store(true, std::memory_order_relaxed); });
     return created;
   }();
+  instance_.store(runtime, std::memory_order_release);
   return *runtime;
 }
 
@@ -242,6 +245,7 @@ util::Status Runtime::peer_access_changed(int accessor, int owner, bool enabled,
     }
   }
   peer_pairs_.fetch_add(after ? 1 : -1, std::memory_order_acq_rel);
+  if (after && streams_ != nullptr) streams_->several_contexts();
   return util::Status::success();
 }
 
@@ -416,6 +420,7 @@ Allocator* Runtime::allocator(int device) {
   in_order_[static_cast<std::size_t>(index)].store(allocator, std::memory_order_release);
   created_.store(index + 1, std::memory_order_release);
   allocators_[device].store(allocator, std::memory_order_release);
+  if (index > 0 && streams_ != nullptr) streams_->several_contexts();
   return allocator;
 }
 

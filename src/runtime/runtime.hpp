@@ -78,8 +78,12 @@ void set_interposition_probe(InterpositionProbe probe) noexcept;
 
 class Runtime {
  public:
-  // The process's runtime, created on first call (thread-safe).
-  static Runtime& get();
+  // The process's runtime, created on first call (thread-safe). Inline:
+  // every hooked call asks, and once it exists a load and a test answer.
+  static Runtime& get() {
+    Runtime* existing = instance_.load(std::memory_order_acquire);
+    return existing != nullptr ? *existing : create();
+  }
 
   // For tests and tools: a runtime over an explicit configuration and driver
   // path, independent of the process-wide one.
@@ -179,6 +183,10 @@ class Runtime {
   void stream_used(CUstream stream) noexcept {
     if (streams_ != nullptr) streams_->using_stream(stream);
   }
+  // The program made `context` current: see order::StreamRegistry::made_current.
+  void context_made_current(CUcontext context) {
+    if (streams_ != nullptr) streams_->made_current(context);
+  }
   // A launch with programmatic stream serialization is about to be queued
   // in the current context: see order::StreamRegistry::overlapping_launch.
   void overlapping_launch();
@@ -266,6 +274,9 @@ class Runtime {
   void finish() noexcept;
 
  private:
+  // get() the first time: makes the runtime, which is never destroyed.
+  [[gnu::cold, gnu::noinline]] static Runtime& create();
+  static std::atomic<Runtime*> instance_;
   explicit Runtime(const Config& config);
 
   Config config_;

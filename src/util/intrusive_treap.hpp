@@ -41,6 +41,12 @@ class IntrusiveTreap {
     --size_;
   }
 
+  // `node`, in this tree, changed its key without passing another node's
+  // and its augmented value may have changed: its place stands, and the
+  // summaries on the path to it are recomputed. One walk down, where an
+  // erase and an insert would split and merge the tree twice.
+  void refresh(Node* node) noexcept { refresh_at(root_, node); }
+
   // The leftmost node not less than `probe` (by Traits::less), or null.
   template <typename Less>
   [[nodiscard]] Node* lower_bound(Less&& key_less_than_probe) const noexcept {
@@ -124,6 +130,12 @@ class IntrusiveTreap {
     }
     Traits::update(t);
     return t;
+  }
+
+  static void refresh_at(Node* t, Node* node) noexcept {
+    if (t == nullptr) return;
+    if (t != node) refresh_at(Traits::less(node, t) ? Traits::left(t) : Traits::right(t), node);
+    Traits::update(t);
   }
 
   static Node* erase_at(Node* t, Node* node) noexcept {

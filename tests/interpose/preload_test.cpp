@@ -181,6 +181,17 @@ TEST_F(Preload, CudaFreeOnlyOnTheLegacyStreamComesBackInItsOrderWithNoBarrier) {
   expect_frees_came_back("legacy_stream", "device_limit:8MiB", 6, /*in_legacy_order=*/true);
 }
 
+// A second device's context made current (the context hooks hear of it):
+// the first context's legacy stream orders nothing of its work, so the
+// frees after it come back behind queued barriers, and every byte is right.
+TEST_F(Preload, CudaFreeAfterASecondContextIsMadeCurrentComesBackBehindAQueuedBarrier) {
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
+  const ProgramRun r = both(PROBE_LINKED, "legacy_then_second_context", nullptr, "device_limit:8MiB");
+  expect_all_returned(r, 12);
+  EXPECT_GE(r.report.value("legacy_order_barriers", -1), 1);
+  EXPECT_GE(r.report.value("device_barriers", -1), 1);
+}
+
 // The same writes on the per-thread default stream, which no creation
 // announces: the launch hook hears of it, and the frees come back behind a
 // queued barrier again.

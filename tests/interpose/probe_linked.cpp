@@ -503,25 +503,41 @@ int per_thread_write_route(const std::string& how) {
   return probe::finish(("per_thread_" + how).c_str());
 }
 
-int one_stream_route(bool per_thread) {
+// `then_second_context`: the same again on the legacy stream after the
+// second device's context was made current (and the first again), where
+// the legacy stream's order is no barrier any more.
+int one_stream_route(bool per_thread, bool then_second_context = false) {
   make_context_current();
   CUfunction kernel = nullptr;
   const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
   PROBE_CHECK(tidepool_sim_register_kernel(&kernel, &slow_fill, nullptr, 2, sizes) == CUDA_SUCCESS);
   constexpr std::size_t kBlock = 2 * MiB;
-  std::vector<CUdeviceptr> old_blocks(2);
-  for (CUdeviceptr& p : old_blocks) {
-    PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
-    std::size_t size = kBlock;
-    void* params[] = {&p, &size};
-    CUstream stream = per_thread ? CU_STREAM_PER_THREAD : nullptr;
-    PROBE_CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
-  }
-  for (CUdeviceptr p : old_blocks) PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
-  // The budget (device_limit:8MiB under the preload) leaves only the freed
-  // pages for two of these four blocks.
-  check_new_owners_then_free(new_owners_set(4, kBlock, per_thread), kBlock);
-  return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
+  const auto round = [&] {
+    std::vector<CUdeviceptr> old_blocks(2);
+    for (CUdeviceptr& p : old_blocks) {
+      PROBE_CHECK(cuMemAlloc(&p, kBlock) == CUDA_SUCCESS);
+      std::size_t size = kBlock;
+      void* params[] = {&p, &size};
+      CUstream stream = per_thread ? CU_STREAM_PER_THREAD : nullptr;
+      PROBE_CHECK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS);
+    }
+    for (CUdeviceptr p : old_blocks) PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
+    // The budget (device_limit:8MiB under the preload) leaves only the freed
+    // pages for two of these four blocks.
+    check_new_owners_then_free(new_owners_set(4, kBlock, per_thread), kBlock);
+  };
+  round();
+  if (!then_second_context) return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
+  CUcontext first = nullptr;
+  CUcontext second = nullptr;
+  CUdevice device = 0;
+  PROBE_CHECK(cuCtxGetCurrent(&first) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDeviceGet(&device, 1) == CUDA_SUCCESS);
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&second, device) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSetCurrent(second) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSetCurrent(first) == CUDA_SUCCESS);
+  round();
+  return probe::finish("legacy_then_second_context");
 }
 
 int evict_route() {
@@ -846,6 +862,7 @@ int main(int argc, char** argv) {
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "legacy_stream") return one_stream_route(false);
   if (mode == "per_thread_stream") return one_stream_route(true);
+  if (mode == "legacy_then_second_context") return one_stream_route(false, true);
   if (mode == "per_thread_write") return per_thread_write_route("write");
   if (mode == "per_thread_batch_write") return per_thread_write_route("batch_write");
   if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");
