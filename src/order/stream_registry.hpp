@@ -13,10 +13,12 @@
 // Without it the registry may miss a non-blocking stream, and the fences
 // built from it fall back to a context synchronisation (see DeferredFrees).
 //
-// `legacy_only`: all work the process has queued is on the legacy stream. It
-// holds until a stream is created or a submission names another stream (a
-// per-thread default stream: the preload's launch, copy, set and graph-launch
-// hooks call using_stream() before the driver is called), and never returns.
+// `legacy_only`: all work the process has queued is on the legacy stream of
+// one context. It holds until a stream is created, a submission names
+// another stream (a per-thread default stream: the preload's launch, copy,
+// set, batch and graph-launch hooks call using_stream() before the driver is
+// called), or a second context appears (several_contexts()), and never
+// returns.
 // While it holds in a complete registry, the legacy stream's own order is a
 // device barrier, and device_barrier() queues nothing (BarrierKind::in_order).
 // A non-blocking stream created afterwards starts behind the legacy stream's
