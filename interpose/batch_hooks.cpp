@@ -58,43 +58,53 @@ TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count
   return mem_ops(TIDEPOOL_REAL_DRIVER(cuStreamBatchMemOp_v2_ptsz), per_thread_default(s), s, count, ops, flags);
 }
 
-// Calls the real driver's `real` with the hook's arguments, every copy's
-// addresses guarded on `stream`.
-#define TIDEPOOL_GUARDED_COPY_BATCH(real, stream, ...) \
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;    \
-  return guarded_batch(                                \
-      stream, [&](auto&& visit) { visit_copies(dsts, srcs, count, visit); }, [&] { return real(__VA_ARGS__); })
+namespace {
+
+using CopyBatch = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*, std::size_t*,
+                               std::size_t, CUstream);
+using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
+                                 std::size_t*, std::size_t, std::size_t*, CUstream);
+
+// Calls `real` with the hook's arguments (`fail_idx` for CUDA 12.8's form
+// only), every copy's addresses guarded on `ordered_on`.
+template <typename Real, typename... FailIndex>
+CUresult copy_batch(Real real, CUstream ordered_on, CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
+                    std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs, std::size_t num_attrs,
+                    CUstream s, FailIndex... fail_idx) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return guarded_batch(
+      ordered_on, [&](auto&& visit) { visit_copies(dsts, srcs, count, visit); },
+      [&] { return real(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx..., s); });
+}
+
+}  // namespace
 
 TIDEPOOL_HOOK CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
                                              std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
                                              std::size_t num_attrs, CUstream s) {
-  auto real = TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2);
-  TIDEPOOL_GUARDED_COPY_BATCH(real, s, dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+  return copy_batch(TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2), s, dsts, srcs, sizes, count, attrs, attrs_idxs,
+                    num_attrs, s);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
                                                   std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
                                                   std::size_t num_attrs, CUstream s) {
-  auto real = TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2_ptsz);
-  TIDEPOOL_GUARDED_COPY_BATCH(real, per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s);
+  return copy_batch(TIDEPOOL_REAL_DRIVER(cuMemcpyBatchAsync_v2_ptsz), per_thread_default(s), dsts, srcs, sizes, count,
+                    attrs, attrs_idxs, num_attrs, s);
 }
-
-using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
-                                 std::size_t*, std::size_t, std::size_t*, CUstream);
 
 TIDEPOOL_HOOK CUresult tidepool_cuMemcpyBatchAsync_v1(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
                                                       std::size_t count, CUmemcpyAttributes* attrs,
                                                       std::size_t* attrs_idxs, std::size_t num_attrs,
                                                       std::size_t* fail_idx, CUstream s) {
   static std::atomic<void*> slot{nullptr};
-  auto real = tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync", slot);
-  TIDEPOOL_GUARDED_COPY_BATCH(real, s, dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, s);
+  return copy_batch(tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync", slot), s, dsts, srcs, sizes,
+                    count, attrs, attrs_idxs, num_attrs, s, fail_idx);
 }
 TIDEPOOL_HOOK CUresult tidepool_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, std::size_t* sizes,
                                                            std::size_t count, CUmemcpyAttributes* attrs,
                                                            std::size_t* attrs_idxs, std::size_t num_attrs,
                                                            std::size_t* fail_idx, CUstream s) {
   static std::atomic<void*> slot{nullptr};
-  auto real = tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync_ptsz", slot);
-  TIDEPOOL_GUARDED_COPY_BATCH(real, per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs,
-                              fail_idx, s);
+  return copy_batch(tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync_ptsz", slot),
+                    per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s, fail_idx);
 }
