@@ -60,8 +60,6 @@ TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count
 
 namespace {
 
-using CopyBatch = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*, std::size_t*,
-                               std::size_t, CUstream);
 using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
                                  std::size_t*, std::size_t, std::size_t*, CUstream);
 
