@@ -1,5 +1,6 @@
-// Context hooks: cuCtxSetCurrent and cuCtxPushCurrent (cudart's device
-// switches reach them through cuGetProcAddress). They call the driver, then
+// Context hooks: cuCtxSetCurrent, cuCtxPushCurrent and cuCtxCreate (each
+// ABI cuda.h has named; cudart's device switches reach them through
+// cuGetProcAddress). They call the driver, then
 // tell the runtime which context the thread now queues work in: the legacy
 // stream of one context orders nothing of another's, so a second context
 // ends the pools' legacy-order barriers (order/stream_registry.hpp).
@@ -27,4 +28,22 @@ TIDEPOOL_HOOK CUresult cuCtxSetCurrent(CUcontext context) {
 
 TIDEPOOL_HOOK CUresult cuCtxPushCurrent_v2(CUcontext context) {
   return made_current(TIDEPOOL_CALL_REAL_DRIVER(cuCtxPushCurrent_v2, context), context);
+}
+
+// cuCtxCreate makes the new context current.
+TIDEPOOL_HOOK CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
+  const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuCtxCreate_v2, context, flags, device);
+  return made_current(r, r == CUDA_SUCCESS && context != nullptr ? *context : nullptr);
+}
+
+TIDEPOOL_HOOK CUresult cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* affinity, int count, unsigned int flags,
+                                      CUdevice device) {
+  const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuCtxCreate_v3, context, affinity, count, flags, device);
+  return made_current(r, r == CUDA_SUCCESS && context != nullptr ? *context : nullptr);
+}
+
+TIDEPOOL_HOOK CUresult cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* params, unsigned int flags,
+                                      CUdevice device) {
+  const CUresult r = TIDEPOOL_CALL_REAL_DRIVER(cuCtxCreate_v4, context, params, flags, device);
+  return made_current(r, r == CUDA_SUCCESS && context != nullptr ? *context : nullptr);
 }

@@ -1,6 +1,7 @@
 // Copy and set hooks: cuMemcpy*, cuMemset* (synchronous and async, their
-// per-thread-stream forms, peer, 2D and 3D), and the stream writes
-// cuStreamWriteValue32/64 (a word written in stream order). With eviction on, the device
+// per-thread-stream forms, peer, 2D and 3D), and the stream writes and waits
+// cuStreamWriteValue32/64, cuStreamWaitValue32/64 (a word written, or read
+// until it holds, in stream order). With eviction on, the device
 // addresses each one touches go to the runtime before the driver is called,
 // exactly as a launch's arguments do (launch_hooks.cpp): the pool blocks
 // they fall in are marked used and pinned until the call has returned, and
@@ -193,9 +194,10 @@ TIDEPOOL_SET_HOOKS(8, unsigned char)
 TIDEPOOL_SET_HOOKS(16, unsigned short)
 TIDEPOOL_SET_HOOKS(32, unsigned int)
 
-// Stream writes: one word at `addr`, in stream order (the _v2 forms cuda.h
-// names; the v1 forms, the pre-11.7 ABI, are not hooked). Batches of them,
-// and batched copies, are in batch_hooks.cpp.
+// Stream writes and waits: one word at `addr`, in stream order (the _v2
+// forms cuda.h names; the v1 forms, the pre-11.7 ABI, are not hooked). A
+// wait reads the word until it holds. Batches of them, and cuMemcpyBatchAsync,
+// are in batch_hooks.cpp; cuMemcpy3DBatchAsync is not hooked.
 TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2, addr, 0, s, s, addr, value, flags);
 }
@@ -209,4 +211,16 @@ TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuu
 TIDEPOOL_HOOK CUresult cuStreamWriteValue64_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value,
                                                     unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue64_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWaitValue32_v2, addr, 0, s, s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWaitValue32_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWaitValue32_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWaitValue64_v2, addr, 0, s, s, addr, value, flags);
+}
+TIDEPOOL_HOOK CUresult cuStreamWaitValue64_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+  TIDEPOOL_GUARDED_COPY(cuStreamWaitValue64_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
 }

@@ -20,6 +20,8 @@
 namespace tidepool::driver {
 
 struct Api {
+// A declarator and a qualified name: neither can take parentheses.
+// NOLINTNEXTLINE(bugprone-macro-parentheses)
 #define TIDEPOOL_DECLARE_ENTRY(field, name, symbol, abi_version) decltype(&::symbol) field = nullptr;
   TIDEPOOL_DRIVER_ENTRY_POINTS(TIDEPOOL_DECLARE_ENTRY)
 #undef TIDEPOOL_DECLARE_ENTRY

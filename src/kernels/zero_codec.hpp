@@ -86,7 +86,7 @@ TIDEPOOL_HD constexpr std::uint32_t nonzero_of(std::uint32_t count, Codec codec)
 }
 TIDEPOOL_HD constexpr std::uint32_t offsets_at() { return sizeof(StreamHeader); }
 TIDEPOOL_HD constexpr std::uint32_t payloads_at(std::uint32_t chunks) {
-  return sizeof(StreamHeader) + (chunks + 1) * 4U;
+  return static_cast<std::uint32_t>(sizeof(StreamHeader)) + (chunks + 1) * 4U;
 }
 // The longest stream a page of `chunks` can have: every element non-zero.
 TIDEPOOL_HD constexpr std::uint32_t max_stream_bytes(std::uint32_t chunks) {

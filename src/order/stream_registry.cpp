@@ -80,13 +80,14 @@ StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
   // created() must be able to put a new stream behind the legacy stream's work.
   if (complete() && legacy_only() && api_.eventRecord != nullptr && api_.streamWaitEvent != nullptr) {
     std::lock_guard<std::mutex> creations(creation_lock_);
-    CUcontext first = nullptr;
-    if (legacy_only() && !first_context_.compare_exchange_strong(first, context, std::memory_order_acq_rel) &&
-        first != context) {
+    if (legacy_only() && !first_context_is(context)) {
       several_contexts_locked();  // a barrier in a second context: its legacy stream orders nothing of the first's
     }
     if (legacy_only()) {
-      barriers_[context].in_order = true;
+      Barrier& barrier = barriers_[context];
+      barrier.in_order = true;
+      barrier.made_in_order = true;
+      in_order_outstanding_.store(true, std::memory_order_release);
       return BarrierKind::in_order;
     }
   }
@@ -111,18 +112,30 @@ void StreamRegistry::several_contexts() {
 
 void StreamRegistry::several_contexts_locked() {
   legacy_only_.store(false, std::memory_order_release);
+  if (!in_order_outstanding_.load(std::memory_order_acquire)) return;
+  // Blocks those barriers gave back go to any work at once, whatever ended
+  // legacy_only before (a per-thread stream, a blocking stream: both follow
+  // the legacy stream of their own context only).
   for (auto& [context, barrier] : barriers_) {
-    if (!barrier.in_order) continue;
+    if (!barrier.made_in_order) continue;
     barrier.in_order = false;
+    barrier.made_in_order = false;
     host_waits_for_the_barrier(context, nullptr);
   }
+  in_order_outstanding_.store(false, std::memory_order_release);
+}
+
+bool StreamRegistry::first_context_is(CUcontext context) {
+  CUcontext first = first_context_.load(std::memory_order_acquire);
+  if (first == nullptr && first_context_.compare_exchange_strong(first, context, std::memory_order_acq_rel)) {
+    return true;
+  }
+  return first == context;
 }
 
 void StreamRegistry::made_current(CUcontext context) {
-  if (context == nullptr || !legacy_only()) return;
-  CUcontext first = nullptr;
-  if (first_context_.compare_exchange_strong(first, context, std::memory_order_acq_rel) || first == context) return;
-  several_contexts();
+  if (context == nullptr || first_context_is(context)) return;
+  if (legacy_only() || in_order_outstanding_.load(std::memory_order_acquire)) several_contexts();
 }
 
 bool StreamRegistry::record_for_in_order_barriers(CUcontext context, Barrier* barrier) {

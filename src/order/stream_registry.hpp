@@ -111,7 +111,13 @@ class StreamRegistry {
   // lets work of another context (on its own legacy stream) reach a pool's
   // memory, in no order with the first context's legacy stream.
   // legacy_only ends, and the host waits once for the work each barrier
-  // made in order stood for.
+  // made in order stood for, even where legacy_only had ended before (a
+  // per-thread or blocking stream follows only its own context's legacy
+  // stream). A wait of the host where native CUDA makes none, once per
+  // process; work on that legacy stream waiting for the host would hang it.
+  // That legacy_only, read true under a pool's lock, puts the freed block's
+  // work before any record or wait made here rests on the driver's own
+  // locking of a stream's queue as much as on the atomic's ordering.
   void several_contexts();
   // The program made `context` current (cuCtxSetCurrent, cuCtxPushCurrent):
   // the first such context, or the first a barrier was made in, is the one
@@ -184,16 +190,21 @@ class StreamRegistry {
     // no record has stood for it since: the next non-blocking stream created
     // here starts behind one made at its creation.
     bool in_order = false;
+    // A barrier of this context was made in order at some time: a second
+    // context must wait for its work (several_contexts()).
+    bool made_in_order = false;
   };
   CUevent barrier_event(CUevent* slot);
   // A stream just created could not be made to wait for `after` (null: for
   // the legacy stream's work so far): the host waits, or else the registry
   // is no longer complete.
   void host_waits_for_the_barrier(CUcontext context, CUevent after);
+  void several_contexts_locked();  // several_contexts() under creation_lock_
+  // Whether `context` is the first context seen (made so when none was).
+  bool first_context_is(CUcontext context);
   // Records the legacy stream's work so far as `barrier`'s event, standing
   // for the barriers made there in order; else the host waits for that work
   // (false). Under creation_lock_.
-  void several_contexts_locked();  // several_contexts() under creation_lock_
   bool record_for_in_order_barriers(CUcontext context, Barrier* barrier);
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
@@ -201,6 +212,9 @@ class StreamRegistry {
   // The one context whose legacy stream legacy_only speaks of (null: none
   // seen yet). Set once.
   std::atomic<CUcontext> first_context_{nullptr};
+  // Some barrier was made in order and no second context has been met since
+  // (several_contexts() clears it, once).
+  std::atomic<bool> in_order_outstanding_{false};
   // Held across a device barrier and across created(), so that a stream is
   // either covered by a barrier or made to wait for it. Taken before lock_.
   std::mutex creation_lock_;

@@ -244,21 +244,42 @@ TEST_F(OrderTest, ABarrierInASecondContextWaitsOnceForTheFirstContextsWork) {
 }
 
 // The program making a second context current (the context hooks) ends
-// them too; the first context made current again, or twice, does not.
-TEST_F(OrderTest, ASecondContextMadeCurrentEndsBarriersMadeInOrder) {
+// them too, with the same one wait; the first context made current again,
+// or twice, does not. Nor does it matter that legacy_only had already
+// ended (here on the per-thread stream, which follows only its own
+// context's legacy stream): the blocks those barriers gave back are still
+// anyone's at once.
+TEST_F(OrderTest, ASecondContextMadeCurrentWaitsOnceForBarriersMadeInOrder) {
   CUcontext other = testing::second_device_context();
   if (other == nullptr) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
-  StreamRegistry registry(api());
-  registry.set_complete(true);
-  registry.made_current(context_);
-  registry.made_current(context_);
-  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
-  registry.made_current(context_);
-  EXPECT_TRUE(registry.legacy_only());
-  registry.made_current(other);
-  EXPECT_FALSE(registry.legacy_only());
-  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  for (const bool per_thread_first : {false, true}) {
+    SCOPED_TRACE(per_thread_first ? "legacy_only ended by the per-thread stream first" : "legacy_only holding");
+    StreamRegistry registry(api());
+    registry.set_complete(true);
+    registry.made_current(context_);
+    registry.made_current(context_);
+    testing::Gate held;
+    int cell = 0;
+    ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
+    EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::in_order);
+    registry.made_current(context_);
+    EXPECT_TRUE(registry.legacy_only());
+    if (per_thread_first) {
+      registry.using_stream(CU_STREAM_PER_THREAD);
+      EXPECT_FALSE(registry.legacy_only());
+    }
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      held.release();
+    });
+    registry.made_current(other);
+    EXPECT_EQ(cell, 1) << "a second context was made current without waiting for the first's work";
+    opener.join();
+    EXPECT_FALSE(registry.legacy_only());
+    EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+    registry.made_current(other);  // once: nothing is left to wait for
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  }
   ASSERT_EQ(api().devicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
