@@ -7,6 +7,8 @@
 // it has work on another stream: the pools' legacy-order barriers end.
 #include <cuda.h>
 
+#include <cstring>
+
 #include "hooks.hpp"
 #include "real_symbols.hpp"
 #include "submission.hpp"
@@ -17,12 +19,15 @@ using tidepool::interpose::guarded_batch;
 using tidepool::interpose::per_thread_default;
 
 // A wait reads its word and a write writes it; a flush or a barrier names
-// no memory.
+// no memory. The tag is read as the caller wrote it: a bad one is the
+// driver's to refuse, and is no enumerator to load.
 template <typename Visit>
 void visit_mem_ops(unsigned count, const CUstreamBatchMemOpParams* ops, Visit&& visit) {
   if (ops == nullptr) return;
   for (unsigned i = 0; i < count; ++i) {
-    switch (ops[i].operation) {
+    unsigned operation = 0;
+    std::memcpy(&operation, &ops[i], sizeof operation);
+    switch (operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       case CU_STREAM_MEM_OP_WAIT_VALUE_64: visit(ops[i].waitValue.address, 0); break;
       case CU_STREAM_MEM_OP_WRITE_VALUE_32:

@@ -12,6 +12,7 @@
 // purpose, so no destructor joins it).
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <type_traits>
 
@@ -137,19 +138,27 @@ CUresult write_value(const char* name, CUstream handle, CUdeviceptr address, T v
 
 CUstream per_thread(CUstream handle) { return handle == nullptr ? CU_STREAM_PER_THREAD : handle; }
 
+// An operation's tag as the caller wrote it: a value no enumerator names is
+// an error to report, not one to load as the enum (undefined behaviour).
+unsigned operation_of(const CUstreamBatchMemOpParams& op) {
+  unsigned tag = 0;
+  std::memcpy(&tag, &op, sizeof tag);
+  return tag;
+}
+
 // One operation of a batch, checked before anything is queued.
 CUresult check_batch_op(const CUstreamBatchMemOpParams& op) {
-  switch (op.operation) {
+  switch (operation_of(op)) {
     case CU_STREAM_MEM_OP_WAIT_VALUE_32:
     case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
-      const bool wide = op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      const bool wide = operation_of(op) == CU_STREAM_MEM_OP_WAIT_VALUE_64;
       const unsigned condition = op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
       if (condition > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
       return check_address(op.waitValue.address, wide ? sizeof(cuuint64_t) : sizeof(cuuint32_t));
     }
     case CU_STREAM_MEM_OP_WRITE_VALUE_32:
     case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
-      const bool wide = op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      const bool wide = operation_of(op) == CU_STREAM_MEM_OP_WRITE_VALUE_64;
       if (op.writeValue.flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;  // as write_value
       return check_address(op.writeValue.address, wide ? sizeof(cuuint64_t) : sizeof(cuuint32_t));
     }
@@ -163,7 +172,7 @@ CUresult check_batch_op(const CUstreamBatchMemOpParams& op) {
 // Runs one checked operation on the stream's worker. A flush and a barrier
 // order nothing beyond what the worker's program order already does.
 void run_batch_op(const CUstreamBatchMemOpParams& op) {
-  switch (op.operation) {
+  switch (operation_of(op)) {
     case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       wait_until(reinterpret_cast<const cuuint32_t*>(op.waitValue.address), op.waitValue.value,
                  op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH));

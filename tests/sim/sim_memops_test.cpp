@@ -882,7 +882,8 @@ TEST_F(SimTransfers, BatchMemOpRefusesBadBatchesAndQueuesNothingOfThem) {
   ops[1] = batch_wait32(word, 0);
   ops[1].waitValue.flags = 0x10;
   EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
-  ops[1].operation = static_cast<CUstreamBatchMemOpType>(42);
+  const unsigned bogus = 42;  // no enumerator: written as the raw tag a careless caller might
+  std::memcpy(&ops[1], &bogus, sizeof bogus);
   EXPECT_EQ(batch(stream, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
   ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
   EXPECT_EQ(*reinterpret_cast<volatile std::uint32_t*>(word), 0u);  // the good first write was not queued
