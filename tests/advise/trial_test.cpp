@@ -2,9 +2,11 @@
 #include "trial.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 namespace tidepool::advise {
 namespace {
@@ -20,7 +22,9 @@ std::string stamp(std::uint64_t us) {
 // Weights, then `steps` steps of `step_us` each: ten allocations (a step
 // repeats at least eight, as replay's detection asks) freed in reverse.
 std::string write_trace(int steps, std::uint64_t step_us) {
-  const std::string path = ::testing::TempDir() + "/advise_trial_steps.csv";
+  // One file per process and shape: ctest runs these tests side by side.
+  const std::string path =
+      ::testing::TempDir() + "/advise_trial_steps_" + std::to_string(::getpid()) + "_" + std::to_string(steps) + ".csv";
   std::ofstream out(path);
   out << "Thread,Time,Action,Pointer,Size,Stream\n";
   std::uint64_t t = 1000;
