@@ -27,6 +27,11 @@ void BarrierFences::recorded_barrier(std::uint64_t epoch) {
   ++count_;
 }
 
+void BarrierFences::answer_later(std::uint64_t epoch) {
+  if (epoch <= finished_ || (count_ > 0 && ring_[(first_ + count_ - 1) % kKept].epoch >= epoch)) return;
+  recorded_barrier(epoch);
+}
+
 std::uint64_t BarrierFences::finished_through(std::uint64_t wait_through) {
   // Waits only when a record kept can answer for `wait_through` (its own,
   // or the next one kept if its own was dropped), and no further after an

@@ -44,6 +44,15 @@ class BarrierFences {
   // The oldest barrier's record is dropped when all kKept are in flight. A
   // failed record leaves nothing: that barrier's blocks settle as before.
   void recorded_barrier(std::uint64_t epoch);
+  // Whether the work before the barrier of `epoch` is done will be asked
+  // later (a page stays parked behind it): where no record kept answers for
+  // it, one is made now on the legacy stream. Every barrier's work comes
+  // before what that stream queues afterwards (the barrier made it wait for
+  // every other stream, or all work was on it), so a later record answers
+  // too, only later than one right behind the barrier would. Without it,
+  // the question is answered by a record made when asked, at the tail of
+  // the queue, and the host waits for all that was queued since.
+  void answer_later(std::uint64_t epoch);
   // The newest epoch whose barrier's work is known finished (0: none), from
   // queries of the records still in flight, oldest first. The host waits
   // until `wait_through` is finished (0: waits for none): for the records up

@@ -72,6 +72,11 @@ class StreamFences {
   // may then synchronize().
   util::Status order_after(std::uintptr_t key, std::uint64_t epoch, std::uintptr_t stream, bool ordered,
                            bool* had_to_wait);
+  // A page stays mapped behind the barrier of `epoch` until its work is
+  // done, which will be asked later: a record answers it then without a
+  // wait for all queued since (BarrierFences::answer_later). The owner's
+  // context is current.
+  void parked_behind_barrier(std::uint64_t epoch) { barriers_.answer_later(epoch); }
   // A context synchronisation: every free so far is finished. False when
   // it could not be made (`capture_in_progress`, or the call failed).
   bool synchronize(bool capture_in_progress);

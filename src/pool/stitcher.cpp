@@ -39,6 +39,13 @@ bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t reques
   return true;
 }
 
+// A page given with work pending behind a barrier stays parked until that
+// work is done: the newest such barrier, so that one record answers for all
+// of a walk's pages (order::StreamFences::parked_behind_barrier).
+void note_parked(const space::PendingUse& pending, std::uint64_t* newest) {
+  if (pending.any && pending.key == kAfterBarrier) *newest = std::max(*newest, pending.epoch);
+}
+
 }  // namespace
 
 std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
@@ -69,6 +76,7 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
   const std::size_t page_size = r.page_size();
   const std::uintptr_t end = begin + length;
   std::size_t freed = 0;
+  std::uint64_t parked_behind = 0;  // the newest barrier a page was parked behind
   for (std::size_t p = r.page_of(begin); p <= r.page_of(end - 1); ++p) {
     const space::PageEntry& entry = r.page(p);
     if (entry.residency != space::Residency::unmapped || entry.physical == nullptr) continue;
@@ -88,8 +96,10 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
       now.reservation->page(now.page).reclaimed = true;
       ++freed;
+      note_parked(pending, &parked_behind);
     }
   }
+  if (parked_behind != 0) fences_.parked_behind_barrier(parked_behind);
   return freed;
 }
 
@@ -112,6 +122,7 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
     return a->freed_at != b->freed_at ? a->freed_at < b->freed_at : a->address < b->address;
   });
   std::size_t reclaimed = 0;
+  std::uint64_t parked_behind = 0;  // the newest barrier a page was parked behind
   for (Block* b : victims_) {
     if (reclaimed >= pages_needed) break;
     space::PendingUse pending;
@@ -138,8 +149,10 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
       if (!space_.unback(r, p, 1, pending) || on_host) continue;
       r.page(p).reclaimed = learn;
       ++reclaimed;
+      note_parked(pending, &parked_behind);
     }
   }
+  if (parked_behind != 0) fences_.parked_behind_barrier(parked_behind);
   return reclaimed;
 }
 

@@ -254,6 +254,29 @@ class StreamSafety : public ::testing::Test {
     return result;
   }
 
+  void expect_parked_page_answered_without_a_wait(bool ordered) {
+    const ParkedPage parked = park_a_page_under_a_queued_write(ordered);
+    ASSERT_NE(parked.big, 0u);
+    ASSERT_EQ(parked.stitching_barriers, 1u) << "the page was not taken behind a barrier";
+    int elsewhere = 0;
+    const OldPlaceAgain r = request_the_old_place(parked, ordered, &elsewhere);
+    ASSERT_TRUE(r.again.ok()) << r.again.status().message();
+    ASSERT_EQ(r.again.value(), parked.freed) << "the best fit is the old place, and no backed block could serve";
+    EXPECT_GE(r.unmaps, 1u) << "the parked mapping was not there to go";
+    EXPECT_EQ(r.after.pending_page_detours, r.before.pending_page_detours);
+    EXPECT_EQ(r.after.pending_page_waits, r.before.pending_page_waits) << "the old write was not known done";
+    EXPECT_EQ(r.waits, 0u) << "waited for the newer work to prove the old write done";
+    EXPECT_LE(r.after.reserved_bytes, 4 * kParkPage);
+    EXPECT_EQ(elsewhere, 2);
+    ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(r.again.value()), 0x33, kParkPage, nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(filled_with(r.again.value(), kParkPage, 0x33));
+    EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+        << "a page was unmapped under a queued write";
+    EXPECT_TRUE(allocator_->deallocate(r.again.value(), 0, ordered).ok());
+    EXPECT_TRUE(allocator_->deallocate(parked.big, 0, ordered).ok());
+  }
+
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
 };
@@ -549,37 +572,22 @@ TEST_F(StreamSafety, StitchingForAStreamTakesPagesFreedOnItWithABarrierNotAWait)
   destroy_stream(s);
 }
 
-// Stream-ordered on the legacy stream, as a program allocating on its
-// default stream does: stitching takes the page of a block freed there while
-// its write is still queued, behind a barrier, and parks the old mapping.
-// Once that write is done (no one tells the pool), a request over the old
-// place must unmap the parked mapping, and asks first whether the work
-// before the barrier is done. The record behind the stitching barrier says
-// so, so the host waits for nothing; a record made only when asked would sit
-// behind the newer work now queued on the stream, and the host would wait
-// for all of it.
+// Stitching takes the page of a block freed on the legacy stream while its
+// write is still queued, behind a barrier, and parks the old mapping: a
+// barrier it makes (stream-ordered, as a program allocating on its default
+// stream does), or the one a cudaFree-style free was put back behind. Once
+// that write is done (no one tells the pool), a request over the old place
+// must unmap the parked mapping, and asks first whether the work before the
+// barrier is done. A record made when the page was parked says so, so the
+// host waits for nothing; a record made only when asked would sit behind
+// the newer work now queued on the stream, and the host would wait for all
+// of it.
 TEST_F(StreamSafety, AStitchingBarrierAnswersForItsParkedPagesLaterWithoutAWait) {
-  constexpr std::size_t kPage = kParkPage;
-  const ParkedPage parked = park_a_page_under_a_queued_write(/*ordered=*/true);
-  ASSERT_NE(parked.big, 0u);
-  ASSERT_EQ(parked.stitching_barriers, 1u) << "the page was not taken behind a stitching barrier";
-  int elsewhere = 0;
-  const OldPlaceAgain r = request_the_old_place(parked, /*ordered=*/true, &elsewhere);
-  ASSERT_TRUE(r.again.ok()) << r.again.status().message();
-  ASSERT_EQ(r.again.value(), parked.freed) << "the best fit is the old place, and no backed block could serve";
-  EXPECT_GE(r.unmaps, 1u) << "the parked mapping was not there to go";
-  EXPECT_EQ(r.after.pending_page_detours, r.before.pending_page_detours);
-  EXPECT_EQ(r.after.pending_page_waits, r.before.pending_page_waits) << "the old write was not known done";
-  EXPECT_EQ(r.waits, 0u) << "waited for the newer work to prove the old write done";
-  EXPECT_LE(r.after.reserved_bytes, 4 * kPage);
-  EXPECT_EQ(elsewhere, 2);
-  ASSERT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(r.again.value()), 0x33, kPage, nullptr), CUDA_SUCCESS);
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_TRUE(filled_with(r.again.value(), kPage, 0x33));
-  EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
-      << "a page was unmapped under a queued write";
-  EXPECT_TRUE(allocator_->deallocate(r.again.value(), 0, true).ok());
-  EXPECT_TRUE(allocator_->deallocate(parked.big, 0, true).ok());
+  expect_parked_page_answered_without_a_wait(/*ordered=*/true);
+}
+
+TEST_F(StreamSafety, ACudaFreeBarrierAnswersForPagesParkedBehindItLaterWithoutAWait) {
+  expect_parked_page_answered_without_a_wait(/*ordered=*/false);
 }
 
 // A range whose page stitching took (its old work still queued) needs it

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "order/order.hpp"
+#include "sim/sim_control.h"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
 #include "support/stream_fences_fixture.hpp"
@@ -129,6 +130,47 @@ TEST_F(StreamFencesTest, ASynchronisationSettlesEveryEpochButNeverDuringACapture
   EXPECT_TRUE(fences_->finished(key_of(first_), a));
   EXPECT_TRUE(fences_->finished(key_of(second_), b));
   EXPECT_EQ(cell, 1);
+}
+
+// Pages stay parked behind a barrier (kAfterBarrier) while the one record
+// that answers questions at the tail of the queue is still in flight from an
+// earlier question, so it cannot stand for them. The record made when they
+// were parked answers later, with no wait for the work queued since; without
+// it the answer would be a record made at the tail when asked, behind that
+// newer work, and the host would wait for all of it.
+TEST_F(StreamFencesTest, ABarrierThatPagesWereParkedBehindIsAnsweredLaterWithoutWaitingForNewerWork) {
+  const auto count = [](const char* name) {
+    return testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count")(name);
+  };
+  int cell = 0;
+  testing::Gate earlier;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &earlier, &cell, 1), CUDA_SUCCESS);
+  const std::uint64_t first = fences_->freed();
+  EXPECT_FALSE(fences_->query(kAfterBarrier, first, kNoPendingWork, false)) << "a record at the tail, in flight";
+  testing::Gate parked_work;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &parked_work, &cell, 2), CUDA_SUCCESS);
+  const std::uint64_t parked = fences_->freed();
+  EXPECT_FALSE(fences_->query(kAfterBarrier, parked, kNoPendingWork, false)) << "the record in flight is older";
+  const std::uint64_t records_before = count("cuEventRecord");
+  fences_->parked_behind_barrier(parked);
+  fences_->parked_behind_barrier(parked);
+  fences_->parked_behind_barrier(first);
+  EXPECT_EQ(count("cuEventRecord"), records_before + 1) << "one record answers for the barrier and those before it";
+  earlier.release();
+  parked_work.release();
+  while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();
+  testing::Gate newer;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &newer, &cell, 3), CUDA_SUCCESS);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    newer.release();
+  });
+  const std::uint64_t waits_before = count("cuEventSynchronize");
+  EXPECT_TRUE(fences_->query(kAfterBarrier, parked, kAfterBarrier, /*wait_for_barrier=*/true));
+  EXPECT_EQ(count("cuEventSynchronize"), waits_before)
+      << "waited for the newer work to prove the parked pages' work done";
+  EXPECT_EQ(cell, 2) << "the newer work ran first";
+  opener.join();
 }
 
 }  // namespace
