@@ -29,7 +29,11 @@ __attribute__((constructor)) void mark_started() { __atomic_store_n(&started, tr
 void* substitute(const char* name, void* found) {
   if (found == nullptr) return found;
   void* hook = hook_for_driver_symbol(name);
-  if (hook == nullptr || hook == found) return found;
+  if (hook == nullptr) {
+    capture_entry_resolved(name, false);
+    return found;
+  }
+  if (hook == found) return found;
   // The runtime is only consulted for hooked names, so ordinary lookups
   // never create it.
   if (runtime::Runtime::get().passthrough()) return found;

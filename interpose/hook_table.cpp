@@ -22,6 +22,8 @@ const HookRow kDriverHooks[] = {
     // cuda.h renames cuGetProcAddress to its _v2; both ABI names are hooked.
     {"cuGetProcAddress", reinterpret_cast<void*>(&::tidepool_cuGetProcAddress_v1)},
     {"cuStreamDestroy", reinterpret_cast<void*>(&::tidepool_cuStreamDestroy_v1)},
+    {"cuStreamBeginCapture", reinterpret_cast<void*>(&::tidepool_cuStreamBeginCapture_v1)},
+    {"cuStreamBeginCapture_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamBeginCapture_v1_ptsz)},
     {"cuIpcOpenMemHandle", reinterpret_cast<void*>(&::tidepool_cuIpcOpenMemHandle_v1)},
     {"cuGraphInstantiate_v2", reinterpret_cast<void*>(&::tidepool_cuGraphInstantiate_v2)},
     {"cuGraphExecUpdate", reinterpret_cast<void*>(&::tidepool_cuGraphExecUpdate_v1)},

@@ -38,6 +38,9 @@ CUresult cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint6
 CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* d, CUstream s);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph, const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* edges, std::size_t count, CUstreamCaptureMode mode);
 CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device);
 CUresult cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* affinity, int count, unsigned int flags,
                         CUdevice device);
@@ -99,6 +102,10 @@ CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dst, std::size_t pitch, unsigned in
 // The destroy of CUDA before 4.0, which cuda.h renames away; drivers still
 // export it and cuGetProcAddress hands it out for old versions.
 CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy");
+// Stream capture's begin in CUDA 10.0's form, without a mode, which cuda.h
+// renames to its _v2.
+CUresult tidepool_cuStreamBeginCapture_v1(CUstream stream) __asm__("cuStreamBeginCapture");
+CUresult tidepool_cuStreamBeginCapture_v1_ptsz(CUstream stream) __asm__("cuStreamBeginCapture_ptsz");
 // The IPC open of CUDA before 11.0, which cuda.h renames to its _v2.
 CUresult tidepool_cuIpcOpenMemHandle_v1(CUdeviceptr* dptr, CUipcMemHandle handle,
                                         unsigned int flags) __asm__("cuIpcOpenMemHandle");
@@ -151,7 +158,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuStreamWriteValue64_v2_ptsz) X(cuStreamWaitValue32_v2) X(cuStreamWaitValue32_v2_ptsz) \
   X(cuStreamWaitValue64_v2) X(cuStreamWaitValue64_v2_ptsz) X(cuStreamBatchMemOp_v2) X(cuStreamBatchMemOp_v2_ptsz) \
   X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz) X(cuCtxSetCurrent) X(cuCtxPushCurrent_v2) \
-  X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4)
+  X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuStreamBeginCapture_v2) \
+  X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz)
 // clang-format on
 
 namespace tidepool::interpose {
@@ -164,5 +172,9 @@ void* hook_for_driver_symbol(const char* name);
 // Our hook for a function pointer the real driver handed out, when it is one
 // of the hooked entry points; null otherwise.
 void* hook_for_real_address(const void* real);
+// The program resolved driver symbol `name` (cuGetProcAddress, dlsym), and
+// got our hook (`hooked`) or the driver's own: a begin-capture entry point
+// the hooks do not stand in for makes a capture possible for good.
+void capture_entry_resolved(const char* name, bool hooked);
 
 }  // namespace tidepool::interpose

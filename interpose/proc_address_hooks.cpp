@@ -17,10 +17,12 @@ using ResolverV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 std::atomic<void*> real_v1_slot{nullptr};
 std::atomic<void*> real_v2_slot{nullptr};
 
-CUresult substitute(CUresult result, void** pfn) {
+CUresult substitute(const char* symbol, CUresult result, void** pfn) {
   if (result != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return result;
   if (runtime::Runtime::get().passthrough()) return result;
-  if (void* hook = hook_for_real_address(*pfn)) *pfn = hook;
+  void* hook = hook_for_real_address(*pfn);
+  capture_entry_resolved(symbol, hook != nullptr);
+  if (hook != nullptr) *pfn = hook;
   return result;
 }
 
@@ -33,12 +35,12 @@ TIDEPOOL_HOOK CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int v
   using namespace tidepool::interpose;
   auto real = real_driver<ResolverV2>("cuGetProcAddress_v2", real_v2_slot);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  return substitute(real(symbol, pfn, version, flags, status), pfn);
+  return substitute(symbol, real(symbol, pfn, version, flags, status), pfn);
 }
 
 TIDEPOOL_HOOK CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   using namespace tidepool::interpose;
   auto real = real_driver<ResolverV1>("cuGetProcAddress", real_v1_slot);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  return substitute(real(symbol, pfn, version, flags), pfn);
+  return substitute(symbol, real(symbol, pfn, version, flags), pfn);
 }

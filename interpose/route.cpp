@@ -14,7 +14,7 @@ using runtime::Runtime;
 Route route_allocation_on(int device, CUstream stream, bool ordered) {
   Runtime& rt = Runtime::get();
   if (!serving()) return {};
-  if (driver::capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
+  if (rt.capture_possible() && driver::capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
   if (ordered && rt.allocation_for_program_pool(device, stream)) {
     rt.note_passthrough_allocation(device);
     return {};
@@ -52,7 +52,7 @@ Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
     // the driver accepts only for the graph's own allocations: a pool block
     // is refused as the driver refuses it, and stays allocated (the program
     // frees it outside the capture).
-    if (ordered && driver::capturing(rt.driver()->api(), stream)) {
+    if (ordered && rt.capture_possible() && driver::capturing(rt.driver()->api(), stream)) {
       runtime::log_debug("free of {:#x} during stream capture: not a graph allocation", address);
       return {nullptr, CUDA_ERROR_INVALID_VALUE};
     }

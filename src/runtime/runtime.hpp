@@ -187,6 +187,16 @@ class Runtime {
   void context_made_current(CUcontext context) {
     if (streams_ != nullptr) streams_->made_current(context);
   }
+  // Whether a stream of the process may be capturing, so that a route must
+  // ask the driver (cuStreamIsCapturing): true once any capture has begun
+  // (the preload's begin-capture hooks call capture_beginning() before the
+  // driver), and always where the hooks are not known to be what the process
+  // calls (interposed_). A program that never captures skips that question
+  // on every allocation and stream-ordered free.
+  [[nodiscard]] bool capture_possible() const noexcept {
+    return !interposed_ || captures_begun_.load(std::memory_order_acquire);
+  }
+  void capture_beginning() noexcept { captures_begun_.store(true, std::memory_order_release); }
   // A launch with programmatic stream serialization is about to be queued
   // in the current context: see order::StreamRegistry::overlapping_launch.
   void overlapping_launch();
@@ -288,6 +298,7 @@ class Runtime {
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool interposed_ = false;                                   // the preload's hooks are in the process
+  std::atomic<bool> captures_begun_{false};                   // capture_possible(); never cleared
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
   GraphHolds graph_holds_;
   struct KernelNode {

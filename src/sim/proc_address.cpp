@@ -103,6 +103,8 @@ const ProcEntry kEntries[] = {
     TIDEPOOL_SIM_PROC("cuStreamGetCtx", 12050, cuStreamGetCtx_v2),
     TIDEPOOL_SIM_PROC("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
     TIDEPOOL_SIM_PROC("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    TIDEPOOL_SIM_PROC_PT("cuStreamBeginCapture", 10000, cuStreamBeginCapture_ptsz),
+    TIDEPOOL_SIM_PROC_PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2_ptsz),
     TIDEPOOL_SIM_PROC("cuStreamEndCapture", 10000, cuStreamEndCapture),
     TIDEPOOL_SIM_PROC("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo),
     TIDEPOOL_SIM_PROC("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),

@@ -726,6 +726,17 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture_v2(CUstream handle, CUstreamCa
   return begin_capture(handle, &mode);
 }
 
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream handle) {
+  if (CUresult r = enter_initialized("cuStreamBeginCapture_ptsz"); r != CUDA_SUCCESS) return r;
+  const CUstreamCaptureMode global = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return begin_capture(handle == nullptr ? CU_STREAM_PER_THREAD : handle, &global);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream handle, CUstreamCaptureMode mode) {
+  if (CUresult r = enter_initialized("cuStreamBeginCapture_v2_ptsz"); r != CUDA_SUCCESS) return r;
+  return begin_capture(handle == nullptr ? CU_STREAM_PER_THREAD : handle, &mode);
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph* graph) {
   if (CUresult r = enter_initialized("cuStreamEndCapture"); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Stream> stream;

@@ -29,6 +29,10 @@ struct Entries {
   decltype(&::cuMemFree_v2) free = nullptr;
   decltype(&::cuMemAllocAsync) alloc_async = nullptr;
   decltype(&::cuMemFreeAsync) free_async = nullptr;
+  decltype(&::cuStreamCreate) stream_create = nullptr;
+  decltype(&::cuStreamBeginCapture_v2) begin_capture = nullptr;
+  decltype(&::cuStreamEndCapture) end_capture = nullptr;
+  decltype(&::cuGraphDestroy) graph_destroy = nullptr;
 };
 
 template <typename Lookup>
@@ -42,12 +46,16 @@ Entries resolve(Lookup lookup) {
   e.free = reinterpret_cast<decltype(e.free)>(lookup("cuMemFree"));
   e.alloc_async = reinterpret_cast<decltype(e.alloc_async)>(lookup("cuMemAllocAsync"));
   e.free_async = reinterpret_cast<decltype(e.free_async)>(lookup("cuMemFreeAsync"));
+  e.stream_create = reinterpret_cast<decltype(e.stream_create)>(lookup("cuStreamCreate"));
+  e.begin_capture = reinterpret_cast<decltype(e.begin_capture)>(lookup("cuStreamBeginCapture"));
+  e.end_capture = reinterpret_cast<decltype(e.end_capture)>(lookup("cuStreamEndCapture"));
+  e.graph_destroy = reinterpret_cast<decltype(e.graph_destroy)>(lookup("cuGraphDestroy"));
   return e;
 }
 
 void exercise(const Entries& e, CallCount calls) {
   PROBE_CHECK(e.init && e.device_get && e.retain && e.set_current && e.alloc && e.free && e.alloc_async &&
-              e.free_async);
+              e.free_async && e.stream_create && e.begin_capture && e.end_capture && e.graph_destroy);
   if (probe::failures != 0) return;
   CUdevice device = 0;
   CUcontext context = nullptr;
@@ -69,6 +77,18 @@ void exercise(const Entries& e, CallCount calls) {
   CUdeviceptr async = 0;
   PROBE_CHECK(e.alloc_async(&async, 4096, nullptr) == CUDA_SUCCESS);
   PROBE_CHECK(e.free_async(async, nullptr) == CUDA_SUCCESS);
+  // A capture begun through the entry point this route resolved is seen:
+  // an allocation into it goes to the driver, as a graph's own.
+  CUstream stream = nullptr;
+  PROBE_CHECK(e.stream_create(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  const std::uint64_t driver_async_before = calls("cuMemAllocAsync");
+  PROBE_CHECK(e.begin_capture(stream, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  PROBE_CHECK(e.alloc_async(&async, 4096, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(calls("cuMemAllocAsync") == driver_async_before + 1);
+  PROBE_CHECK(e.free_async(async, stream) == CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  PROBE_CHECK(e.end_capture(stream, &graph) == CUDA_SUCCESS && graph != nullptr);
+  PROBE_CHECK(e.graph_destroy(graph) == CUDA_SUCCESS);
   std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu sim_cuMemAllocAsync=%llu\n",
                static_cast<unsigned long long>(calls("cuMemAlloc_v2")),
                static_cast<unsigned long long>(calls("cuMemAllocAsync")));
@@ -90,8 +110,18 @@ int main(int argc, char** argv) {
   if (calls == nullptr) return probe::finish(mode.c_str());
 
   if (mode == "dlsym") {
-    const std::string suffixed[] = {"cuInit",        "cuDeviceGet",  "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
-                                    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync",          "cuMemFreeAsync"};
+    const std::string suffixed[] = {"cuInit",
+                                    "cuDeviceGet",
+                                    "cuDevicePrimaryCtxRetain",
+                                    "cuCtxSetCurrent",
+                                    "cuMemAlloc_v2",
+                                    "cuMemFree_v2",
+                                    "cuMemAllocAsync",
+                                    "cuMemFreeAsync",
+                                    "cuStreamCreate",
+                                    "cuStreamBeginCapture_v2",
+                                    "cuStreamEndCapture",
+                                    "cuGraphDestroy"};
     int i = 0;
     exercise(resolve([&](const char*) { return dlsym(lib, suffixed[i++].c_str()); }), calls);
   } else if (mode == "proc_v1") {

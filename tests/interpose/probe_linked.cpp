@@ -210,14 +210,31 @@ int driver_route() {
   PROBE_CHECK(host_type == CU_MEMORYTYPE_HOST);
   PROBE_CHECK(cuMemFreeHost(host) == CUDA_SUCCESS);
 
+  // Whether a stream is capturing is asked of the driver only once a
+  // capture has begun: how often a cached pair of each kind asks, before
+  // the program's first capture and after it.
+  const auto questions_in_pairs = [&] {
+    const std::uint64_t asked = tidepool_sim_call_count("cuStreamIsCapturing");
+    CUdeviceptr pair = 0;
+    PROBE_CHECK(cuMemAlloc(&pair, 4096) == CUDA_SUCCESS && cuMemFree(pair) == CUDA_SUCCESS);
+    PROBE_CHECK(cuMemAllocAsync(&pair, 4096, stream) == CUDA_SUCCESS && cuMemFreeAsync(pair, stream) == CUDA_SUCCESS);
+    return tidepool_sim_call_count("cuStreamIsCapturing") - asked;
+  };
+  const std::uint64_t asked_before_capture = questions_in_pairs();
   // During stream capture the call goes to the driver, both ways.
   const std::uint64_t async_before = tidepool_sim_call_count("cuMemAllocAsync");
-  tidepool_sim_set_capturing(stream, 1);
+  PROBE_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
   CUdeviceptr captured = 0;
   PROBE_CHECK(cuMemAllocAsync(&captured, 1 * MiB, stream) == CUDA_SUCCESS);
   PROBE_CHECK(tidepool_sim_call_count("cuMemAllocAsync") == async_before + 1);
   PROBE_CHECK(cuMemFreeAsync(captured, stream) == CUDA_SUCCESS);
-  tidepool_sim_set_capturing(stream, 0);
+  CUgraph graph = nullptr;
+  PROBE_CHECK(cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr);
+  PROBE_CHECK(cuGraphDestroy(graph) == CUDA_SUCCESS);
+  const std::uint64_t asked_after_capture = questions_in_pairs();
+  std::fprintf(stderr, "capture_questions_before=%llu\ncapture_questions_after=%llu\n",
+               static_cast<unsigned long long>(asked_before_capture),
+               static_cast<unsigned long long>(asked_after_capture));
   PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
   PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
   std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu\n",

@@ -599,6 +599,7 @@ using WaitValue64Ptsz = decltype(&::cuStreamWaitValue64_v2);
 using WriteValue32Ptsz = decltype(&::cuStreamWriteValue32_v2);
 using WriteValue64Ptsz = decltype(&::cuStreamWriteValue64_v2);
 using BatchMemOpPtsz = decltype(&::cuStreamBatchMemOp_v2);
+using BeginCapturePtsz = decltype(&::cuStreamBeginCapture_v2);
 using CopyBatchPtsz = decltype(&::cuMemcpyBatchAsync_v2);
 using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
                                  std::size_t*, std::size_t, std::size_t*, CUstream);
@@ -2223,6 +2224,8 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuStreamGetCtx_v2, bogus, &ctx, &green),
       TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture", BeginCaptureV1, bogus),
       TIDEPOOL_FAULT_CASE(cuStreamBeginCapture_v2, bogus, CU_STREAM_CAPTURE_MODE_GLOBAL),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture_ptsz", BeginCaptureV1, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture_v2_ptsz", BeginCapturePtsz, bogus, CU_STREAM_CAPTURE_MODE_GLOBAL),
       TIDEPOOL_FAULT_CASE(cuStreamEndCapture, bogus, &graph),
       TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo", CaptureInfoV1, bogus, &status, &id),
       TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo_v2", CaptureInfoV2, bogus, &status, &id, &graph, &deps, &size),
@@ -2315,6 +2318,11 @@ TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
   EXPECT_EQ(resolve("cuStreamGetCtx", 12050), exported("cuStreamGetCtx_v2"));
   EXPECT_EQ(resolve("cuStreamBeginCapture", 10000), exported("cuStreamBeginCapture"));
   EXPECT_EQ(resolve("cuStreamBeginCapture", 12000), exported("cuStreamBeginCapture_v2"));
+  void* per_thread = nullptr;
+  ASSERT_EQ(api().getProcAddress("cuStreamBeginCapture", &per_thread, 12000,
+                                 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(per_thread, exported("cuStreamBeginCapture_v2_ptsz"));
   EXPECT_EQ(resolve("cuStreamEndCapture", 12000), exported("cuStreamEndCapture"));
   EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 11000), exported("cuStreamGetCaptureInfo"));
   EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 12000), exported("cuStreamGetCaptureInfo_v2"));
