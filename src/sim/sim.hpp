@@ -164,6 +164,10 @@ class Stream : public std::enable_shared_from_this<Stream> {
   void stop();
   // The status tidepool_sim_set_capturing forces cuStreamIsCapturing to report.
   std::atomic<int> forced_capture{0};
+  // Copies and sets run on this stream that reached VA mapped to host-located
+  // memory (tidepool_sim_host_resident_copies). Shared with queued work, which
+  // may run after the handle is destroyed.
+  std::shared_ptr<std::atomic<std::uint64_t>> host_resident_copies = std::make_shared<std::atomic<std::uint64_t>>(0);
   // The capture this stream takes part in, and the captured nodes its next
   // captured operation depends on. Guarded by State::lock.
   std::shared_ptr<Capture> capture;

@@ -111,6 +111,13 @@ uint64_t tidepool_sim_host_resident_launches(void);
  * mapped to host-located physical memory. Counted as the nodes run. */
 uint64_t tidepool_sim_host_resident_graph_copies(void);
 
+/* Copies and sets queued on `stream` (not captured) whose source or
+ * destination lay, when they ran, inside VA mapped to host-located physical
+ * memory: what a GPU would carry over the bus. A source read when the call
+ * was made (pageable memory, a batch's DURING_API_CALL) is judged then.
+ * 0 for a handle that names no live stream. */
+uint64_t tidepool_sim_host_resident_copies(CUstream stream);
+
 /* cuMemUnmap calls made while a running kernel named (in an 8-byte word of
  * its arguments) an address in the range unmapped, or a running copy's
  * source or destination met it. On a GPU that kernel or copy would fault;

@@ -665,3 +665,9 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_graph_copies(void) {
   return state().host_resident_graph_copies.load();
 }
+
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_copies(CUstream handle) {
+  std::shared_ptr<Stream> stream;
+  if (resolve_stream(handle, &stream) != CUDA_SUCCESS) return 0;
+  return stream->host_resident_copies->load();
+}

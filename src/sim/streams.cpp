@@ -1485,16 +1485,30 @@ CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void
     count_host_reach(node, dst, src);
   };
   Submitted sub;
+  const auto reached = stream->host_resident_copies;
   if ((from_pageable || (read_now && n > 0)) && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+    const bool source_on_host = reaches_host_memory({reinterpret_cast<std::uint64_t>(src)});
     // The source was read into host memory now; only the destination's side
     // is decided when the copy runs.
     sub = submit(
-        stream, [dst, staged, n] { copy(dst, staged->data(), n, link_of(dst, nullptr, 1)); }, as_node);
+        stream,
+        [dst, staged, n, reached, source_on_host] {
+          if (source_on_host || reaches_host_memory({reinterpret_cast<std::uint64_t>(dst)})) reached->fetch_add(1);
+          copy(dst, staged->data(), n, link_of(dst, nullptr, 1));
+        },
+        as_node);
   } else {
     sub = submit(
-        stream, [dst, src, n] { copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{}); }, as_node);
+        stream,
+        [dst, src, n, reached] {
+          if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst), reinterpret_cast<std::uint64_t>(src)})) {
+            reached->fetch_add(1);
+          }
+          copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{});
+        },
+        as_node);
   }
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
@@ -1567,7 +1581,11 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   const Submitted sub = submit(
-      stream, [dst, value, n] { std::memset(dst, value, n); },
+      stream,
+      [dst, value, n, reached = stream->host_resident_copies] {
+        if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst)})) reached->fetch_add(1);
+        std::memset(dst, value, n);
+      },
       [dst, value, n](Node& node) {
         node.type = CU_GRAPH_NODE_TYPE_MEMSET;
         node.set = CUDA_MEMSET_NODE_PARAMS{};

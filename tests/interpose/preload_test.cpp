@@ -350,6 +350,9 @@ TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
       const ProgramRun r = run(PROBE_RACES, route, conf.c_str());
       EXPECT_EQ(r.status, 42) << r.err;
       EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+      // Brought back before each copy was queued: none read or wrote a
+      // block over the bus.
+      EXPECT_EQ(count(r, "host_resident_copies"), 0);
       ASSERT_TRUE(r.report.is_object()) << r.err;
       EXPECT_GT(r.report.value("evictions", 0), 0);
       if (std::string(mode) == "learn") {

@@ -286,6 +286,10 @@ int copies_route(bool batched) {
     }
   }
   expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  // The program's copies ran on the legacy stream (synchronous ones) or on
+  // its own (batches); tidepool's run on streams of its own.
+  std::fprintf(stderr, "host_resident_copies=%llu\n",
+               static_cast<unsigned long long>(tidepool_sim_host_resident_copies(batched ? stream : nullptr)));
   for (CUdeviceptr p : {input, weights}) expect(cuMemFree(p), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
   return verdict(batched ? "batch_copies" : "copies");

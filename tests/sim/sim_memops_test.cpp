@@ -427,6 +427,54 @@ TEST_F(SimTransfers, LaunchesWhoseArgumentsPointIntoHostLocatedPagesAreCountedOn
   api().memFree(device);
 }
 
+// A stream's copies and sets that reach VA mapped to host-located memory are
+// counted on that stream, judged when they run (a source read at the call,
+// from pageable memory, when the call is made); device memory, pinned host
+// memory outside VMM, and other streams' copies leave the count alone.
+TEST_F(SimTransfers, CopiesAndSetsThatReachHostLocatedPagesAreCountedOnTheirStream) {
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUdeviceptr host_page = va;
+  const CUdeviceptr device_page = va + page_;
+  CUmemGenericAllocationHandle on_host = map_page(host_page, CU_MEM_LOCATION_TYPE_HOST);
+  CUmemGenericAllocationHandle on_device = map_page(device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+  const auto reached = sim_control<decltype(&tidepool_sim_host_resident_copies)>("tidepool_sim_host_resident_copies");
+  CUstream stream = new_stream();
+  CUstream other = new_stream();
+  void* pinned = nullptr;
+  ASSERT_EQ(api().memAllocHost(&pinned, 4096), CUDA_SUCCESS);
+  std::vector<unsigned char> pageable(4096, 7);
+  const std::uint64_t base = reached(stream);
+  const std::uint64_t other_base = reached(other);
+  const auto done = [&](CUresult r) {
+    ASSERT_EQ(r, CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  };
+  done(api().memcpyDtoDAsync(device_page, device_page + 4096, 4096, stream));
+  done(api().memcpyHtoDAsync(device_page, pinned, 4096, stream));
+  done(api().memsetD8Async(device_page, 1, 4096, stream));
+  EXPECT_EQ(reached(stream), base) << "device memory and pinned host memory are not host-located pages";
+  done(api().memcpyDtoDAsync(device_page, host_page, 4096, stream));
+  EXPECT_EQ(reached(stream), base + 1);
+  done(api().memcpyHtoDAsync(host_page, pageable.data(), 4096, stream));  // staged: the destination decides
+  EXPECT_EQ(reached(stream), base + 2);
+  done(api().memsetD8Async(host_page, 3, 4096, stream));
+  EXPECT_EQ(reached(stream), base + 3);
+  done(api().memcpyDtoDAsync(host_page + 4096, device_page, 4096, other));
+  EXPECT_EQ(reached(stream), base + 3);
+  EXPECT_EQ(reached(other), other_base + 1);
+  std::vector<unsigned char> back(4096);
+  ASSERT_EQ(api().memcpyDtoH(back.data(), host_page, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(back[0], 3);
+  EXPECT_EQ(reached(reinterpret_cast<CUstream>(0xdead0)), 0u) << "no stream, no count";
+  api().streamDestroy(stream);
+  api().streamDestroy(other);
+  api().memFreeHost(pinned);
+  unmap_page(host_page, on_host);
+  unmap_page(device_page, on_device);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+}
+
 TEST_F(SimTransfers, AHostResidentLaunchCountsWhenItRunsNotWhenItIsQueued) {
   CUdeviceptr va = 0;
   ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
