@@ -1327,6 +1327,7 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         if (k->reference != nullptr) {
           std::vector<std::vector<unsigned char>> own = *arguments;
           std::vector<void*> pointers;
+          pointers.reserve(own.size());
           for (auto& c : own) pointers.push_back(c.data());
           run_reference(*k->reference, pointers.data(), grid, device);
           return;
@@ -1337,6 +1338,7 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         // Each run gets its own copies: a graph launched twice runs it twice.
         std::vector<std::vector<unsigned char>> own = *arguments;
         std::vector<void*> pointers;
+        pointers.reserve(own.size());
         for (auto& c : own) pointers.push_back(c.data());
         std::vector<State::Touch> touches = kernel_touches(*k, pointers, words);
         // Judged when it runs too: access granted or taken while it was queued counts.

@@ -149,6 +149,29 @@ class SimTransfers : public ::testing::Test {
     EXPECT_EQ(api().memUnmap(at, page_), CUDA_SUCCESS);
     EXPECT_EQ(api().memRelease(h), CUDA_SUCCESS);
   }
+  // Two pages of reserved VA: the first mapped to host-located memory, the
+  // second to device memory.
+  struct HostAndDevicePages {
+    CUdeviceptr va = 0;
+    CUdeviceptr host_page = 0;
+    CUdeviceptr device_page = 0;
+    CUmemGenericAllocationHandle on_host = 0;
+    CUmemGenericAllocationHandle on_device = 0;
+  };
+  HostAndDevicePages map_host_and_device_pages() {
+    HostAndDevicePages pages;
+    EXPECT_EQ(api().memAddressReserve(&pages.va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+    pages.host_page = pages.va;
+    pages.device_page = pages.va + page_;
+    pages.on_host = map_page(pages.host_page, CU_MEM_LOCATION_TYPE_HOST);
+    pages.on_device = map_page(pages.device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+    return pages;
+  }
+  void unmap(const HostAndDevicePages& pages) {
+    unmap_page(pages.host_page, pages.on_host);
+    unmap_page(pages.device_page, pages.on_device);
+    EXPECT_EQ(api().memAddressFree(pages.va, 2 * page_), CUDA_SUCCESS);
+  }
   static CUstream new_stream() {
     CUstream stream = nullptr;
     EXPECT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -246,12 +269,9 @@ TEST_F(SimTransfers, CopiesWithinTheDeviceOrTheHostAndUnlimitedCopiesAreNotSlowe
 }
 
 TEST_F(SimTransfers, PinnedAndHostLocatedMappedMemoryIsHostMemory) {
-  CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUdeviceptr host_page = va;
-  const CUdeviceptr device_page = va + page_;
-  CUmemGenericAllocationHandle on_host = map_page(host_page, CU_MEM_LOCATION_TYPE_HOST);
-  CUmemGenericAllocationHandle on_device = map_page(device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+  const HostAndDevicePages pages = map_host_and_device_pages();
+  const CUdeviceptr host_page = pages.host_page;
+  const CUdeviceptr device_page = pages.device_page;
   void* pinned = nullptr;
   ASSERT_EQ(api().memAllocHost(&pinned, 4096), CUDA_SUCCESS);
   CUdeviceptr device = 0;
@@ -272,9 +292,7 @@ TEST_F(SimTransfers, PinnedAndHostLocatedMappedMemoryIsHostMemory) {
   EXPECT_EQ(copied(false) - to_host, 11u);
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(device)[999], 9);
   api().streamDestroy(stream);
-  unmap_page(host_page, on_host);
-  unmap_page(device_page, on_device);
-  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+  unmap(pages);
   api().memFreeHost(pinned);
   api().memFree(device);
 }
@@ -432,12 +450,9 @@ TEST_F(SimTransfers, LaunchesWhoseArgumentsPointIntoHostLocatedPagesAreCountedOn
 // from pageable memory, when the call is made); device memory, pinned host
 // memory outside VMM, and other streams' copies leave the count alone.
 TEST_F(SimTransfers, CopiesAndSetsThatReachHostLocatedPagesAreCountedOnTheirStream) {
-  CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUdeviceptr host_page = va;
-  const CUdeviceptr device_page = va + page_;
-  CUmemGenericAllocationHandle on_host = map_page(host_page, CU_MEM_LOCATION_TYPE_HOST);
-  CUmemGenericAllocationHandle on_device = map_page(device_page, CU_MEM_LOCATION_TYPE_DEVICE);
+  const HostAndDevicePages pages = map_host_and_device_pages();
+  const CUdeviceptr host_page = pages.host_page;
+  const CUdeviceptr device_page = pages.device_page;
   const auto reached = sim_control<decltype(&tidepool_sim_host_resident_copies)>("tidepool_sim_host_resident_copies");
   CUstream stream = new_stream();
   CUstream other = new_stream();
@@ -470,9 +485,7 @@ TEST_F(SimTransfers, CopiesAndSetsThatReachHostLocatedPagesAreCountedOnTheirStre
   api().streamDestroy(stream);
   api().streamDestroy(other);
   api().memFreeHost(pinned);
-  unmap_page(host_page, on_host);
-  unmap_page(device_page, on_device);
-  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+  unmap(pages);
 }
 
 TEST_F(SimTransfers, AHostResidentLaunchCountsWhenItRunsNotWhenItIsQueued) {
