@@ -2,7 +2,8 @@
 // threshold at max), then a CUDA graph captured with an allocation, kernels, a
 // copy and a free inside the capture (tidepool passes captured allocations to
 // the driver) reading a buffer allocated before the capture. The graph is
-// replayed several times; every result byte is checked.
+// replayed several times; every result byte is checked, and the captured
+// allocation must be the driver's graph memory.
 #define PROGRAM "graph"
 #include <cstdint>
 
@@ -50,6 +51,16 @@ int main() {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     wrong += count_wrong(output, n, static_cast<unsigned char>(42 + replay));
+  }
+  // The captured allocation is the driver's graph memory, so the capture
+  // was seen (the preload routes an allocation into a capture to the
+  // driver only once it knows a capture began).
+  uint64_t graph_memory_high = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemHigh, &graph_memory_high));
+  if (graph_memory_high < n) {
+    std::printf("%s: the captured allocation was not graph memory (reserved high %llu)\n", PROGRAM,
+                static_cast<unsigned long long>(graph_memory_high));
+    ++wrong;
   }
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));

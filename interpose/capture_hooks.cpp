@@ -3,10 +3,13 @@
 // each with its per-thread form). They tell the runtime before the driver is
 // called, so that the routes ask the driver whether a stream is capturing
 // only once some capture may have begun (runtime::Runtime::capture_possible).
-// A begin-capture entry point the table does not know, handed out by
-// cuGetProcAddress or dlsym, makes a capture possible for good
-// (capture_entry_resolved).
+// cuStreamEndCapture tells it too: a capture begun some way no hook saw is
+// then missed once at most. A begin-capture entry point the table does not
+// know, handed out by cuGetProcAddress or dlsym, makes a capture possible for
+// good (capture_entry_resolved), and so does a driver already in use when
+// tidepool was loaded (a capture may have begun before any hook existed).
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <cstring>
@@ -23,6 +26,35 @@ namespace {
 void capture_beginning() {
   if (serving()) runtime::Runtime::get().capture_beginning();
 }
+
+// Set at load: the driver was initialised before tidepool's constructors ran
+// (tidepool loaded into a process already using CUDA).
+bool driver_in_use_at_load = false;
+
+__attribute__((constructor)) void note_driver_at_load() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return;
+  DlsymFn find = real_dlsym();
+  using CtxGetCurrent = CUresult (*)(CUcontext*);
+  auto get_current = find != nullptr ? reinterpret_cast<CtxGetCurrent>(find(lib, "cuCtxGetCurrent")) : nullptr;
+  CUcontext context = nullptr;
+  driver_in_use_at_load = get_current == nullptr || get_current(&context) != CUDA_ERROR_NOT_INITIALIZED;
+  dlclose(lib);
+}
+
+bool capture_hooks_in_front() {
+  DlsymFn real = real_dlsym();
+  if (real == nullptr || driver_in_use_at_load) return false;
+  auto ours = [&](const char* name, const void* hook) { return real(RTLD_DEFAULT, name) == hook; };
+  return ours("cuStreamBeginCapture", reinterpret_cast<void*>(&::tidepool_cuStreamBeginCapture_v1)) &&
+         ours("cuStreamBeginCapture_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamBeginCapture_v1_ptsz)) &&
+         ours("cuStreamBeginCapture_v2", reinterpret_cast<void*>(&::cuStreamBeginCapture_v2)) &&
+         ours("cuStreamBeginCapture_v2_ptsz", reinterpret_cast<void*>(&::cuStreamBeginCapture_v2_ptsz)) &&
+         ours("cuStreamBeginCaptureToGraph", reinterpret_cast<void*>(&::cuStreamBeginCaptureToGraph)) &&
+         ours("cuStreamBeginCaptureToGraph_ptsz", reinterpret_cast<void*>(&::cuStreamBeginCaptureToGraph_ptsz));
+}
+
+__attribute__((constructor)) void register_capture_probe() { runtime::set_capture_probe(&capture_hooks_in_front); }
 
 }  // namespace
 
@@ -71,4 +103,14 @@ TIDEPOOL_HOOK CUresult tidepool_cuStreamBeginCapture_v1_ptsz(CUstream stream) {
   auto real = tidepool::interpose::real_driver<CUresult (*)(CUstream)>("cuStreamBeginCapture_ptsz", slot);
   tidepool::interpose::capture_beginning();
   return real != nullptr ? real(stream) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+TIDEPOOL_HOOK CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  tidepool::interpose::capture_beginning();
+  return TIDEPOOL_CALL_REAL_DRIVER(cuStreamEndCapture, stream, graph);
+}
+
+TIDEPOOL_HOOK CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph) {
+  tidepool::interpose::capture_beginning();
+  return TIDEPOOL_CALL_REAL_DRIVER(cuStreamEndCapture_ptsz, stream, graph);
 }

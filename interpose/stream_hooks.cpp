@@ -31,9 +31,6 @@ bool stream_hooks_in_front() {
          ours("cuGreenCtxStreamCreate", reinterpret_cast<void*>(&::cuGreenCtxStreamCreate)) &&
          ours("cuStreamDestroy_v2", reinterpret_cast<void*>(&::cuStreamDestroy_v2)) &&
          ours("cuStreamDestroy", reinterpret_cast<void*>(&::tidepool_cuStreamDestroy_v1)) &&
-         // Captures too: the routes ask the driver about them only once one began.
-         ours("cuStreamBeginCapture_v2", reinterpret_cast<void*>(&::cuStreamBeginCapture_v2)) &&
-         ours("cuStreamBeginCapture", reinterpret_cast<void*>(&::tidepool_cuStreamBeginCapture_v1)) &&
          ours("dlsym", reinterpret_cast<void*>(&::dlsym));
 }
 

@@ -76,7 +76,9 @@ class StreamFences {
   // done, which will be asked later: a record answers it then without a
   // wait for all queued since (BarrierFences::answer_later). The owner's
   // context is current.
-  void parked_behind_barrier(std::uint64_t epoch) { barriers_.answer_later(epoch); }
+  void parked_behind_barrier(std::uint64_t epoch) {
+    if (!finished(kAfterBarrier, epoch)) barriers_.answer_later(epoch);
+  }
   // A context synchronisation: every free so far is finished. False when
   // it could not be made (`capture_in_progress`, or the call failed).
   bool synchronize(bool capture_in_progress);

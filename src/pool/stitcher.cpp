@@ -39,11 +39,14 @@ bool may_give_pages(Block& b, order::StreamFences& fences, std::uintptr_t reques
   return true;
 }
 
-// A page given with work pending behind a barrier stays parked until that
-// work is done: the newest such barrier, so that one record answers for all
-// of a walk's pages (order::StreamFences::parked_behind_barrier).
-void note_parked(const space::PendingUse& pending, std::uint64_t* newest) {
-  if (pending.any && pending.key == kAfterBarrier) *newest = std::max(*newest, pending.epoch);
+// Page `p` of `r`, just given with `pending` work behind a barrier, stays
+// parked (still mapped there) until that work is done: the newest such
+// barrier, so that one record answers for all of a walk's pages
+// (order::StreamFences::parked_behind_barrier). A page unmapped at once
+// needs no answer.
+void note_parked(const space::Reservation& r, std::size_t p, const space::PendingUse& pending, std::uint64_t* newest) {
+  if (!pending.any || pending.key != kAfterBarrier || r.page(p).physical == nullptr) return;
+  *newest = std::max(*newest, pending.epoch);
 }
 
 }  // namespace
@@ -96,7 +99,7 @@ std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintpt
     if (space_.unback(*now.reservation, now.page, 1, pending)) {
       now.reservation->page(now.page).reclaimed = true;
       ++freed;
-      note_parked(pending, &parked_behind);
+      note_parked(*now.reservation, now.page, pending, &parked_behind);
     }
   }
   if (parked_behind != 0) fences_.parked_behind_barrier(parked_behind);
@@ -149,7 +152,7 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
       if (!space_.unback(r, p, 1, pending) || on_host) continue;
       r.page(p).reclaimed = learn;
       ++reclaimed;
-      note_parked(pending, &parked_behind);
+      note_parked(r, p, pending, &parked_behind);
     }
   }
   if (parked_behind != 0) fences_.parked_behind_barrier(parked_behind);

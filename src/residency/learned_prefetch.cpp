@@ -62,9 +62,10 @@ void LearnedPrefetch::prefetch_upcoming(pool::LiveBlocks& live) {
     if (moves_.empty()) continue;
     // Room, cheapest first: idle pages of free blocks; then pages of blocks
     // freed before the launch being scanned, the host waiting (under the
-    // pool's lock) for the work queued before the device barrier that put
-    // them back, never for work queued after that barrier; then precopied
-    // blocks, whose pages are already on the host.
+    // pool's lock) for the first record kept behind the device barrier that
+    // put them back (right behind it, or made later when pages were parked
+    // behind it: order::BarrierFences), not for the whole queue; then
+    // precopied blocks, whose pages are already on the host.
     for (const bool wait : {false, true}) {
       if (space_.available_pages() < moves_.size()) {
         (void)live.reclaim_free_pages(moves_.size() - space_.available_pages(), c.address, c.address + c.size, wait);

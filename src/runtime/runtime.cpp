@@ -71,6 +71,9 @@ std::atomic<InterpositionProbe> interposition_probe{nullptr};
 
 void set_interposition_probe(InterpositionProbe probe) noexcept { interposition_probe.store(probe); }
 
+std::atomic<InterpositionProbe> capture_probe{nullptr};
+void set_capture_probe(InterpositionProbe probe) noexcept { capture_probe.store(probe); }
+
 std::atomic<bool> Runtime::forked_child_{false};
 
 bool Runtime::forked_passthrough() noexcept {
@@ -148,6 +151,7 @@ Runtime::Runtime(const Config& config)
   } else {
     log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
   }
+  if (InterpositionProbe probe = capture_probe.load(); probe != nullptr && probe()) captures_watched_ = true;
   if (!config_.trace.empty()) {
     // A plugin reloaded in this process goes on with the trace of its earlier load.
     std::optional<std::chrono::steady_clock::time_point> continue_from;

@@ -75,6 +75,10 @@ inline constexpr std::chrono::milliseconds kExitWait{1000};
 // any Runtime exists); each Runtime asks it once, when it is created.
 using InterpositionProbe = bool (*)();
 void set_interposition_probe(InterpositionProbe probe) noexcept;
+// The capture hooks register theirs: whether every begin-capture entry point
+// the process calls is a hook, and no capture could have begun before they
+// were loaded (Runtime::capture_possible).
+void set_capture_probe(InterpositionProbe probe) noexcept;
 
 class Runtime {
  public:
@@ -190,11 +194,11 @@ class Runtime {
   // Whether a stream of the process may be capturing, so that a route must
   // ask the driver (cuStreamIsCapturing): true once any capture has begun
   // (the preload's begin-capture hooks call capture_beginning() before the
-  // driver), and always where the hooks are not known to be what the process
-  // calls (interposed_). A program that never captures skips that question
+  // driver), and always where the capture probe does not vouch for the hooks
+  // (captures_watched_). A program that never captures skips that question
   // on every allocation and stream-ordered free.
   [[nodiscard]] bool capture_possible() const noexcept {
-    return !interposed_ || captures_begun_.load(std::memory_order_acquire);
+    return !captures_watched_ || captures_begun_.load(std::memory_order_acquire);
   }
   void capture_beginning() noexcept { captures_begun_.store(true, std::memory_order_release); }
   // A launch with programmatic stream serialization is about to be queued
@@ -298,6 +302,7 @@ class Runtime {
   std::unique_ptr<order::StreamRegistry> streams_;            // likewise
   std::unique_ptr<residency::LaunchScanner> launch_scanner_;  // with evict:on
   bool interposed_ = false;                                   // the preload's hooks are in the process
+  bool captures_watched_ = false;                             // the capture probe held (capture_possible())
   std::atomic<bool> captures_begun_{false};                   // capture_possible(); never cleared
   bool bring_back_at_launch_ = false;                         // prefetch:launch/learn
   GraphHolds graph_holds_;

@@ -1100,6 +1100,19 @@ bool any_host_mapped(const std::uint64_t* values, std::size_t count) {
   return false;
 }
 
+bool host_mapped_in(std::uintptr_t address, std::size_t bytes) {
+  State& s = state();
+  if (bytes == 0 || s.host_mappings.load() == 0) return false;
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto m = s.mappings.upper_bound(address);
+  if (m != s.mappings.begin()) --m;
+  for (; m != s.mappings.end() && m->first < address + bytes; ++m) {
+    if (m->first + m->second.size <= address) continue;
+    if (!m->second.physical->on_device) return true;
+  }
+  return false;
+}
+
 bool device_reachable(std::uintptr_t address, std::size_t bytes) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);

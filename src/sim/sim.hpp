@@ -494,6 +494,9 @@ bool pageable(std::uintptr_t address);
 // Whether any of `values`, read as an address, lies in a VA range mapped to
 // host-located physical memory.
 bool any_host_mapped(const std::uint64_t* values, std::size_t count);
+// Whether any byte of [address, address + bytes) lies in VA mapped to
+// host-located physical memory.
+bool host_mapped_in(std::uintptr_t address, std::size_t bytes);
 // Registers the ranges a kernel or copy touches in State::running for as
 // long as it runs.
 class Running {

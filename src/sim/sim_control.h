@@ -112,8 +112,8 @@ uint64_t tidepool_sim_host_resident_launches(void);
 uint64_t tidepool_sim_host_resident_graph_copies(void);
 
 /* Copies and sets queued on `stream` (not captured) whose source or
- * destination lay, when they ran, inside VA mapped to host-located physical
- * memory: what a GPU would carry over the bus. A source read when the call
+ * destination range held, when they ran, any byte of VA mapped to
+ * host-located physical memory: what a GPU would carry over the bus. A source read when the call
  * was made (pageable memory, a batch's DURING_API_CALL) is judged then.
  * 0 for a handle that names no live stream. */
 uint64_t tidepool_sim_host_resident_copies(CUstream stream);

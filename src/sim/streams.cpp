@@ -1491,13 +1491,13 @@ CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void
   if ((from_pageable || (read_now && n > 0)) && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
     auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
-    const bool source_on_host = reaches_host_memory({reinterpret_cast<std::uint64_t>(src)});
+    const bool source_on_host = host_mapped_in(reinterpret_cast<std::uintptr_t>(src), n);
     // The source was read into host memory now; only the destination's side
     // is decided when the copy runs.
     sub = submit(
         stream,
         [dst, staged, n, reached, source_on_host] {
-          if (source_on_host || reaches_host_memory({reinterpret_cast<std::uint64_t>(dst)})) reached->fetch_add(1);
+          if (source_on_host || host_mapped_in(reinterpret_cast<std::uintptr_t>(dst), n)) reached->fetch_add(1);
           copy(dst, staged->data(), n, link_of(dst, nullptr, 1));
         },
         as_node);
@@ -1505,7 +1505,8 @@ CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void
     sub = submit(
         stream,
         [dst, src, n, reached] {
-          if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst), reinterpret_cast<std::uint64_t>(src)})) {
+          if (host_mapped_in(reinterpret_cast<std::uintptr_t>(dst), n) ||
+              host_mapped_in(reinterpret_cast<std::uintptr_t>(src), n)) {
             reached->fetch_add(1);
           }
           copy(dst, src, n, n > 0 ? link_of(dst, src) : Link{});
@@ -1585,7 +1586,7 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
   const Submitted sub = submit(
       stream,
       [dst, value, n, reached = stream->host_resident_copies] {
-        if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst)})) reached->fetch_add(1);
+        if (host_mapped_in(reinterpret_cast<std::uintptr_t>(dst), n)) reached->fetch_add(1);
         std::memset(dst, value, n);
       },
       [dst, value, n](Node& node) {

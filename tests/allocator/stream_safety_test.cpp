@@ -191,9 +191,10 @@ class StreamSafety : public ::testing::Test {
     std::uintptr_t freed = 0;
     std::uintptr_t kept = 0;
     std::uintptr_t big = 0;
-    // Made by big's allocation: queued, or (all work being on the legacy
-    // stream) in its order; in stream order no cudaFree batch counts here.
-    std::uint64_t stitching_barriers = 0;
+    // Made by big's allocation, queued or (all work being on the legacy
+    // stream) in its order: a stitching barrier in stream order, the
+    // promotion of the cudaFree-style free otherwise.
+    std::uint64_t barriers = 0;
   };
   static constexpr std::size_t kParkPage = 2 * MiB;
   ParkedPage park_a_page_under_a_queued_write(bool ordered) {
@@ -215,7 +216,7 @@ class StreamSafety : public ::testing::Test {
     };
     const std::uint64_t barriers_before = barriers();
     auto big = allocator_->allocate(3 * kParkPage, 0, ordered);
-    parked.stitching_barriers = barriers() - barriers_before;
+    parked.barriers = barriers() - barriers_before;
     old_work.release();
     opener.join();
     while (api().streamQuery(nullptr) == CUDA_ERROR_NOT_READY) std::this_thread::yield();
@@ -257,7 +258,7 @@ class StreamSafety : public ::testing::Test {
   void expect_parked_page_answered_without_a_wait(bool ordered) {
     const ParkedPage parked = park_a_page_under_a_queued_write(ordered);
     ASSERT_NE(parked.big, 0u);
-    ASSERT_EQ(parked.stitching_barriers, 1u) << "the page was not taken behind a barrier";
+    ASSERT_EQ(parked.barriers, 1u) << "the page was not taken behind a barrier";
     int elsewhere = 0;
     const OldPlaceAgain r = request_the_old_place(parked, ordered, &elsewhere);
     ASSERT_TRUE(r.again.ok()) << r.again.status().message();

@@ -708,31 +708,34 @@ TEST_F(Preload, ABudgetTheDeviceCannotHoldIsRefusedAndItsAllocationsPassThrough)
   for (const char* conf : {"device_limit:32TiB", "device_limit:0.0000001%"}) {
     const ProgramRun r = both(PROBE_DLOPEN, "dlsym", nullptr, conf);
     EXPECT_NE(r.err.find("cannot work on device 0"), std::string::npos) << conf << "\n" << r.err;
-    EXPECT_EQ(count(r, "sim_cuMemAlloc"), 4) << conf << ": the driver serves every allocation";
+    EXPECT_EQ(count(r, "sim_cuMemAlloc"), 6) << conf << ": the driver serves every allocation";
   }
 }
 
 TEST_F(Preload, DlopenAndDlsymGetTheHooks) {
   ProgramRun plain;
   const ProgramRun r = both(PROBE_DLOPEN, "dlsym", &plain);
-  expect_all_returned(r, 5);
+  expect_all_returned(r, 9);
   EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
   EXPECT_EQ(count(r, "sim_cuMemAllocAsync"), 1) << "only the allocation into a capture reaches the driver";
-  EXPECT_EQ(count(plain, "sim_cuMemAlloc"), 4);
+  EXPECT_EQ(count(r, "capture_questions_before"), 0);
+  EXPECT_EQ(count(plain, "sim_cuMemAlloc"), 6);
 }
 
 TEST_F(Preload, CuGetProcAddressV1HandsOutTheHooks) {
   const ProgramRun r = both(PROBE_DLOPEN, "proc_v1");
-  expect_all_returned(r, 5);
+  expect_all_returned(r, 9);
   EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
   EXPECT_EQ(count(r, "sim_cuMemAllocAsync"), 1) << "only the allocation into a capture reaches the driver";
+  EXPECT_EQ(count(r, "capture_questions_before"), 0);
 }
 
 TEST_F(Preload, CuGetProcAddressV2HandsOutTheHooksAndItself) {
   const ProgramRun r = both(PROBE_DLOPEN, "proc_v2");
-  expect_all_returned(r, 5);
+  expect_all_returned(r, 9);
   EXPECT_EQ(count(r, "sim_cuMemAlloc"), 0);
   EXPECT_EQ(count(r, "sim_cuMemAllocAsync"), 1) << "only the allocation into a capture reaches the driver";
+  EXPECT_EQ(count(r, "capture_questions_before"), 0);
 }
 
 TEST_F(Preload, ABadConfigurationIsOneLineAndEverythingPassesThrough) {
@@ -741,7 +744,7 @@ TEST_F(Preload, ABadConfigurationIsOneLineAndEverythingPassesThrough) {
   EXPECT_EQ(r.status, 42) << r.err;
   EXPECT_EQ(r.out, plain.out);
   EXPECT_NE(r.err.find("no_such_key"), std::string::npos) << r.err;
-  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 4) << "pass-through: the driver serves every call";
+  EXPECT_EQ(count(r, "sim_cuMemAlloc"), 6) << "pass-through: the driver serves every call";
 }
 
 // cuLaunchKernel with the parameters packed in `extra`: scanned like any

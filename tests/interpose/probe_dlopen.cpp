@@ -30,6 +30,7 @@ struct Entries {
   decltype(&::cuMemAllocAsync) alloc_async = nullptr;
   decltype(&::cuMemFreeAsync) free_async = nullptr;
   decltype(&::cuStreamCreate) stream_create = nullptr;
+  decltype(&::cuStreamDestroy_v2) stream_destroy = nullptr;
   decltype(&::cuStreamBeginCapture_v2) begin_capture = nullptr;
   decltype(&::cuStreamEndCapture) end_capture = nullptr;
   decltype(&::cuGraphDestroy) graph_destroy = nullptr;
@@ -47,6 +48,7 @@ Entries resolve(Lookup lookup) {
   e.alloc_async = reinterpret_cast<decltype(e.alloc_async)>(lookup("cuMemAllocAsync"));
   e.free_async = reinterpret_cast<decltype(e.free_async)>(lookup("cuMemFreeAsync"));
   e.stream_create = reinterpret_cast<decltype(e.stream_create)>(lookup("cuStreamCreate"));
+  e.stream_destroy = reinterpret_cast<decltype(e.stream_destroy)>(lookup("cuStreamDestroy"));
   e.begin_capture = reinterpret_cast<decltype(e.begin_capture)>(lookup("cuStreamBeginCapture"));
   e.end_capture = reinterpret_cast<decltype(e.end_capture)>(lookup("cuStreamEndCapture"));
   e.graph_destroy = reinterpret_cast<decltype(e.graph_destroy)>(lookup("cuGraphDestroy"));
@@ -55,7 +57,8 @@ Entries resolve(Lookup lookup) {
 
 void exercise(const Entries& e, CallCount calls) {
   PROBE_CHECK(e.init && e.device_get && e.retain && e.set_current && e.alloc && e.free && e.alloc_async &&
-              e.free_async && e.stream_create && e.begin_capture && e.end_capture && e.graph_destroy);
+              e.free_async && e.stream_create && e.stream_destroy && e.begin_capture && e.end_capture &&
+              e.graph_destroy);
   if (probe::failures != 0) return;
   CUdevice device = 0;
   CUcontext context = nullptr;
@@ -77,6 +80,25 @@ void exercise(const Entries& e, CallCount calls) {
   CUdeviceptr async = 0;
   PROBE_CHECK(e.alloc_async(&async, 4096, nullptr) == CUDA_SUCCESS);
   PROBE_CHECK(e.free_async(async, nullptr) == CUDA_SUCCESS);
+  // Resolving the begin-capture entry points (as cudart does at its start)
+  // is not a capture: a cached pair of each kind asks the driver nothing
+  // about captures until one begins. (Each kind's first pair is left out: a
+  // cudaMalloc over a block the legacy stream freed in its order asks, in
+  // the pool, before fencing it.)
+  std::uint64_t asked = 0;
+  for (const bool ordered : {false, true}) {
+    for (int pair = 0; pair < 2; ++pair) {
+      const std::uint64_t before = calls("cuStreamIsCapturing");
+      if (ordered) {
+        PROBE_CHECK(e.alloc_async(&async, 4096, nullptr) == CUDA_SUCCESS &&
+                    e.free_async(async, nullptr) == CUDA_SUCCESS);
+      } else {
+        PROBE_CHECK(e.alloc(&async, 4096) == CUDA_SUCCESS && e.free(async) == CUDA_SUCCESS);
+      }
+      if (pair == 1) asked += calls("cuStreamIsCapturing") - before;
+    }
+  }
+  std::fprintf(stderr, "capture_questions_before=%llu\n", static_cast<unsigned long long>(asked));
   // A capture begun through the entry point this route resolved is seen:
   // an allocation into it goes to the driver, as a graph's own.
   CUstream stream = nullptr;
@@ -89,6 +111,7 @@ void exercise(const Entries& e, CallCount calls) {
   CUgraph graph = nullptr;
   PROBE_CHECK(e.end_capture(stream, &graph) == CUDA_SUCCESS && graph != nullptr);
   PROBE_CHECK(e.graph_destroy(graph) == CUDA_SUCCESS);
+  PROBE_CHECK(e.stream_destroy(stream) == CUDA_SUCCESS);
   std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu sim_cuMemAllocAsync=%llu\n",
                static_cast<unsigned long long>(calls("cuMemAlloc_v2")),
                static_cast<unsigned long long>(calls("cuMemAllocAsync")));
@@ -110,18 +133,11 @@ int main(int argc, char** argv) {
   if (calls == nullptr) return probe::finish(mode.c_str());
 
   if (mode == "dlsym") {
-    const std::string suffixed[] = {"cuInit",
-                                    "cuDeviceGet",
-                                    "cuDevicePrimaryCtxRetain",
-                                    "cuCtxSetCurrent",
-                                    "cuMemAlloc_v2",
-                                    "cuMemFree_v2",
-                                    "cuMemAllocAsync",
-                                    "cuMemFreeAsync",
-                                    "cuStreamCreate",
-                                    "cuStreamBeginCapture_v2",
-                                    "cuStreamEndCapture",
-                                    "cuGraphDestroy"};
+    const std::string suffixed[] = {
+        "cuInit",         "cuDeviceGet",        "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
+        "cuMemAlloc_v2",  "cuMemFree_v2",       "cuMemAllocAsync",          "cuMemFreeAsync",
+        "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamBeginCapture_v2",  "cuStreamEndCapture",
+        "cuGraphDestroy"};
     int i = 0;
     exercise(resolve([&](const char*) { return dlsym(lib, suffixed[i++].c_str()); }), calls);
   } else if (mode == "proc_v1") {

@@ -200,7 +200,7 @@ TEST(TidepoolRun, SimRunsADriverApiProgramOnTheSimulatedDriver) {
   const auto parsed = nlohmann::json::parse(in, nullptr, false);
   ASSERT_FALSE(parsed.is_discarded());
   EXPECT_EQ(parsed["passthrough"], false);
-  EXPECT_EQ(parsed["devices"][0]["allocations"], 5) << parsed.dump();
+  EXPECT_EQ(parsed["devices"][0]["allocations"], 9) << parsed.dump();
 }
 
 }  // namespace
