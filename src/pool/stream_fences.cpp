@@ -86,6 +86,15 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     return util::Status::success();
   }
   if (ordered && last == stream) return util::Status::success();
+  // A cudaMalloc-style request over a block the legacy stream freed in its
+  // order, while all work is on that stream: whatever the new owner queues
+  // runs after the free, as for a cudaFree-style free put back in legacy
+  // order (frees_in_legacy_order()), and needs no fence, no driver call and
+  // no host wait.
+  if (!ordered && last == 0 && frees_in_legacy_order()) {
+    block->stream = kNoPendingWork;
+    return util::Status::success();
+  }
   if (settle(*block, fences_)) return util::Status::success();
 
   driver::ScopedContext scope(api_, context_);

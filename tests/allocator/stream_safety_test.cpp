@@ -278,6 +278,49 @@ class StreamSafety : public ::testing::Test {
     EXPECT_TRUE(allocator_->deallocate(parked.big, 0, ordered).ok());
   }
 
+  // OnlyOnTheLegacyStream...: a one-page budget, a barrier made in the
+  // legacy stream's order, then a block written on the legacy stream (held
+  // by a gate) freed cudaFree-style or in stream order there, and a
+  // cudaMalloc-style request, which must get that page with no driver call.
+  void expect_reused_in_legacy_order(bool freed_in_stream_order) {
+    use_barrier_allocator();
+    ASSERT_NE(allocator_, nullptr);
+    constexpr std::size_t kSize = 2 * MiB;
+    ASSERT_TRUE(allocator_->pool().set_device_limit(kSize).ok());
+    // The first free waits for a batch: its barrier, made in order, marks the pool.
+    auto warm = allocator_->allocate(kSize, 0, false);
+    ASSERT_TRUE(warm.ok());
+    ASSERT_TRUE(allocator_->deallocate(warm.value(), 0, false).ok());
+    auto first = allocator_->allocate(kSize, 0, false);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    EXPECT_EQ(allocator_->pool().stats().legacy_order_barriers, 1u);
+    testing::Gate gate;
+    ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
+    std::thread opener = open_if_still_shut(gate);
+    const char* names[] = {"cuEventRecord", "cuEventQuery", "cuStreamWaitEvent", "cuCtxGetCurrent",
+                           "cuStreamIsCapturing"};
+    std::vector<std::uint64_t> before;
+    for (const char* name : names) before.push_back(calls(name));
+    const std::uint64_t waits_before = host_waits();
+    ASSERT_TRUE(allocator_->deallocate(first.value(), 0, freed_in_stream_order).ok());
+    EXPECT_EQ(allocator_->pool().stats().deferred_bytes, 0u) << "the free was deferred";
+    EXPECT_EQ(allocator_->pool().stats().legacy_order_barriers, freed_in_stream_order ? 1u : 2u);
+    auto second = allocator_->allocate(kSize, 0, false);
+    ASSERT_TRUE(second.ok()) << second.status().message();
+    EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
+    for (std::size_t i = 0; i < std::size(names); ++i) EXPECT_EQ(calls(names[i]), before[i]) << names[i];
+    EXPECT_EQ(host_waits(), waits_before) << "the host waited for the old writer";
+    CUstream user = make_stream(CU_STREAM_NON_BLOCKING);
+    EXPECT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(second.value()), 0x5a, kSize, user), CUDA_SUCCESS);
+    gate.release();
+    opener.join();
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(filled_with(second.value(), kSize, 0x5a)) << "the old owner's queued write landed after the fill";
+    EXPECT_EQ(allocator_->pool().stats().device_barriers, 0u);
+    EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+    destroy_stream(user);
+  }
+
   std::unique_ptr<runtime::Allocator> allocator_;
   std::unique_ptr<driver::ScopedContext> scope_;
 };
@@ -922,41 +965,14 @@ TEST_F(StreamSafety, ACudaFreeLoopReusesFreedMemoryBeforeCreatingMore) {
 // owner's write is still queued, and a non-blocking stream created after
 // it still starts behind that write.
 TEST_F(StreamSafety, OnlyOnTheLegacyStreamACudaFreeGoesBackAtOnceBehindItsOrder) {
-  use_barrier_allocator();
-  ASSERT_NE(allocator_, nullptr);
-  constexpr std::size_t kSize = 2 * MiB;
-  ASSERT_TRUE(allocator_->pool().set_device_limit(kSize).ok());
-  // The first free waits for a batch: its barrier, made in order, marks the pool.
-  auto warm = allocator_->allocate(kSize, 0, false);
-  ASSERT_TRUE(warm.ok());
-  ASSERT_TRUE(allocator_->deallocate(warm.value(), 0, false).ok());
-  auto first = allocator_->allocate(kSize, 0, false);
-  ASSERT_TRUE(first.ok()) << first.status().message();
-  EXPECT_EQ(allocator_->pool().stats().legacy_order_barriers, 1u);
-  testing::Gate gate;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
-  std::thread opener = open_if_still_shut(gate);
-  const char* names[] = {"cuEventRecord", "cuStreamWaitEvent", "cuCtxGetCurrent", "cuStreamIsCapturing"};
-  std::vector<std::uint64_t> before;
-  for (const char* name : names) before.push_back(calls(name));
-  const std::uint64_t waits_before = host_waits();
-  ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
-  EXPECT_EQ(allocator_->pool().stats().deferred_bytes, 0u) << "the free was deferred";
-  EXPECT_EQ(allocator_->pool().stats().legacy_order_barriers, 2u);
-  auto second = allocator_->allocate(kSize, 0, false);
-  ASSERT_TRUE(second.ok()) << second.status().message();
-  EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
-  for (std::size_t i = 0; i < std::size(names); ++i) EXPECT_EQ(calls(names[i]), before[i]) << names[i];
-  EXPECT_EQ(host_waits(), waits_before) << "the host waited for the old writer";
-  CUstream user = make_stream(CU_STREAM_NON_BLOCKING);
-  EXPECT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(second.value()), 0x5a, kSize, user), CUDA_SUCCESS);
-  gate.release();
-  opener.join();
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_TRUE(filled_with(second.value(), kSize, 0x5a)) << "the old owner's queued write landed after the fill";
-  EXPECT_EQ(allocator_->pool().stats().device_barriers, 0u);
-  EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
-  destroy_stream(user);
+  expect_reused_in_legacy_order(/*freed_in_stream_order=*/false);
+}
+
+// The same for a block the legacy stream freed in its order (cudaFreeAsync
+// on the default stream) and a cudaMalloc over it: no fence, no event, no
+// host wait for the old owner's queued write.
+TEST_F(StreamSafety, OnlyOnTheLegacyStreamACudaMallocTakesABlockItFreedInOrderWithoutAFence) {
+  expect_reused_in_legacy_order(/*freed_in_stream_order=*/true);
 }
 
 TEST_F(StreamSafety, TheCachedSameStreamPairMakesNoDriverCall) {
