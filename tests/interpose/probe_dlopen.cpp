@@ -82,9 +82,9 @@ void exercise(const Entries& e, CallCount calls) {
   PROBE_CHECK(e.free_async(async, nullptr) == CUDA_SUCCESS);
   // Resolving the begin-capture entry points (as cudart does at its start)
   // is not a capture: a cached pair of each kind asks the driver nothing
-  // about captures until one begins. (Each kind's first pair is left out: a
-  // cudaMalloc over a block the legacy stream freed in its order asks, in
-  // the pool, before fencing it.)
+  // about captures until one begins. (Each kind's first pair is left out:
+  // it may take a block the other kind freed, and the pool may ask while it
+  // fences that block.)
   std::uint64_t asked = 0;
   for (const bool ordered : {false, true}) {
     for (int pair = 0; pair < 2; ++pair) {
