@@ -28,9 +28,11 @@ class DeferredFrees {
   }
 
   // Holds `block`; close_batch() fences it (and any other unfenced block).
-  void add(Block* block) {
-    blocks_.push_back(block);
-    bytes_ += block->size;
+  // `backed_bytes`: what it counts in bytes(), the part of it that holds
+  // memory (a free block may span unbacked address space too).
+  void add(Block* block, std::uint64_t backed_bytes) {
+    blocks_.push_back(Held{block, backed_bytes});
+    bytes_ += backed_bytes;
     fences_.added();
   }
   // Fences the frees not yet fenced (the context must be current).
@@ -61,22 +63,27 @@ class DeferredFrees {
   // Whether promote() without waiting could release anything.
   [[nodiscard]] bool may_finish_unaided() const noexcept { return fences_.may_finish_unaided(); }
   [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
+  // The backed bytes held (as given to add()).
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
   // Whether any stream the fences would cover is capturing now.
   [[nodiscard]] bool capture_in_progress() const { return fences_.capture_in_progress(); }
 
  private:
+  struct Held {
+    Block* block;
+    std::uint64_t bytes;
+  };
   // The oldest `count` blocks to `release`; their bytes are counted off
   // first, since release() merges blocks.
   template <typename Release>
   void hand_back(std::size_t count, Release& release) {
-    for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i]->size;
-    for (std::size_t i = 0; i < count; ++i) release(blocks_[i]);
+    for (std::size_t i = 0; i < count; ++i) bytes_ -= blocks_[i].bytes;
+    for (std::size_t i = 0; i < count; ++i) release(blocks_[i].block);
     blocks_.erase(blocks_.begin(), blocks_.begin() + static_cast<std::ptrdiff_t>(count));
   }
 
   order::FreeFences fences_;
-  std::vector<Block*> blocks_;
+  std::vector<Held> blocks_;
   std::uint64_t bytes_ = 0;
 };
 

@@ -443,8 +443,9 @@ void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool
   // Fenced at once (or with the next fence while one is in flight), so the
   // block can come back as soon as the device is past it: a fence left open
   // until memory runs short only finishes after more memory has been made,
-  // and a cudaFree loop would grow without end.
-  deferred_.add(block);
+  // and a cudaFree loop would grow without end. A block handed out was
+  // backed whole, so all of it counts.
+  deferred_.add(block, block->size);
   // They go back to the index at the next allocation (climb_ladder), never
   // here: a free does not wait for the device. Under a complete registry
   // they go back behind a device barrier, which needs no fence: the free

@@ -115,6 +115,9 @@ struct PoolStats {
   // (order::StreamRegistry::legacy_only).
   std::uint64_t legacy_order_barriers = 0;
   std::uint64_t stitching_barriers = 0;  // barriers made so that stitching need not wait for a stream
+  // Barriers made so that a cudaMalloc-style request could take a block
+  // freed in stream order while its stream's work was still queued.
+  std::uint64_t handout_barriers = 0;
   // Host waits for work still reading a page's old place before a range there could be mapped.
   std::uint64_t pending_page_waits = 0;
   // Requests placed on a backed block instead, rather than wait for that.
@@ -382,6 +385,11 @@ class Pool {
   // or 0 where none can be made. Deferred frees stay deferred: stitching is
   // walking the index. Not with a page mover, nor with `free_barrier:off`.
   std::uint64_t barrier_for_stitching();
+  // A device barrier so that a cudaMalloc-style request takes a block freed
+  // in stream order whose stream's work is still queued: the request names
+  // no stream to order after it, and without one the host waits. False
+  // where none can be made (a capture, an incomplete registry).
+  bool barrier_for_handout();
   // What a stream-ordered request's stitching may ask for (null: none).
   [[nodiscard]] BarrierMaker* stitching_barriers(bool ordered) noexcept {
     return ordered && mover_ == nullptr && options_.free_barrier ? &stitch_barrier_ : nullptr;

@@ -103,25 +103,7 @@ PoolStats Pool::stats_locked(bool with_fragmentation) const {
   std::uint64_t largest = 0;
   for (const Arena& arena : arenas_) {
     arena.index().for_each_by_address([&](const Block* b) {
-      const space::Reservation& r = *b->segment->reservation;
-      std::uint64_t mapped = 0;
-      if (r.is_chunk()) {
-        mapped = b->size;
-      } else {
-        // Whole pages by the bitmap; the two end pages, which the block may
-        // share with neighbours, by the part of them it covers.
-        const std::size_t first = r.page_of(b->address);
-        const std::size_t last = r.page_of(b->address + b->size - 1);
-        auto part = [&](std::size_t p) -> std::uint64_t {
-          if (r.page(p).residency == space::Residency::unmapped) return 0;
-          const std::uintptr_t lo = std::max(r.page_address(p), b->address);
-          const std::uintptr_t hi = std::min(r.page_address(p) + r.page_size(), b->address + b->size);
-          return hi - lo;
-        };
-        mapped = part(first);
-        if (last > first) mapped += part(last);
-        if (last > first + 1) mapped += std::uint64_t{r.mapped_pages(first + 1, last)} * r.page_size();
-      }
+      const std::uint64_t mapped = b->segment->reservation->mapped_bytes(b->address, b->size);
       largest = std::max<std::uint64_t>(largest, std::min<std::uint64_t>(b->size, mapped + s.spare_bytes));
     });
   }

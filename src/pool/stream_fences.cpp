@@ -7,10 +7,11 @@
 // on that stream (its key) up to its free_epoch. It goes to work on the same
 // stream at once; to another stream only after that stream waits on an event
 // recorded after the free (or the event is known finished); to a
-// cudaMalloc-style request only once the event finished on the host. A block
-// put back behind a device barrier (kAfterBarrier) goes to any work at once;
-// its "stream" for settling is the legacy stream, which is behind the barrier. A
-// stream's finished_epoch only grows, and only from an event that reported
+// cudaMalloc-style request behind a device barrier made then, or, where none
+// can be made, once the event finished on the host. A block freed before the
+// newest device barrier, or put back behind one (kAfterBarrier), goes to any
+// work at once; the latter's "stream" for settling is the legacy stream,
+// which is behind the barrier. A stream's finished_epoch only grows, and only from an event that reported
 // CUDA_SUCCESS or a context synchronisation that succeeded: a failed call is
 // never read as "finished".
 #include <algorithm>
@@ -77,6 +78,21 @@ std::uint64_t Pool::barrier_for_stitching() {
   return epoch;
 }
 
+bool Pool::barrier_for_handout() {
+  const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
+  if (made == StreamRegistry::BarrierKind::failed) return false;
+  const std::uint64_t epoch = fences_.freed();
+  barrier_epoch_ = epoch;
+  if (made == StreamRegistry::BarrierKind::queued) {
+    stats_.handout_barriers++;
+  } else {
+    stats_.legacy_order_barriers++;
+  }
+  // As for a promotion: only eviction asks when a barrier's work is done.
+  if (mover_ != nullptr) barrier_fences_.recorded_barrier(epoch);
+  return true;
+}
+
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
   const std::uintptr_t last = block->stream;
   if (last == kNoPendingWork) return util::Status::success();
@@ -96,8 +112,23 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     return util::Status::success();
   }
   if (settle(*block, fences_)) return util::Status::success();
+  // Freed before the newest device barrier: all work queued from now on,
+  // on any stream, runs after its free's (as for a block put back behind one).
+  if (block->free_epoch < barrier_epoch_) {
+    block->stream = kNoPendingWork;
+    return util::Status::success();
+  }
 
   driver::ScopedContext scope(api_, context_);
+  // A cudaMalloc-style request names no stream to order its work after the
+  // free's: a device barrier orders all later work after it instead of the
+  // host waiting, as for cudaFree frees. No query first: on a device that
+  // lags the work is rarely done, a query costs more than a barrier over a
+  // few streams, and the barrier also covers every block freed before it.
+  if (!ordered && options_.free_barrier && barrier_for_handout()) {
+    block->stream = kNoPendingWork;
+    return util::Status::success();
+  }
   bool had_to_wait = false;
   const util::Status fenced = fences_.order_after(last, block->free_epoch, stream, ordered, &had_to_wait);
   if (had_to_wait) stats_.cross_stream_waits++;
@@ -126,7 +157,7 @@ void Pool::stream_destroyed(std::uintptr_t stream, bool retired) {
   for (Block* b : pending) {
     if (settle(*b, fences_)) continue;
     arena_of(b).index().erase(b);
-    deferred_.add(b);
+    deferred_.add(b, b->segment->reservation->mapped_bytes(b->address, b->size));
   }
   if (!pending.empty()) deferred_.close_batch(/*needs_sync=*/!retired);
   stats_.deferred_bytes = deferred_.bytes();

@@ -165,6 +165,25 @@ class Reservation {
     return count;
   }
 
+  // Bytes of [address, address + length) on pages that are not unmapped:
+  // whole pages by the bitmap, the two end pages, which the range may share
+  // with its neighbours, by the part of them it covers.
+  [[nodiscard]] std::uint64_t mapped_bytes(std::uintptr_t address, std::size_t length) const noexcept {
+    if (chunk_ || length == 0) return length;
+    const std::size_t first = page_of(address);
+    const std::size_t last = page_of(address + length - 1);
+    const auto part = [&](std::size_t p) -> std::uint64_t {
+      if (pages_[p].residency == Residency::unmapped) return 0;
+      const std::uintptr_t lo = std::max(page_address(p), address);
+      const std::uintptr_t hi = std::min(page_address(p) + page_size_, address + length);
+      return hi - lo;
+    };
+    std::uint64_t mapped = part(first);
+    if (last > first) mapped += part(last);
+    if (last > first + 1) mapped += std::uint64_t{mapped_pages(first + 1, last)} * page_size_;
+    return mapped;
+  }
+
   // True when every page overlapping [address, address + length) is mapped.
   [[nodiscard]] bool is_backed(std::uintptr_t address, std::size_t length) const noexcept {
     if (chunk_ || length == 0) return true;

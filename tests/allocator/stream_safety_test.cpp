@@ -403,6 +403,83 @@ TEST_F(StreamSafety, CudaFreeWaitsForADestroyedBlockingStreamsQueuedWork) {
   expect_reuse_waits_for(make_stream(0), true);
 }
 
+// A stream destroyed with work queued sends its free blocks to wait as
+// cudaFree frees do. Such a block spans the reservation's unbacked address
+// space too; the report counts only the bytes that hold memory.
+TEST_F(StreamSafety, AFreeBlockOfADestroyedStreamCountsOnlyItsBackedBytesAsDeferred) {
+  constexpr std::size_t kSize = 8 * MiB;
+  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto block = allocator_->allocate(kSize, key, true);
+  ASSERT_TRUE(block.ok()) << block.status().message();
+  testing::Gate gate;
+  std::thread opener = open_if_still_shut(gate);
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(block.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(block.value(), key, true).ok());
+  const pool::PoolStats before = allocator_->pool().stats();
+  destroy_stream(writer);
+  const pool::PoolStats after = allocator_->pool().stats();
+  gate.release();
+  opener.join();
+  ASSERT_EQ(after.free_blocks + 1, before.free_blocks) << "the block did not wait for the destroyed stream's work";
+  EXPECT_EQ(after.deferred_bytes, kSize);
+  EXPECT_LE(after.deferred_bytes, after.free_bytes) << "deferred bytes counted address space that holds no memory";
+}
+
+// With free_barrier on, a cudaMalloc-style request over blocks another
+// stream freed in its order while its writes are still queued: the first
+// makes a device barrier instead of a host wait, and the second, freed
+// before that barrier, needs no fence at all. The new owner's fills, on a
+// stream made afterwards, land after the old writes.
+TEST_F(StreamSafety, ACudaMallocTakesBlocksFreedInStreamOrderElsewhereBehindABarrierWithoutAWait) {
+  use_barrier_allocator();
+  constexpr std::size_t kSize = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(2 * kSize).ok());
+  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto a = allocator_->allocate(kSize, key, true);
+  auto b = allocator_->allocate(kSize, key, true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  testing::Gate gate;
+  std::thread opener = open_if_still_shut(gate);
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(a.value()), 1), CUDA_SUCCESS);
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(b.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(a.value(), key, true).ok());
+  ASSERT_TRUE(allocator_->deallocate(b.value(), key, true).ok());
+
+  const std::uint64_t waits_before = host_waits();
+  auto first = allocator_->allocate(kSize, 0, false);
+  const std::uint64_t records_before = calls("cuEventRecord") + calls("cuEventQuery") + calls("cuStreamWaitEvent");
+  auto second = allocator_->allocate(kSize, 0, false);
+  const std::uint64_t second_calls =
+      calls("cuEventRecord") + calls("cuEventQuery") + calls("cuStreamWaitEvent") - records_before;
+  const std::uint64_t waits = host_waits() - waits_before;
+  CUstream user = make_stream(CU_STREAM_NON_BLOCKING);
+  if (first.ok()) {
+    EXPECT_EQ(api().memsetD8Async(first.value(), 0x5a, kSize, user), CUDA_SUCCESS);
+  }
+  if (second.ok()) {
+    EXPECT_EQ(api().memsetD8Async(second.value(), 0x5b, kSize, user), CUDA_SUCCESS);
+  }
+  gate.release();
+  opener.join();
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(waits, 0u) << "the host waited for the old writer";
+  EXPECT_EQ(second_calls, 0u) << "a block freed before the barrier was fenced again";
+  const pool::PoolStats stats = allocator_->pool().stats();
+  EXPECT_EQ(stats.handout_barriers, 1u);
+  EXPECT_EQ(stats.cross_stream_waits, 0u);
+  EXPECT_LE(stats.reserved_bytes, 2 * kSize);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(filled_with(first.value(), kSize, 0x5a)) << "an old write landed after the new owner's fill";
+  EXPECT_TRUE(filled_with(second.value(), kSize, 0x5b)) << "an old write landed after the new owner's fill";
+  EXPECT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  destroy_stream(user);
+  destroy_stream(writer);
+}
+
 TEST_F(StreamSafety, AStreamFirstMetInAStreamOrderedCallJoinsTheFence) {
   CUstream unseen = nullptr;  // created behind the registry's back...
   ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);

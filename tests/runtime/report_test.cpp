@@ -79,6 +79,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "device_barriers",
                           "stitching_barriers",
                           "legacy_order_barriers",
+                          "handout_barriers",
                           "live_blocks",
                           "free_blocks",
                           "segments",
