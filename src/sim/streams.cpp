@@ -1444,11 +1444,13 @@ void copy(void* dst, const void* src, std::size_t n, Link link) {
   }
 }
 
-// A copy or set node counts, when it runs, whether it touches VA mapped to
-// host memory (tidepool_sim_host_resident_graph_copies).
-void count_host_reach(Node& node, const void* dst, const void* src) {
-  node.work = [work = std::move(node.work), dst, src] {
-    if (reaches_host_memory({reinterpret_cast<std::uint64_t>(dst), reinterpret_cast<std::uint64_t>(src)})) {
+// A copy or set node of `n` bytes counts, when it runs, whether it touches
+// VA mapped to host memory anywhere in its range
+// (tidepool_sim_host_resident_graph_copies). `src`: null for a set.
+void count_host_reach(Node& node, const void* dst, const void* src, std::size_t n) {
+  node.work = [work = std::move(node.work), dst, src, n] {
+    if (host_mapped_in(reinterpret_cast<std::uintptr_t>(dst), n) ||
+        (src != nullptr && host_mapped_in(reinterpret_cast<std::uintptr_t>(src), n))) {
       state().host_resident_graph_copies.fetch_add(1);
     }
     work();
@@ -1484,7 +1486,7 @@ CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void
     c.WidthInBytes = n;
     c.Height = 1;
     c.Depth = 1;
-    count_host_reach(node, dst, src);
+    count_host_reach(node, dst, src, n);
   };
   Submitted sub;
   const auto reached = stream->host_resident_copies;
@@ -1597,7 +1599,7 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
         node.set.elementSize = 1;
         node.set.width = n;
         node.set.height = 1;
-        count_host_reach(node, dst, nullptr);
+        count_host_reach(node, dst, nullptr, n);
       });
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -485,6 +486,53 @@ TEST_F(SimTransfers, CopiesAndSetsThatReachHostLocatedPagesAreCountedOnTheirStre
   api().streamDestroy(stream);
   api().streamDestroy(other);
   api().memFreeHost(pinned);
+  unmap(pages);
+}
+
+// A captured copy or set counts when its graph runs, if any byte of its
+// range lies on a host-located page: here only the tail of each range does.
+TEST_F(SimTransfers, GraphCopiesAndSetsCountWhenAnyByteOfTheirRangeIsOnAHostPage) {
+  const HostAndDevicePages pages = map_host_and_device_pages();
+  // [device page][host page]: ranges that start on the device page and end on the host one.
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle low = map_page(va, CU_MEM_LOCATION_TYPE_DEVICE);
+  const CUmemGenericAllocationHandle high = map_page(va + page_, CU_MEM_LOCATION_TYPE_HOST);
+  const CUdeviceptr straddle = va + page_ - 4096;
+  const auto reached = sim_control<std::uint64_t (*)()>("tidepool_sim_host_resident_graph_copies");
+  const auto begin = entry<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+  const auto end = entry<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
+  const auto instantiate = entry<decltype(&::cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags");
+  const auto launch = entry<decltype(&::cuGraphLaunch)>("cuGraphLaunch");
+  const auto destroy_exec = entry<decltype(&::cuGraphExecDestroy)>("cuGraphExecDestroy");
+  const auto destroy_graph = entry<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
+  CUstream stream = new_stream();
+  // Each case is one node: a set, a copy whose destination straddles, one
+  // whose source does, and a copy wholly on the device page.
+  const auto run_one = [&](const std::function<CUresult()>& queue) -> std::uint64_t {
+    EXPECT_EQ(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    EXPECT_EQ(queue(), CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    EXPECT_EQ(end(stream, &graph), CUDA_SUCCESS);
+    CUgraphExec exec = nullptr;
+    EXPECT_EQ(instantiate(&exec, graph, 0), CUDA_SUCCESS);
+    const std::uint64_t before = reached();
+    EXPECT_EQ(launch(exec, stream), CUDA_SUCCESS);
+    EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+    const std::uint64_t counted = reached() - before;
+    EXPECT_EQ(destroy_exec(exec), CUDA_SUCCESS);
+    EXPECT_EQ(destroy_graph(graph), CUDA_SUCCESS);
+    return counted;
+  };
+  EXPECT_EQ(run_one([&] { return api().memsetD8Async(straddle, 1, 8192, stream); }), 1u);
+  EXPECT_EQ(run_one([&] { return api().memcpyDtoDAsync(straddle, pages.device_page, 8192, stream); }), 1u);
+  EXPECT_EQ(run_one([&] { return api().memcpyDtoDAsync(pages.device_page, straddle, 8192, stream); }), 1u);
+  EXPECT_EQ(run_one([&] { return api().memcpyDtoDAsync(va, pages.device_page, 8192, stream); }), 0u)
+      << "device pages only";
+  api().streamDestroy(stream);
+  unmap_page(va, low);
+  unmap_page(va + page_, high);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
   unmap(pages);
 }
 
