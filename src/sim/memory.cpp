@@ -315,7 +315,9 @@ CUresult alloc_async(const char* name, CUdeviceptr* dptr, std::size_t bytes, CUs
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   s.allocations[static_cast<std::uintptr_t>(*dptr)].pool = pool;
-  if (sub.capture && sub.capture->graph) sub.capture->graph->allocations.push_back(static_cast<std::uintptr_t>(*dptr));
+  if (sub.capture && sub.capture->target() != nullptr) {
+    sub.capture->target()->allocations.push_back(static_cast<std::uintptr_t>(*dptr));
+  }
   return CUDA_SUCCESS;
 }
 
@@ -343,7 +345,7 @@ CUresult free_async(const char* name, CUdeviceptr dptr, CUstream handle) {
   if (sub.result != CUDA_SUCCESS) return sub.result;
   if (sub.capture) {
     std::lock_guard<std::mutex> guard(s.lock);
-    if (sub.capture->graph) sub.capture->graph->frees.push_back(static_cast<std::uintptr_t>(dptr));
+    if (sub.capture->target() != nullptr) sub.capture->target()->frees.push_back(static_cast<std::uintptr_t>(dptr));
   }
   return CUDA_SUCCESS;
 }

@@ -54,6 +54,9 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void*
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 CUresult cuStreamBeginCapture_ptsz(CUstream stream);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph, const CUgraphNode* dependencies,
+                                          const CUgraphEdgeData* edges, std::size_t count, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph);
 CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
 CUresult cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned flags);
 CUresult cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned flags);
@@ -125,7 +128,11 @@ struct Capture {
   Stream* origin = nullptr;
   bool invalidated = false;
   bool ended = false;
+  // The graph the capture makes, or, for cuStreamBeginCaptureToGraph, none:
+  // its nodes go into the program's graph (`into`), which keeps them.
   std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  Graph* into = nullptr;
+  [[nodiscard]] Graph* target() const { return into != nullptr ? into : graph.get(); }
   std::vector<std::weak_ptr<Stream>> streams;  // origin and joined streams
 };
 

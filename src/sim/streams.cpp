@@ -17,6 +17,9 @@
 // capturing stream is not run but recorded as a node of the capture's graph,
 // and runs when the graph, instantiated (cuGraphInstantiateWithFlags), is
 // launched (cuGraphLaunch: its nodes in capture order, as one stream item).
+// cuStreamBeginCaptureToGraph captures into a graph the program made
+// (cuGraphCreate) after nodes of it that it names, and cuStreamEndCapture
+// hands that graph back; it cannot be destroyed while a capture adds to it.
 // Kernels, 1D copies and byte sets keep their parameters, as a GPU's
 // kernel, memcpy and memset nodes do (cuGraph*NodeGetParams); a graph can
 // be copied into another as a child-graph node (cuGraphAddChildGraphNode).
@@ -223,7 +226,7 @@ Node* add_node(Stream& stream) {
   auto node = std::make_unique<Node>();
   node->dependencies = stream.frontier;
   Node* raw = node.get();
-  stream.capture->graph->nodes.push_back(std::move(node));
+  stream.capture->target()->nodes.push_back(std::move(node));
   set_frontier(stream, {reinterpret_cast<CUgraphNode>(raw)});
   return raw;
 }
@@ -258,7 +261,8 @@ void release_all(const std::vector<std::uintptr_t>& addresses) {
   for (std::uintptr_t p : addresses) (void)release_device_allocation(p);
 }
 
-// Ends `capture`: its streams leave capture mode. Returns its graph. Locked.
+// Ends `capture`: its streams leave capture mode. Returns its graph (null
+// for one captured into the program's graph, which keeps the nodes). Locked.
 std::unique_ptr<Graph> end_capture(State& s, const std::shared_ptr<Capture>& capture) {
   capture->ended = true;
   for (auto& weak : capture->streams) {
@@ -505,14 +509,37 @@ CUstreamCaptureStatus capture_status(const Stream& stream) {
   return stream.capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
+// Where a capture puts its nodes: a graph of its own, or (ToGraph) the
+// program's graph after the given nodes of it.
+struct CaptureInto {
+  CUgraph graph = nullptr;
+  const CUgraphNode* dependencies = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  std::size_t count = 0;
+};
+
 // `mode` by address: it is validated before it is read as the enum.
-CUresult begin_capture(CUstream handle, const CUstreamCaptureMode* mode) {
+CUresult begin_capture(CUstream handle, const CUstreamCaptureMode* mode, const CaptureInto& into = {}) {
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   if (!valid_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+  if (into.count > 0 && into.dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (stream->legacy()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot capture
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
+  Graph* target = nullptr;
+  if (into.graph != nullptr) {
+    // A graph of the program's own (not a child graph, which its node owns).
+    auto found = s.graphs.find(reinterpret_cast<Graph*>(into.graph));
+    if (found == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+    target = found->second.get();
+    for (std::size_t i = 0; i < into.count; ++i) {
+      const bool in_graph = std::any_of(target->nodes.begin(), target->nodes.end(), [&](const auto& node) {
+        return reinterpret_cast<CUgraphNode>(node.get()) == into.dependencies[i];
+      });
+      if (!in_graph) return CUDA_ERROR_INVALID_VALUE;  // not a node of that graph
+    }
+  }
   if (stream->capture) return CUDA_ERROR_ILLEGAL_STATE;  // already capturing
   auto capture = std::make_shared<Capture>();
   capture->id = ++s.next_capture_id;
@@ -521,10 +548,20 @@ CUresult begin_capture(CUstream handle, const CUstreamCaptureMode* mode) {
   capture->context = stream->context();
   capture->origin = stream.get();
   capture->streams.push_back(stream);
+  if (target != nullptr) {
+    capture->graph.reset();
+    capture->into = target;
+  }
   stream->capture = capture;
-  set_frontier(*stream, {});
+  set_frontier(*stream, std::vector<CUgraphNode>(into.dependencies, into.dependencies + into.count));
+  if (into.edges != nullptr) stream->edge_data.assign(into.edges, into.edges + into.count);
   s.captures.push_back(std::move(capture));
   return CUDA_SUCCESS;
+}
+
+// Whether a capture still puts nodes into `graph`. Locked.
+bool captured_into(const State& s, const Graph* graph) {
+  return std::any_of(s.captures.begin(), s.captures.end(), [&](const auto& c) { return c->into == graph; });
 }
 
 CUresult capture_info(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
@@ -538,11 +575,51 @@ CUresult capture_info(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t
   *status = capture_status(*stream);
   const bool active = stream->capture && !stream->capture->invalidated;
   if (id != nullptr) *id = active ? stream->capture->id : 0;
-  if (graph != nullptr) *graph = active ? reinterpret_cast<CUgraph>(stream->capture->graph.get()) : nullptr;
+  if (graph != nullptr) *graph = active ? reinterpret_cast<CUgraph>(stream->capture->target()) : nullptr;
   if (dependencies != nullptr) *dependencies = active ? stream->frontier.data() : nullptr;
   if (edge_data != nullptr) *edge_data = active ? stream->edge_data.data() : nullptr;
   if (count != nullptr) *count = active ? stream->frontier.size() : 0;
   return CUDA_SUCCESS;
+}
+
+// cuStreamEndCapture: the capture's graph, or, for one begun with
+// cuStreamBeginCaptureToGraph, the program's graph it added to, which keeps
+// its nodes even when the capture failed.
+CUresult end_capture_on(CUstream handle, CUgraph* graph) {
+  std::shared_ptr<Stream> stream;
+  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::vector<std::uintptr_t> discarded;
+  CUresult result = CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> guard(s.lock);
+    auto capture = stream->capture;
+    if (!capture) return CUDA_ERROR_ILLEGAL_STATE;  // not capturing
+    if (capture->origin != stream.get()) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    if (capture->mode != CU_STREAM_CAPTURE_MODE_RELAXED && capture->thread != std::this_thread::get_id()) {
+      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
+    *graph = nullptr;
+    Graph* into = capture->into;
+    if (capture->invalidated) {
+      result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else if (!joined(*capture)) {
+      result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
+    std::unique_ptr<Graph> owned = end_capture(s, capture);
+    if (result == CUDA_SUCCESS && into != nullptr) {
+      *graph = reinterpret_cast<CUgraph>(into);
+    } else if (result == CUDA_SUCCESS) {
+      Graph* raw = owned.get();
+      s.graphs[raw] = std::move(owned);
+      *graph = reinterpret_cast<CUgraph>(raw);
+    } else if (owned) {
+      discarded = graph_memory(*owned);
+    }
+  }
+  release_all(discarded);
+  return result;
 }
 
 CUresult stream_get_ctx(CUstream handle, CUcontext* ctx) {
@@ -580,7 +657,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamDestroy(CUstream handle) {
     // so it is discarded; a forked stream gone invalidates it.
     if (auto capture = stream->capture) {
       if (capture->origin == stream.get()) {
-        discarded = graph_memory(*end_capture(s, capture));
+        if (std::unique_ptr<Graph> owned = end_capture(s, capture)) discarded = graph_memory(*owned);
       } else {
         capture->invalidated = true;
         stream->capture.reset();
@@ -737,39 +814,43 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream handle, CUstr
   return begin_capture(handle == nullptr ? CU_STREAM_PER_THREAD : handle, &mode);
 }
 
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream handle, CUgraph graph,
+                                                         const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                                                         std::size_t count, CUstreamCaptureMode mode) {
+  if (CUresult r = enter_initialized("cuStreamBeginCaptureToGraph"); r != CUDA_SUCCESS) return r;
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(handle, &mode, {graph, dependencies, edges, count});
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream handle, CUgraph graph,
+                                                              const CUgraphNode* dependencies,
+                                                              const CUgraphEdgeData* edges, std::size_t count,
+                                                              CUstreamCaptureMode mode) {
+  if (CUresult r = enter_initialized("cuStreamBeginCaptureToGraph_ptsz"); r != CUDA_SUCCESS) return r;
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(handle == nullptr ? CU_STREAM_PER_THREAD : handle, &mode, {graph, dependencies, edges, count});
+}
+
 TIDEPOOL_SIM_EXPORT CUresult cuStreamEndCapture(CUstream handle, CUgraph* graph) {
   if (CUresult r = enter_initialized("cuStreamEndCapture"); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<Stream> stream;
-  if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return end_capture_on(handle, graph);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream handle, CUgraph* graph) {
+  if (CUresult r = enter_initialized("cuStreamEndCapture_ptsz"); r != CUDA_SUCCESS) return r;
+  return end_capture_on(handle == nullptr ? CU_STREAM_PER_THREAD : handle, graph);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuGraphCreate(CUgraph* graph, unsigned int flags) {
+  if (CUresult r = enter_initialized("cuGraphCreate"); r != CUDA_SUCCESS) return r;
+  if (graph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
-  std::vector<std::uintptr_t> discarded;
-  CUresult result = CUDA_SUCCESS;
-  {
-    std::lock_guard<std::mutex> guard(s.lock);
-    auto capture = stream->capture;
-    if (!capture) return CUDA_ERROR_ILLEGAL_STATE;  // not capturing
-    if (capture->origin != stream.get()) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-    if (capture->mode != CU_STREAM_CAPTURE_MODE_RELAXED && capture->thread != std::this_thread::get_id()) {
-      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
-    }
-    *graph = nullptr;
-    if (capture->invalidated) {
-      result = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    } else if (!joined(*capture)) {
-      result = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
-    }
-    std::unique_ptr<Graph> owned = end_capture(s, capture);
-    if (result == CUDA_SUCCESS) {
-      Graph* raw = owned.get();
-      s.graphs[raw] = std::move(owned);
-      *graph = reinterpret_cast<CUgraph>(raw);
-    } else {
-      discarded = graph_memory(*owned);
-    }
-  }
-  release_all(discarded);
-  return result;
+  std::lock_guard<std::mutex> guard(s.lock);
+  auto made = std::make_unique<Graph>();
+  Graph* raw = made.get();
+  s.graphs[raw] = std::move(made);
+  *graph = reinterpret_cast<CUgraph>(raw);
+  return CUDA_SUCCESS;
 }
 
 TIDEPOOL_SIM_EXPORT CUresult cuStreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id) {
@@ -806,6 +887,9 @@ TIDEPOOL_SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
     std::lock_guard<std::mutex> guard(s.lock);
     auto it = s.graphs.find(reinterpret_cast<Graph*>(graph));
     if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+    // A capture still adding to it (cuStreamBeginCaptureToGraph) would
+    // write into freed memory; the driver leaves this undefined.
+    if (captured_into(s, it->first)) return CUDA_ERROR_ILLEGAL_STATE;
     owned = std::move(it->second);
     s.graphs.erase(it);
     forget_children(s, *owned);

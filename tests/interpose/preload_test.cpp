@@ -156,6 +156,19 @@ TEST_F(Preload, DriverExportsAreServedAndForeignPointersPassThrough) {
   EXPECT_GE(count(r, "capture_questions_after"), 3);
 }
 
+// A program whose only captures begin with cuStreamBeginCaptureToGraph, in
+// either form, and end in the same form: the capture is seen (the probe
+// checks that its allocation reached the driver and its graph came back).
+TEST_F(Preload, ACaptureBegunIntoTheProgramsOwnGraphIsSeen) {
+  for (const char* mode : {"capture_to_graph", "capture_to_graph_ptsz"}) {
+    const ProgramRun r = both(PROBE_LINKED, mode);
+    EXPECT_EQ(count(r, "capture_questions_before"), 0) << mode;
+    EXPECT_GE(count(r, "capture_questions_after"), 3) << mode;
+    ASSERT_TRUE(r.report.is_object()) << mode << ": no report written; stderr:\n" << r.err;
+    EXPECT_EQ(r.report.value("live_bytes", -1), 0) << mode;
+  }
+}
+
 TEST_F(Preload, ThreadsOnStreamsOfTheirOwnShareThePool) {
   const ProgramRun r = both(PROBE_LINKED, "threads");
   ASSERT_TRUE(r.report.is_object()) << r.err;

@@ -32,6 +32,7 @@
 //            what the budget leaves
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,21 @@ int runtime_route() {
                static_cast<unsigned long long>(mini_cudart_calls("cudaMalloc")),
                static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
   return probe::finish("runtime");
+}
+
+// How often a cached cudaFree-style pair and a stream-ordered one on
+// `stream` ask the driver whether a stream is capturing.
+std::uint64_t capture_questions_in_pairs(CUstream stream) {
+  const std::uint64_t asked = tidepool_sim_call_count("cuStreamIsCapturing");
+  CUdeviceptr pair = 0;
+  PROBE_CHECK(cuMemAlloc(&pair, 4096) == CUDA_SUCCESS && cuMemFree(pair) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemAllocAsync(&pair, 4096, stream) == CUDA_SUCCESS && cuMemFreeAsync(pair, stream) == CUDA_SUCCESS);
+  return tidepool_sim_call_count("cuStreamIsCapturing") - asked;
+}
+
+void print_capture_questions(std::uint64_t before, std::uint64_t after) {
+  std::fprintf(stderr, "capture_questions_before=%llu\ncapture_questions_after=%llu\n",
+               static_cast<unsigned long long>(before), static_cast<unsigned long long>(after));
 }
 
 // A range the program maps itself, as NCCL does: tidepool must leave it alone.
@@ -213,14 +229,7 @@ int driver_route() {
   // Whether a stream is capturing is asked of the driver only once a
   // capture has begun: how often a cached pair of each kind asks, before
   // the program's first capture and after it.
-  const auto questions_in_pairs = [&] {
-    const std::uint64_t asked = tidepool_sim_call_count("cuStreamIsCapturing");
-    CUdeviceptr pair = 0;
-    PROBE_CHECK(cuMemAlloc(&pair, 4096) == CUDA_SUCCESS && cuMemFree(pair) == CUDA_SUCCESS);
-    PROBE_CHECK(cuMemAllocAsync(&pair, 4096, stream) == CUDA_SUCCESS && cuMemFreeAsync(pair, stream) == CUDA_SUCCESS);
-    return tidepool_sim_call_count("cuStreamIsCapturing") - asked;
-  };
-  const std::uint64_t asked_before_capture = questions_in_pairs();
+  const std::uint64_t asked_before_capture = capture_questions_in_pairs(stream);
   // During stream capture the call goes to the driver, both ways.
   const std::uint64_t async_before = tidepool_sim_call_count("cuMemAllocAsync");
   PROBE_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
@@ -231,15 +240,50 @@ int driver_route() {
   CUgraph graph = nullptr;
   PROBE_CHECK(cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS && graph != nullptr);
   PROBE_CHECK(cuGraphDestroy(graph) == CUDA_SUCCESS);
-  const std::uint64_t asked_after_capture = questions_in_pairs();
-  std::fprintf(stderr, "capture_questions_before=%llu\ncapture_questions_after=%llu\n",
-               static_cast<unsigned long long>(asked_before_capture),
-               static_cast<unsigned long long>(asked_after_capture));
+  print_capture_questions(asked_before_capture, capture_questions_in_pairs(stream));
   PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
   PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
   std::fprintf(stderr, "counts: sim_cuMemAlloc=%llu\n",
                static_cast<unsigned long long>(tidepool_sim_call_count("cuMemAlloc_v2")));
   return probe::finish("driver");
+}
+
+// A capture begun only with cuStreamBeginCaptureToGraph, in its plain or
+// per-thread form, is seen as one: an allocation into it goes to the
+// driver and lands in the program's graph, which cuStreamEndCapture (in the
+// same form) hands back; cached pairs ask about captures only after it.
+int capture_to_graph_route(bool per_thread) {
+  make_context_current();
+  using BeginToGraph =
+      CUresult (*)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, std::size_t, CUstreamCaptureMode);
+  using EndCapture = CUresult (*)(CUstream, CUgraph*);
+  const auto begin = per_thread
+                         ? reinterpret_cast<BeginToGraph>(dlsym(RTLD_DEFAULT, "cuStreamBeginCaptureToGraph_ptsz"))
+                         : &cuStreamBeginCaptureToGraph;
+  const auto end =
+      per_thread ? reinterpret_cast<EndCapture>(dlsym(RTLD_DEFAULT, "cuStreamEndCapture_ptsz")) : &cuStreamEndCapture;
+  PROBE_CHECK(begin != nullptr && end != nullptr);
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  if (begin == nullptr || end == nullptr || stream == nullptr) return probe::finish("capture_to_graph");
+  const std::uint64_t asked_before_capture = capture_questions_in_pairs(stream);
+  CUgraph graph = nullptr;
+  PROBE_CHECK(cuGraphCreate(&graph, 0) == CUDA_SUCCESS);
+  const std::uint64_t async_before = tidepool_sim_call_count("cuMemAllocAsync");
+  PROBE_CHECK(begin(stream, graph, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+  CUdeviceptr captured = 0;
+  PROBE_CHECK(cuMemAllocAsync(&captured, 1 * MiB, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(tidepool_sim_call_count("cuMemAllocAsync") == async_before + 1);
+  PROBE_CHECK(cuMemFreeAsync(captured, stream) == CUDA_SUCCESS);
+  CUgraph ended = nullptr;
+  PROBE_CHECK(end(stream, &ended) == CUDA_SUCCESS && ended == graph);
+  std::size_t nodes = 0;
+  PROBE_CHECK(cuGraphGetNodes(graph, nullptr, &nodes) == CUDA_SUCCESS && nodes == 2);  // allocation and free
+  PROBE_CHECK(cuGraphDestroy(graph) == CUDA_SUCCESS);
+  print_capture_questions(asked_before_capture, capture_questions_in_pairs(stream));
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  return probe::finish("capture_to_graph");
 }
 
 int threads_route() {
@@ -873,6 +917,8 @@ int main(int argc, char** argv) {
   if (mode == "runtime") return runtime_route();
   if (mode == "driver") return driver_route();
   if (mode == "threads") return threads_route();
+  if (mode == "capture_to_graph") return capture_to_graph_route(false);
+  if (mode == "capture_to_graph_ptsz") return capture_to_graph_route(true);
   if (mode == "fork") return fork_route(argc > 2 ? argv[2] : nullptr);
   if (mode == "fork_alloc") return fork_alloc_route();
   if (mode == "sidestream") return sidestream_route(false);

@@ -600,6 +600,8 @@ using WriteValue32Ptsz = decltype(&::cuStreamWriteValue32_v2);
 using WriteValue64Ptsz = decltype(&::cuStreamWriteValue64_v2);
 using BatchMemOpPtsz = decltype(&::cuStreamBatchMemOp_v2);
 using BeginCapturePtsz = decltype(&::cuStreamBeginCapture_v2);
+using BeginCaptureToGraphPtsz = decltype(&::cuStreamBeginCaptureToGraph);
+using EndCapturePtsz = decltype(&::cuStreamEndCapture);
 using CopyBatchPtsz = decltype(&::cuMemcpyBatchAsync_v2);
 using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
                                  std::size_t*, std::size_t, std::size_t*, CUstream);
@@ -1014,6 +1016,88 @@ TEST_F(Sim, CapturedWorkIsRecordedNotRun) {
   EXPECT_EQ(api().eventDestroy(event), CUDA_SUCCESS);
   EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
   EXPECT_EQ(api().memFree(other), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+// cuStreamBeginCaptureToGraph adds what a stream captures to the program's
+// own graph, after the nodes it names; cuStreamEndCapture (in either form)
+// hands that graph back, and launching it runs both captures' nodes in order.
+TEST_F(Sim, ACaptureIntoTheProgramsGraphAddsNodesAfterTheNamedOnes) {
+  const auto create = entry<decltype(&::cuGraphCreate)>("cuGraphCreate");
+  const auto begin_into = entry<decltype(&::cuStreamBeginCaptureToGraph)>("cuStreamBeginCaptureToGraph");
+  const auto end_ptsz = entry<EndCapturePtsz>("cuStreamEndCapture_ptsz");
+  const auto get_nodes = entry<decltype(&::cuGraphGetNodes)>("cuGraphGetNodes");
+  const auto instantiate = entry<decltype(&::cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags");
+  const auto launch = entry<decltype(&::cuGraphLaunch)>("cuGraphLaunch");
+  const auto destroy_exec = entry<decltype(&::cuGraphExecDestroy)>("cuGraphExecDestroy");
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  EXPECT_EQ(create(&graph, 1), CUDA_ERROR_INVALID_VALUE) << "flags must be 0";
+  ASSERT_EQ(create(&graph, 0), CUDA_SUCCESS);
+  const auto mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  EXPECT_EQ(begin_into(stream, nullptr, nullptr, nullptr, 0, mode), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(begin_into(stream, graph, nullptr, nullptr, 1, mode), CUDA_ERROR_INVALID_VALUE) << "no dependencies given";
+  EXPECT_EQ(begin_into(nullptr, graph, nullptr, nullptr, 0, mode), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+
+  ASSERT_EQ(begin_into(stream, graph, nullptr, nullptr, 0, mode), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(p, 0x11, 16, stream), CUDA_SUCCESS);
+  CUgraph seen = nullptr;
+  CUstreamCaptureStatus status{};
+  ASSERT_EQ(capture_api().info(stream, &status, nullptr, &seen, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(seen, graph) << "the capture's graph is the program's";
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_ERROR_ILLEGAL_STATE) << "destroyed while captured into";
+  CUgraph ended = nullptr;
+  ASSERT_EQ(capture_api().end(stream, &ended), CUDA_SUCCESS);
+  EXPECT_EQ(ended, graph);
+  CUgraphNode first = nullptr;
+  std::size_t count = 1;
+  ASSERT_EQ(get_nodes(graph, &first, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 1u);
+
+  // A node of another graph is no dependency here.
+  CUstream other = nullptr;
+  ASSERT_EQ(api().streamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(capture_api().begin(other, mode), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(p, 0x33, 4, other), CUDA_SUCCESS);
+  CUgraph foreign_graph = nullptr;
+  ASSERT_EQ(capture_api().end(other, &foreign_graph), CUDA_SUCCESS);
+  CUgraphNode foreign = nullptr;
+  count = 1;
+  ASSERT_EQ(get_nodes(foreign_graph, &foreign, &count), CUDA_SUCCESS);
+  EXPECT_EQ(begin_into(stream, graph, &foreign, nullptr, 1, mode), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(capture_status(stream), CU_STREAM_CAPTURE_STATUS_NONE);
+
+  // A second capture after the first node, ended in the per-thread form.
+  ASSERT_EQ(begin_into(stream, graph, &first, nullptr, 1, mode), CUDA_SUCCESS);
+  const CUgraphNode* frontier = nullptr;
+  std::size_t frontier_size = 0;
+  ASSERT_EQ(capture_api().info(stream, &status, nullptr, nullptr, &frontier, nullptr, &frontier_size), CUDA_SUCCESS);
+  ASSERT_EQ(frontier_size, 1u);
+  EXPECT_EQ(frontier[0], first) << "the next node follows the named one";
+  ASSERT_EQ(api().memsetD8Async(p, 0x22, 8, stream), CUDA_SUCCESS);
+  ended = nullptr;
+  ASSERT_EQ(end_ptsz(stream, &ended), CUDA_SUCCESS);
+  EXPECT_EQ(ended, graph);
+  count = 0;
+  ASSERT_EQ(get_nodes(graph, nullptr, &count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 2u);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(instantiate(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p);
+  EXPECT_TRUE(std::all_of(bytes, bytes + 8, [](unsigned char c) { return c == 0x22; }));
+  EXPECT_TRUE(std::all_of(bytes + 8, bytes + 16, [](unsigned char c) { return c == 0x11; }));
+  EXPECT_EQ(bytes[16], 0);
+  EXPECT_EQ(destroy_exec(exec), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().destroy_graph(graph), CUDA_SUCCESS);
+  EXPECT_EQ(capture_api().destroy_graph(foreign_graph), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(other), CUDA_SUCCESS);
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
 }
 
@@ -2226,7 +2310,13 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuStreamBeginCapture_v2, bogus, CU_STREAM_CAPTURE_MODE_GLOBAL),
       TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture_ptsz", BeginCaptureV1, bogus),
       TIDEPOOL_FAULT_CASE_T("cuStreamBeginCapture_v2_ptsz", BeginCapturePtsz, bogus, CU_STREAM_CAPTURE_MODE_GLOBAL),
+      TIDEPOOL_FAULT_CASE(cuStreamBeginCaptureToGraph, bogus, graph, nullptr, nullptr, 0,
+                          CU_STREAM_CAPTURE_MODE_GLOBAL),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBeginCaptureToGraph_ptsz", BeginCaptureToGraphPtsz, bogus, graph, nullptr, nullptr,
+                            0, CU_STREAM_CAPTURE_MODE_GLOBAL),
       TIDEPOOL_FAULT_CASE(cuStreamEndCapture, bogus, &graph),
+      TIDEPOOL_FAULT_CASE_T("cuStreamEndCapture_ptsz", EndCapturePtsz, bogus, &graph),
+      TIDEPOOL_FAULT_CASE(cuGraphCreate, nullptr, 0),
       TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo", CaptureInfoV1, bogus, &status, &id),
       TIDEPOOL_FAULT_CASE_T("cuStreamGetCaptureInfo_v2", CaptureInfoV2, bogus, &status, &id, &graph, &deps, &size),
       TIDEPOOL_FAULT_CASE(cuStreamGetCaptureInfo_v3, bogus, &status, &id, &graph, &deps, &edges, &size),
@@ -2324,6 +2414,13 @@ TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
             CUDA_SUCCESS);
   EXPECT_EQ(per_thread, exported("cuStreamBeginCapture_v2_ptsz"));
   EXPECT_EQ(resolve("cuStreamEndCapture", 12000), exported("cuStreamEndCapture"));
+  EXPECT_EQ(resolve("cuStreamBeginCaptureToGraph", 12030), exported("cuStreamBeginCaptureToGraph"));
+  EXPECT_EQ(resolve("cuGraphCreate", 12000), exported("cuGraphCreate"));
+  for (const char* name : {"cuStreamBeginCaptureToGraph", "cuStreamEndCapture"}) {
+    ASSERT_EQ(api().getProcAddress(name, &per_thread, 12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr),
+              CUDA_SUCCESS);
+    EXPECT_EQ(per_thread, exported((std::string(name) + "_ptsz").c_str())) << name;
+  }
   EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 11000), exported("cuStreamGetCaptureInfo"));
   EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 12000), exported("cuStreamGetCaptureInfo_v2"));
   EXPECT_EQ(resolve("cuStreamGetCaptureInfo", 13000), exported("cuStreamGetCaptureInfo_v3"));
