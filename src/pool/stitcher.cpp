@@ -7,6 +7,9 @@ namespace tidepool::pool {
 
 namespace {
 
+// How many pages the hold grows by per page a range needs back (growth_room).
+constexpr std::size_t kReturningOvershoot = 2;
+
 // Whether free block `b` may give pages now, and what may still use them
 // (`*pending`). A block settled (asking the driver, waiting as
 // settle_by_query may) gives them with nothing pending. One with work pending
@@ -55,9 +58,13 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
                                   std::uint64_t peak_live_bytes) {
   // Pages of this range that stitching took away earlier are needed again:
   // the layout uses more pages than the pool holds, and moving the same pages
-  // back and forth would repeat every training step.
+  // back and forth would repeat every training step. The shortfall shows
+  // one range at a time, and while the device lags, a step's timing decides
+  // how much of it one step shows: the hold grows by twice what this range
+  // needs back, so that it is learned in the steps after the first rather
+  // than a little more in every step (decisions.md).
   if (const std::size_t returning = r.reclaimed_pages(begin, length); returning > 0) {
-    pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + returning);
+    pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + kReturningOvershoot * returning);
   }
   // Never past the slack over the peak live bytes: beyond it, utilization
   // comes first and pages keep moving. The slack is at least one page, so a
