@@ -43,6 +43,8 @@ extern "C" {
 CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end);
 CUresult cuStreamBeginCapture(CUstream stream);
 CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags);
+CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice device);
+CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* affinity, int count, unsigned int flags, CUdevice device);
 CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id);
 CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                                    const CUgraphNode** dependencies, std::size_t* count);
@@ -84,6 +86,8 @@ struct Context {
   int device = 0;
   int retain_count = 0;
   std::shared_ptr<Stream> legacy;  // this context's legacy default stream
+  bool created = false;            // by cuCtxCreate, not a device's primary context
+  bool destroyed = false;          // by cuCtxDestroy: no call accepts it again
 };
 
 struct Graph;
@@ -315,6 +319,11 @@ struct State {
   std::size_t device_used = 0;
   std::size_t host_used = 0;
   std::vector<std::unique_ptr<Context>> contexts;  // primary context per device
+  // Contexts cuCtxCreate made, in order, destroyed ones too: a handle stays
+  // an address no later context reuses, so a stale one is always refused.
+  // Guarded by contexts_lock (taken after `lock` where both are held).
+  std::vector<std::unique_ptr<Context>> created_contexts;
+  std::mutex contexts_lock;
   // Peer access: bit `owner` of peers[accessor] is set while the accessor
   // device's context has enabled access to the owner's (cuCtxEnablePeerAccess).
   // It opens the owner's cuMemAlloc memory to the accessor; VMM mappings

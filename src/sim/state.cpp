@@ -1,5 +1,6 @@
 // The sim's global state, environment, fault injection, devices, contexts
-// (one primary context per device, each with its legacy stream), error names
+// (one primary context per device, and those cuCtxCreate makes, each with
+// its legacy stream), error names
 // and the control API.
 //
 // Environment (read at cuInit):
@@ -282,7 +283,32 @@ bool valid_context(CUcontext ctx) {
   for (auto& c : s.contexts) {
     if (reinterpret_cast<CUcontext>(c.get()) == ctx) return true;
   }
+  std::lock_guard<std::mutex> guard(s.contexts_lock);
+  for (auto& c : s.created_contexts) {
+    if (reinterpret_cast<CUcontext>(c.get()) == ctx) return !c->destroyed;
+  }
   return false;
+}
+
+// cuCtxCreate in each ABI: a context of the device's own, with its own
+// legacy stream, made current (the sim's context stack is one deep).
+CUresult create_context(CUcontext* ctx, unsigned flags, CUdevice device) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (context_of_device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  auto made = std::make_unique<Context>();
+  made->device = device;
+  made->created = true;
+  made->legacy = std::make_shared<Stream>(0, true, made.get());
+  Context* raw = made.get();
+  {
+    std::lock_guard<std::mutex> guard(s.contexts_lock);
+    s.created_contexts.push_back(std::move(made));
+  }
+  current_context() = raw;
+  *ctx = reinterpret_cast<CUcontext>(raw);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -426,6 +452,45 @@ TIDEPOOL_SIM_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
   // The sim keeps a one-deep stack: enough for tidepool and its tests.
   if (ctx != nullptr && !valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   current_context() = reinterpret_cast<Context*>(ctx);
+  return CUDA_SUCCESS;
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice device) {
+  if (CUresult r = enter_initialized("cuCtxCreate_v2"); r != CUDA_SUCCESS) return r;
+  return create_context(ctx, flags, device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* affinity, int count,
+                                            unsigned int flags, CUdevice device) {
+  if (CUresult r = enter_initialized("cuCtxCreate_v3"); r != CUDA_SUCCESS) return r;
+  if (count < 0 || (count > 0 && affinity == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (count > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;  // the sim's devices have no SM partitions
+  return create_context(ctx, flags, device);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned int flags,
+                                            CUdevice device) {
+  if (CUresult r = enter_initialized("cuCtxCreate_v4"); r != CUDA_SUCCESS) return r;
+  if (params != nullptr && (params->execAffinityParams != nullptr || params->cigParams != nullptr)) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // no SM partitions, no shared graphics context
+  }
+  return create_context(ctx, flags, device);
+}
+
+// Waits for the context's work, then refuses its handle from then on; a
+// thread that had it current has none. A primary context is not the
+// program's to destroy.
+TIDEPOOL_SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (CUresult r = enter_initialized("cuCtxDestroy_v2"); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr || !valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* context = reinterpret_cast<Context*>(ctx);
+  if (!context->created) return CUDA_ERROR_INVALID_CONTEXT;
+  synchronize_context(context);
+  {
+    std::lock_guard<std::mutex> guard(state().contexts_lock);
+    context->destroyed = true;
+  }
+  if (current_context() == context) current_context() = nullptr;
   return CUDA_SUCCESS;
 }
 

@@ -412,6 +412,12 @@ void synchronize_context(Context* context) {
     for (auto& c : s.contexts) {
       if (context == nullptr || c.get() == context) all.push_back(c->legacy);
     }
+    {
+      std::lock_guard<std::mutex> contexts_guard(s.contexts_lock);
+      for (auto& c : s.created_contexts) {
+        if (context == nullptr || c.get() == context) all.push_back(c->legacy);
+      }
+    }
     for (auto& [raw, stream] : s.streams) {
       if (context == nullptr || stream->context() == context) all.push_back(stream);
     }

@@ -204,10 +204,14 @@ TEST_F(Preload, CudaFreeOnlyOnTheLegacyStreamComesBackInItsOrderWithNoBarrier) {
 // frees after it come back behind queued barriers, and every byte is right.
 TEST_F(Preload, CudaFreeAfterASecondContextIsMadeCurrentComesBackBehindAQueuedBarrier) {
   extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
-  const ProgramRun r = both(PROBE_LINKED, "legacy_then_second_context", nullptr, "device_limit:8MiB");
-  expect_all_returned(r, 12);
-  EXPECT_GE(r.report.value("legacy_order_barriers", -1), 1);
-  EXPECT_GE(r.report.value("device_barriers", -1), 1);
+  // The second context a device's primary one made current, or one the
+  // program creates (cuCtxCreate makes it current, with no cuCtxSetCurrent).
+  for (const char* mode : {"legacy_then_second_context", "legacy_then_created_context"}) {
+    const ProgramRun r = both(PROBE_LINKED, mode, nullptr, "device_limit:8MiB");
+    expect_all_returned(r, 12);
+    EXPECT_GE(r.report.value("legacy_order_barriers", -1), 1) << mode;
+    EXPECT_GE(r.report.value("device_barriers", -1), 1) << mode;
+  }
 }
 
 // The same writes on the per-thread default stream, which no creation

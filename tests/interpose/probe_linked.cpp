@@ -567,7 +567,12 @@ int per_thread_write_route(const std::string& how) {
 // `then_second_context`: the same again on the legacy stream after the
 // second device's context was made current (and the first again), where
 // the legacy stream's order is no barrier any more.
-int one_stream_route(bool per_thread, bool then_second_context = false) {
+// After the first round, `second`: how a second context (device 1's) comes
+// in before the first is made current again: none, its primary context made
+// current, or one the program creates (cuCtxCreate makes it current).
+enum class SecondContext { none, primary, created };
+
+int one_stream_route(bool per_thread, SecondContext second_context = SecondContext::none) {
   make_context_current();
   CUfunction kernel = nullptr;
   const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::size_t)};
@@ -588,17 +593,23 @@ int one_stream_route(bool per_thread, bool then_second_context = false) {
     check_new_owners_then_free(new_owners_set(4, kBlock, per_thread), kBlock);
   };
   round();
-  if (!then_second_context) return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
+  if (second_context == SecondContext::none) return probe::finish(per_thread ? "per_thread_stream" : "legacy_stream");
   CUcontext first = nullptr;
   CUcontext second = nullptr;
   CUdevice device = 0;
   PROBE_CHECK(cuCtxGetCurrent(&first) == CUDA_SUCCESS);
   PROBE_CHECK(cuDeviceGet(&device, 1) == CUDA_SUCCESS);
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&second, device) == CUDA_SUCCESS);
-  PROBE_CHECK(cuCtxSetCurrent(second) == CUDA_SUCCESS);
+  if (second_context == SecondContext::created) {
+    PROBE_CHECK(cuCtxCreate(&second, nullptr, 0, device) == CUDA_SUCCESS);
+  } else {
+    PROBE_CHECK(cuDevicePrimaryCtxRetain(&second, device) == CUDA_SUCCESS);
+    PROBE_CHECK(cuCtxSetCurrent(second) == CUDA_SUCCESS);
+  }
   PROBE_CHECK(cuCtxSetCurrent(first) == CUDA_SUCCESS);
   round();
-  return probe::finish("legacy_then_second_context");
+  if (second_context == SecondContext::created) PROBE_CHECK(cuCtxDestroy(second) == CUDA_SUCCESS);
+  return probe::finish(second_context == SecondContext::created ? "legacy_then_created_context"
+                                                                : "legacy_then_second_context");
 }
 
 int evict_route() {
@@ -925,7 +936,8 @@ int main(int argc, char** argv) {
   if (mode == "sidestream_ordered") return sidestream_route(true);
   if (mode == "legacy_stream") return one_stream_route(false);
   if (mode == "per_thread_stream") return one_stream_route(true);
-  if (mode == "legacy_then_second_context") return one_stream_route(false, true);
+  if (mode == "legacy_then_second_context") return one_stream_route(false, SecondContext::primary);
+  if (mode == "legacy_then_created_context") return one_stream_route(false, SecondContext::created);
   if (mode == "per_thread_write") return per_thread_write_route("write");
   if (mode == "per_thread_batch_write") return per_thread_write_route("batch_write");
   if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");

@@ -602,6 +602,8 @@ using BatchMemOpPtsz = decltype(&::cuStreamBatchMemOp_v2);
 using BeginCapturePtsz = decltype(&::cuStreamBeginCapture_v2);
 using BeginCaptureToGraphPtsz = decltype(&::cuStreamBeginCaptureToGraph);
 using EndCapturePtsz = decltype(&::cuStreamEndCapture);
+using CtxCreateV2 = CUresult (*)(CUcontext*, unsigned int, CUdevice);
+using CtxCreateV3 = CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
 using CopyBatchPtsz = decltype(&::cuMemcpyBatchAsync_v2);
 using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
                                  std::size_t*, std::size_t, std::size_t*, CUstream);
@@ -1576,6 +1578,52 @@ TEST_F(Sim, UnsafeCallsDuringCaptureFollowTheThreadsCaptureMode) {
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
 }
 
+// A context cuCtxCreate makes is current at once, on its device, with a
+// legacy stream of its own: the first context's legacy stream does not wait
+// for it. cuCtxDestroy waits for its work, and its handle is refused after.
+TEST_F(Sim, ACreatedContextHasALegacyStreamOfItsOwnAndIsGoneOnceDestroyed) {
+  const auto create = entry<CtxCreateV2>("cuCtxCreate_v2");
+  const auto create_v3 = entry<CtxCreateV3>("cuCtxCreate_v3");
+  const auto create_v4 = entry<decltype(&::cuCtxCreate_v4)>("cuCtxCreate_v4");
+  const auto destroy = entry<decltype(&::cuCtxDestroy_v2)>("cuCtxDestroy_v2");
+  CUcontext made = nullptr;
+  EXPECT_EQ(create(nullptr, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(create(&made, 0, 99), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(create(&made, 0x10000, 0), CUDA_ERROR_INVALID_VALUE) << "an unknown flag";
+  CUexecAffinityParam affinity{};
+  EXPECT_EQ(create_v3(&made, &affinity, 1, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+  CUctxCreateParams params{};
+  ASSERT_EQ(create_v4(&made, &params, 0, 0), CUDA_SUCCESS);
+  CUcontext current = nullptr;
+  ASSERT_EQ(api().ctxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, made);
+  EXPECT_NE(made, context_);
+  CUdevice device = -1;
+  ASSERT_EQ(api().ctxGetDevice(&device), CUDA_SUCCESS);
+  EXPECT_EQ(device, 0);
+  // Held on the created context's legacy stream: the first context's
+  // legacy stream is not behind it.
+  int cell = 0;
+  Gate gate;
+  ASSERT_EQ(launch_gated_write(nullptr, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS) << "the first context's legacy stream waited";
+  EXPECT_EQ(cell, 0);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    gate.release();
+  });
+  EXPECT_EQ(destroy(context_), CUDA_ERROR_INVALID_CONTEXT) << "a primary context";
+  ASSERT_EQ(destroy(made), CUDA_SUCCESS);
+  opener.join();
+  EXPECT_EQ(cell, 1) << "destroyed before its work was done";
+  EXPECT_EQ(api().ctxSetCurrent(made), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(destroy(made), CUDA_ERROR_INVALID_CONTEXT);
+  CUcontext current_now = nullptr;
+  ASSERT_EQ(api().ctxGetCurrent(&current_now), CUDA_SUCCESS);
+  EXPECT_EQ(current_now, context_) << "destroying another context leaves this thread's alone";
+}
+
 TEST_F(Sim, ContextSynchronizeDuringACaptureOfItsContextFailsInEveryMode) {
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -2251,6 +2299,10 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE(cuCtxSetCurrent, context),
       TIDEPOOL_FAULT_CASE(cuCtxPushCurrent_v2, context),
       TIDEPOOL_FAULT_CASE(cuCtxPopCurrent_v2, &ctx),
+      TIDEPOOL_FAULT_CASE_T("cuCtxCreate_v2", CtxCreateV2, nullptr, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuCtxCreate_v3", CtxCreateV3, nullptr, nullptr, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuCtxCreate_v4, nullptr, nullptr, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuCtxDestroy_v2, nullptr),
       TIDEPOOL_FAULT_CASE(cuCtxEnablePeerAccess, context, 0),
       TIDEPOOL_FAULT_CASE(cuCtxDisablePeerAccess, context),
       TIDEPOOL_FAULT_CASE(cuDeviceCanAccessPeer, &i, 0, 0),
@@ -2416,6 +2468,10 @@ TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
   EXPECT_EQ(resolve("cuStreamEndCapture", 12000), exported("cuStreamEndCapture"));
   EXPECT_EQ(resolve("cuStreamBeginCaptureToGraph", 12030), exported("cuStreamBeginCaptureToGraph"));
   EXPECT_EQ(resolve("cuGraphCreate", 12000), exported("cuGraphCreate"));
+  EXPECT_EQ(resolve("cuCtxCreate", 11000), exported("cuCtxCreate_v2"));
+  EXPECT_EQ(resolve("cuCtxCreate", 12000), exported("cuCtxCreate_v3"));
+  EXPECT_EQ(resolve("cuCtxCreate", 13000), exported("cuCtxCreate_v4"));
+  EXPECT_EQ(resolve("cuCtxDestroy", 12000), exported("cuCtxDestroy_v2"));
   for (const char* name : {"cuStreamBeginCaptureToGraph", "cuStreamEndCapture"}) {
     ASSERT_EQ(api().getProcAddress(name, &per_thread, 12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr),
               CUDA_SUCCESS);
