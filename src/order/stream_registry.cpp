@@ -112,6 +112,7 @@ void StreamRegistry::several_contexts() {
 
 void StreamRegistry::several_contexts_locked() {
   legacy_only_.store(false, std::memory_order_release);
+  several_contexts_seen_.store(true, std::memory_order_release);
   if (!in_order_outstanding_.load(std::memory_order_acquire)) return;
   // Blocks those barriers gave back go to any work at once, whatever ended
   // legacy_only before (a per-thread stream, a blocking stream: both follow

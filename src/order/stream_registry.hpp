@@ -119,6 +119,9 @@ class StreamRegistry {
   // work before any record or wait made here rests on the driver's own
   // locking of a stream's queue as much as on the atomic's ordering.
   void several_contexts();
+  // Whether several_contexts() was ever called: until then all work that
+  // can reach a pool's memory is queued in its own context.
+  [[nodiscard]] bool one_context() const noexcept { return !several_contexts_seen_.load(std::memory_order_acquire); }
   // The program made `context` current (cuCtxSetCurrent, cuCtxPushCurrent):
   // the first such context, or the first a barrier was made in, is the one
   // legacy_only speaks of; any other calls several_contexts().
@@ -209,6 +212,7 @@ class StreamRegistry {
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
+  std::atomic<bool> several_contexts_seen_{false};  // several_contexts() was called
   // The one context whose legacy stream legacy_only speaks of (null: none
   // seen yet). Set once.
   std::atomic<CUcontext> first_context_{nullptr};

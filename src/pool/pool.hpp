@@ -18,7 +18,10 @@
 //    finished (order/free_fences.hpp).
 //  - Stream order (ordered=true on stream s): reusable on s at once; another
 //    stream first waits on an event recorded on s after the free (no host
-//    wait); a cudaMalloc-style request waits on the host (stream_fences.cpp).
+//    wait); a cudaMalloc-style request takes it behind a device barrier, or,
+//    where none can be made or would not order it, waits on the host. A
+//    block freed before the newest device barrier needs none of these
+//    (stream_fences.cpp).
 // A fence that fails falls back to a context synchronisation, never during a
 // capture; when that is impossible the block stays out of circulation.
 //
@@ -110,7 +113,7 @@ struct PoolStats {
   std::uint64_t trims = 0;
   std::uint64_t cross_stream_waits = 0;
   std::uint64_t device_barriers = 0;  // cudaFree batches put back behind a barrier on the device
-  // Barriers (cudaFree batches, stitching) made by the legacy stream's order,
+  // Barriers (cudaFree batches, stitching, handouts) made by the legacy stream's order,
   // with no driver call: all work so far was on it
   // (order::StreamRegistry::legacy_only).
   std::uint64_t legacy_order_barriers = 0;
@@ -388,7 +391,8 @@ class Pool {
   // A device barrier so that a cudaMalloc-style request takes a block freed
   // in stream order whose stream's work is still queued: the request names
   // no stream to order after it, and without one the host waits. False
-  // where none can be made (a capture, an incomplete registry).
+  // where none can be made (a capture, an incomplete registry, more streams
+  // than a barrier covers, a failed driver call).
   bool barrier_for_handout();
   // What a stream-ordered request's stitching may ask for (null: none).
   [[nodiscard]] BarrierMaker* stitching_barriers(bool ordered) noexcept {

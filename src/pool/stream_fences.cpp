@@ -80,16 +80,15 @@ std::uint64_t Pool::barrier_for_stitching() {
 
 bool Pool::barrier_for_handout() {
   const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
-  if (made == StreamRegistry::BarrierKind::failed) return false;
-  const std::uint64_t epoch = fences_.freed();
-  barrier_epoch_ = epoch;
+  // As after a promotion: while barriers fail, cudaFree frees are fenced as they come.
+  barrier_failed_ = made == StreamRegistry::BarrierKind::failed;
+  if (barrier_failed_) return false;
+  barrier_epoch_ = fences_.freed();
   if (made == StreamRegistry::BarrierKind::queued) {
     stats_.handout_barriers++;
   } else {
     stats_.legacy_order_barriers++;
   }
-  // As for a promotion: only eviction asks when a barrier's work is done.
-  if (mover_ != nullptr) barrier_fences_.recorded_barrier(epoch);
   return true;
 }
 
@@ -112,9 +111,16 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
     return util::Status::success();
   }
   if (settle(*block, fences_)) return util::Status::success();
+  // A barrier orders this context's streams only. An ordered request names
+  // one of them; a cudaMalloc-style one may be used from anywhere on the
+  // device, so it is ordered by a barrier only while no other context can
+  // reach the pool's memory. Not with a page mover: its moves of a live
+  // block's pages are not all ordered after a barrier.
+  const bool barriers_order_it = mover_ == nullptr && (ordered || registry_.one_context());
   // Freed before the newest device barrier: all work queued from now on,
-  // on any stream, runs after its free's (as for a block put back behind one).
-  if (block->free_epoch < barrier_epoch_) {
+  // on any of the context's streams, runs after its free's (as for a block
+  // put back behind one).
+  if (barriers_order_it && block->free_epoch < barrier_epoch_) {
     block->stream = kNoPendingWork;
     return util::Status::success();
   }
@@ -123,9 +129,9 @@ util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool or
   // A cudaMalloc-style request names no stream to order its work after the
   // free's: a device barrier orders all later work after it instead of the
   // host waiting, as for cudaFree frees. No query first: on a device that
-  // lags the work is rarely done, a query costs more than a barrier over a
-  // few streams, and the barrier also covers every block freed before it.
-  if (!ordered && options_.free_barrier && barrier_for_handout()) {
+  // lags the work is rarely done, a query costs about what a barrier over a
+  // few streams costs, and the barrier also covers every block freed before it.
+  if (!ordered && barriers_order_it && options_.free_barrier && barrier_for_handout()) {
     block->stream = kNoPendingWork;
     return util::Status::success();
   }

@@ -5,8 +5,8 @@
 // Device pointers are host addresses: device memory is host memory mapped
 // at the addresses the sim hands out, so tests read and write it directly.
 //
-// Contexts: one primary context per device (TIDEPOOL_SIM_DEVICES). Each has
-// its own legacy default stream; streams and events belong to the context
+// Contexts: one primary context per device (TIDEPOOL_SIM_DEVICES), and any
+// cuCtxCreate makes. Each has its own legacy default stream; streams and events belong to the context
 // current when they were created. Stream capture is modelled as a small
 // graph of opaque nodes (see streams.cpp).
 #pragma once

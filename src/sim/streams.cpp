@@ -265,6 +265,10 @@ void release_all(const std::vector<std::uintptr_t>& addresses) {
 // for one captured into the program's graph, which keeps the nodes). Locked.
 std::unique_ptr<Graph> end_capture(State& s, const std::shared_ptr<Capture>& capture) {
   capture->ended = true;
+  // A call that captured just before (cuMemAllocAsync adds to the graph
+  // after its submission) must find no graph, not one the program may
+  // destroy from now on.
+  capture->into = nullptr;
   for (auto& weak : capture->streams) {
     if (auto stream = weak.lock(); stream && stream->capture == capture) {
       stream->capture.reset();

@@ -165,7 +165,8 @@ class Reservation {
     return count;
   }
 
-  // Bytes of [address, address + length) on pages that are not unmapped:
+  // Bytes of [address, address + length) on pages that are not unmapped
+  // (on the device, on the host, or broken: any that holds a mapping):
   // whole pages by the bitmap, the two end pages, which the range may share
   // with its neighbours, by the part of them it covers.
   [[nodiscard]] std::uint64_t mapped_bytes(std::uintptr_t address, std::size_t length) const noexcept {

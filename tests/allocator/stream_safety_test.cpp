@@ -480,6 +480,38 @@ TEST_F(StreamSafety, ACudaMallocTakesBlocksFreedInStreamOrderElsewhereBehindABar
   destroy_stream(writer);
 }
 
+// Once another context can reach the pool's memory, a barrier of this
+// context's streams would not order a cudaMalloc-style owner's work: the
+// host waits for the old write instead, and no barrier is made.
+TEST_F(StreamSafety, OnceAnotherContextCanReachThePoolACudaMallocWaitsForAStreamOrderedFree) {
+  use_barrier_allocator();
+  allocator_->streams().several_contexts();
+  constexpr std::size_t kSize = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(kSize).ok());
+  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto first = allocator_->allocate(kSize, key, true);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  auto* cell = reinterpret_cast<int*>(first.value());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(first.value(), key, true).ok());
+  std::thread opener = open_later(gate);
+  const std::uint64_t waits_before = host_waits();
+  auto second = allocator_->allocate(kSize, 0, false);
+  const int seen = *cell;
+  const std::uint64_t waits = host_waits() - waits_before;
+  opener.join();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
+  EXPECT_EQ(seen, 1) << "handed out before the old owner's write ran";
+  EXPECT_GE(waits, 1u);
+  EXPECT_EQ(allocator_->pool().stats().handout_barriers, 0u);
+  EXPECT_EQ(allocator_->pool().stats().cross_stream_waits, 1u);
+  EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  destroy_stream(writer);
+}
+
 TEST_F(StreamSafety, AStreamFirstMetInAStreamOrderedCallJoinsTheFence) {
   CUstream unseen = nullptr;  // created behind the registry's back...
   ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);

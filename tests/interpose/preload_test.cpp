@@ -157,8 +157,10 @@ TEST_F(Preload, DriverExportsAreServedAndForeignPointersPassThrough) {
 }
 
 // A program whose only captures begin with cuStreamBeginCaptureToGraph, in
-// either form, and end in the same form: the capture is seen (the probe
-// checks that its allocation reached the driver and its graph came back).
+// either form, and end in the same form: the capture is seen. The begin
+// hook is what the probe's own check proves (the allocation inside the
+// capture reached the driver, and its graph came back); the questions after
+// would follow from the end hook alone.
 TEST_F(Preload, ACaptureBegunIntoTheProgramsOwnGraphIsSeen) {
   for (const char* mode : {"capture_to_graph", "capture_to_graph_ptsz"}) {
     const ProgramRun r = both(PROBE_LINKED, mode);
