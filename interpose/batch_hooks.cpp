@@ -1,5 +1,5 @@
-// Batched submissions: cuStreamBatchMemOp (the _v2 ABI and its per-thread
-// form) and cuMemcpyBatchAsync (CUDA 12.8's, with failIdx, and 13.0's _v2,
+// Batched submissions: cuStreamBatchMemOp (the _v2 ABI, the pre-11.7 one,
+// and their per-thread forms) and cuMemcpyBatchAsync (CUDA 12.8's, with failIdx, and 13.0's _v2,
 // each with its per-thread form). Each names its stream before it is queued,
 // as every submission does (submission.hpp), and under eviction guards the
 // device addresses of all its operations, as a single copy's are guarded.
@@ -61,6 +61,18 @@ TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUs
 TIDEPOOL_HOOK CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
                                                   unsigned int flags) {
   return mem_ops(TIDEPOOL_REAL_DRIVER(cuStreamBatchMemOp_v2_ptsz), per_thread_default(s), s, count, ops, flags);
+}
+// The pre-11.7 ABI, which cuda.h renames to the _v2 forms.
+TIDEPOOL_HOOK CUresult tidepool_cuStreamBatchMemOp_v1(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                                      unsigned int flags) {
+  static std::atomic<void*> slot{nullptr};
+  return mem_ops(tidepool::interpose::real_driver<MemOps>("cuStreamBatchMemOp", slot), s, s, count, ops, flags);
+}
+TIDEPOOL_HOOK CUresult tidepool_cuStreamBatchMemOp_v1_ptsz(CUstream s, unsigned int count,
+                                                           CUstreamBatchMemOpParams* ops, unsigned int flags) {
+  static std::atomic<void*> slot{nullptr};
+  return mem_ops(tidepool::interpose::real_driver<MemOps>("cuStreamBatchMemOp_ptsz", slot), per_thread_default(s), s,
+                 count, ops, flags);
 }
 
 namespace {

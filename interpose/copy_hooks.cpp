@@ -14,6 +14,8 @@
 // _ptds forms (CU_STREAM_PER_THREAD), as the driver orders them.
 #include <cuda.h>
 
+#include <atomic>
+
 #include "hooks.hpp"
 #include "real_symbols.hpp"
 #include "submission.hpp"
@@ -195,8 +197,8 @@ TIDEPOOL_SET_HOOKS(16, unsigned short)
 TIDEPOOL_SET_HOOKS(32, unsigned int)
 
 // Stream writes and waits: one word at `addr`, in stream order (the _v2
-// forms cuda.h names; the v1 forms, the pre-11.7 ABI, are not hooked). A
-// wait reads the word until it holds. Batches of them, and cuMemcpyBatchAsync,
+// forms cuda.h names, and the v1 forms of the pre-11.7 ABI below). A wait
+// reads the word until it holds. Batches of them, and cuMemcpyBatchAsync,
 // are in batch_hooks.cpp; cuMemcpy3DBatchAsync is not hooked.
 TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2, addr, 0, s, s, addr, value, flags);
@@ -224,3 +226,24 @@ TIDEPOOL_HOOK CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr addr, cuui
 TIDEPOOL_HOOK CUresult cuStreamWaitValue64_v2_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWaitValue64_v2_ptsz, addr, 0, per_thread_default(s), s, addr, value, flags);
 }
+
+// The pre-11.7 ABI, which cuda.h renames to the _v2 forms above; the same
+// arguments, looked up by their own names.
+#define TIDEPOOL_MEM_OP_V1(hook, exported, word, stream)                                                               \
+  TIDEPOOL_HOOK CUresult hook(CUstream s, CUdeviceptr addr, word value, unsigned int flags) {                          \
+    static std::atomic<void*> slot{nullptr};                                                                           \
+    auto real = tidepool::interpose::real_driver<CUresult (*)(CUstream, CUdeviceptr, word, unsigned)>(exported, slot); \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                                                                  \
+    return guarded_submission(addr, 0, stream, [&] { return real(s, addr, value, flags); });                           \
+  }
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWriteValue32_v1, "cuStreamWriteValue32", cuuint32_t, s)
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWriteValue32_v1_ptsz, "cuStreamWriteValue32_ptsz", cuuint32_t,
+                   per_thread_default(s))
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWriteValue64_v1, "cuStreamWriteValue64", cuuint64_t, s)
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWriteValue64_v1_ptsz, "cuStreamWriteValue64_ptsz", cuuint64_t,
+                   per_thread_default(s))
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWaitValue32_v1, "cuStreamWaitValue32", cuuint32_t, s)
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWaitValue32_v1_ptsz, "cuStreamWaitValue32_ptsz", cuuint32_t, per_thread_default(s))
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWaitValue64_v1, "cuStreamWaitValue64", cuuint64_t, s)
+TIDEPOOL_MEM_OP_V1(tidepool_cuStreamWaitValue64_v1_ptsz, "cuStreamWaitValue64_ptsz", cuuint64_t, per_thread_default(s))
+#undef TIDEPOOL_MEM_OP_V1

@@ -31,6 +31,16 @@ const HookRow kDriverHooks[] = {
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
     {"cuMemcpyBatchAsync", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1)},
     {"cuMemcpyBatchAsync_ptsz", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1_ptsz)},
+    {"cuStreamWriteValue32", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue32_v1)},
+    {"cuStreamWriteValue32_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue32_v1_ptsz)},
+    {"cuStreamWriteValue64", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue64_v1)},
+    {"cuStreamWriteValue64_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue64_v1_ptsz)},
+    {"cuStreamWaitValue32", reinterpret_cast<void*>(&::tidepool_cuStreamWaitValue32_v1)},
+    {"cuStreamWaitValue32_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamWaitValue32_v1_ptsz)},
+    {"cuStreamWaitValue64", reinterpret_cast<void*>(&::tidepool_cuStreamWaitValue64_v1)},
+    {"cuStreamWaitValue64_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamWaitValue64_v1_ptsz)},
+    {"cuStreamBatchMemOp", reinterpret_cast<void*>(&::tidepool_cuStreamBatchMemOp_v1)},
+    {"cuStreamBatchMemOp_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamBatchMemOp_v1_ptsz)},
 };
 #undef TIDEPOOL_HOOK_ROW
 

@@ -107,6 +107,28 @@ CUresult tidepool_cuStreamDestroy_v1(CUstream stream) __asm__("cuStreamDestroy")
 // renames to its _v2.
 CUresult tidepool_cuStreamBeginCapture_v1(CUstream stream) __asm__("cuStreamBeginCapture");
 CUresult tidepool_cuStreamBeginCapture_v1_ptsz(CUstream stream) __asm__("cuStreamBeginCapture_ptsz");
+// The stream memory operations of CUDA before 11.7, which cuda.h renames to
+// their _v2; drivers still export them for programs built then.
+CUresult tidepool_cuStreamWriteValue32_v1(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                          unsigned int flags) __asm__("cuStreamWriteValue32");
+CUresult tidepool_cuStreamWriteValue32_v1_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                               unsigned int flags) __asm__("cuStreamWriteValue32_ptsz");
+CUresult tidepool_cuStreamWriteValue64_v1(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                          unsigned int flags) __asm__("cuStreamWriteValue64");
+CUresult tidepool_cuStreamWriteValue64_v1_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                               unsigned int flags) __asm__("cuStreamWriteValue64_ptsz");
+CUresult tidepool_cuStreamWaitValue32_v1(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags) __asm__("cuStreamWaitValue32");
+CUresult tidepool_cuStreamWaitValue32_v1_ptsz(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                              unsigned int flags) __asm__("cuStreamWaitValue32_ptsz");
+CUresult tidepool_cuStreamWaitValue64_v1(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                         unsigned int flags) __asm__("cuStreamWaitValue64");
+CUresult tidepool_cuStreamWaitValue64_v1_ptsz(CUstream s, CUdeviceptr addr, cuuint64_t value,
+                                              unsigned int flags) __asm__("cuStreamWaitValue64_ptsz");
+CUresult tidepool_cuStreamBatchMemOp_v1(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                        unsigned int flags) __asm__("cuStreamBatchMemOp");
+CUresult tidepool_cuStreamBatchMemOp_v1_ptsz(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                             unsigned int flags) __asm__("cuStreamBatchMemOp_ptsz");
 // The IPC open of CUDA before 11.0, which cuda.h renames to its _v2.
 CUresult tidepool_cuIpcOpenMemHandle_v1(CUdeviceptr* dptr, CUipcMemHandle handle,
                                         unsigned int flags) __asm__("cuIpcOpenMemHandle");

@@ -1,6 +1,7 @@
 // Stream memory operations: cuStreamWaitValue32/64, cuStreamWriteValue32/64
 // and cuStreamBatchMemOp (the _v2 ABI, which cuGetProcAddress hands out from
-// CUDA 11.7, and its per-thread-default-stream forms).
+// CUDA 11.7, the v1 ABI before it, which behaves the same here, and their
+// per-thread-default-stream forms).
 //
 // The address is a device pointer the device can reach: device memory,
 // pinned host memory (its device pointer is its host address, see
@@ -267,4 +268,56 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int
 TIDEPOOL_SIM_EXPORT CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
                                                         CUstreamBatchMemOpParams* ops, unsigned int flags) {
   return batch_mem_op("cuStreamBatchMemOp_v2_ptsz", per_thread(stream), count, ops, flags);
+}
+
+// The pre-11.7 ABI (cuda.h renames it to the _v2 forms): the same operations.
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                                  unsigned int flags) {
+  return write_value("cuStreamWriteValue32", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue32_v1_ptsz(CUstream stream, CUdeviceptr addr,
+                                                                       cuuint32_t value, unsigned int flags) {
+  return write_value("cuStreamWriteValue32_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                                  unsigned int flags) {
+  return write_value("cuStreamWriteValue64", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue64_v1_ptsz(CUstream stream, CUdeviceptr addr,
+                                                                       cuuint64_t value, unsigned int flags) {
+  return write_value("cuStreamWriteValue64_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                                 unsigned int flags) {
+  return wait_value("cuStreamWaitValue32", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue32_v1_ptsz(CUstream stream, CUdeviceptr addr,
+                                                                      cuuint32_t value, unsigned int flags) {
+  return wait_value("cuStreamWaitValue32_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                                 unsigned int flags) {
+  return wait_value("cuStreamWaitValue64", stream, addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue64_v1_ptsz(CUstream stream, CUdeviceptr addr,
+                                                                      cuuint64_t value, unsigned int flags) {
+  return wait_value("cuStreamWaitValue64_ptsz", per_thread(stream), addr, value, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamBatchMemOp_v1(CUstream stream, unsigned int count,
+                                                                CUstreamBatchMemOpParams* ops, unsigned int flags) {
+  return batch_mem_op("cuStreamBatchMemOp", stream, count, ops, flags);
+}
+
+TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamBatchMemOp_v1_ptsz(CUstream stream, unsigned int count,
+                                                                     CUstreamBatchMemOpParams* ops,
+                                                                     unsigned int flags) {
+  return batch_mem_op("cuStreamBatchMemOp_ptsz", per_thread(stream), count, ops, flags);
 }

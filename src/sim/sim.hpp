@@ -76,6 +76,28 @@ CUresult tidepool_sim_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr*
                                                  std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
                                                  std::size_t num_attrs, std::size_t* fail_idx,
                                                  CUstream stream) __asm__("cuMemcpyBatchAsync_ptsz");
+// The stream memory operations of CUDA before 11.7, which cuda.h renames to
+// their _v2: the same operations here.
+CUresult tidepool_sim_cuStreamWriteValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                              unsigned int flags) __asm__("cuStreamWriteValue32");
+CUresult tidepool_sim_cuStreamWriteValue32_v1_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                   unsigned int flags) __asm__("cuStreamWriteValue32_ptsz");
+CUresult tidepool_sim_cuStreamWriteValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                              unsigned int flags) __asm__("cuStreamWriteValue64");
+CUresult tidepool_sim_cuStreamWriteValue64_v1_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                   unsigned int flags) __asm__("cuStreamWriteValue64_ptsz");
+CUresult tidepool_sim_cuStreamWaitValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                             unsigned int flags) __asm__("cuStreamWaitValue32");
+CUresult tidepool_sim_cuStreamWaitValue32_v1_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                                  unsigned int flags) __asm__("cuStreamWaitValue32_ptsz");
+CUresult tidepool_sim_cuStreamWaitValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                             unsigned int flags) __asm__("cuStreamWaitValue64");
+CUresult tidepool_sim_cuStreamWaitValue64_v1_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                                  unsigned int flags) __asm__("cuStreamWaitValue64_ptsz");
+CUresult tidepool_sim_cuStreamBatchMemOp_v1(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                            unsigned int flags) __asm__("cuStreamBatchMemOp");
+CUresult tidepool_sim_cuStreamBatchMemOp_v1_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                                 unsigned int flags) __asm__("cuStreamBatchMemOp_ptsz");
 }
 
 namespace tidepool::sim {

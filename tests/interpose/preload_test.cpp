@@ -240,6 +240,13 @@ TEST_F(Preload, CudaFreeAfterABatchedCopyOnAPerThreadStreamComesBackBehindAQueue
   expect_frees_came_back("per_thread_batch_copy", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
 }
 
+// The same old write through the pre-11.7 ABI (cuStreamWriteValue32 and
+// cuStreamBatchMemOp by their own names), as a program built then calls it.
+TEST_F(Preload, CudaFreeAfterAStreamWriteOfThePre117AbiComesBackBehindAQueuedBarrier) {
+  expect_frees_came_back("per_thread_write_v1", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
+  expect_frees_came_back("per_thread_batch_write_v1", "device_limit:4MiB", 3, /*in_legacy_order=*/false);
+}
+
 // Live data four times the budget, touched by kernels in random order with
 // both kinds of free beside them: every byte checked, the budget never
 // exceeded (the probe watches the sim's device bytes).

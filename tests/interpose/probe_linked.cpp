@@ -533,6 +533,13 @@ void slow_host_function(void* /*user*/) { std::this_thread::sleep_for(std::chron
 // `how`: "write" (cuStreamWriteValue32), "batch_write" (the same word in a
 // cuStreamBatchMemOp) or "batch_copy" (0xAA over the whole block by
 // cuMemcpyBatchAsync).
+// The stream memory operations of CUDA before 11.7, as a program built then
+// links them (cuda.h renames these names to the _v2 forms).
+extern "C" CUresult probe_cuStreamWriteValue32_v1(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                                  unsigned int flags) __asm__("cuStreamWriteValue32");
+extern "C" CUresult probe_cuStreamBatchMemOp_v1(CUstream s, unsigned int count, CUstreamBatchMemOpParams* ops,
+                                                unsigned int flags) __asm__("cuStreamBatchMemOp");
+
 int per_thread_write_route(const std::string& how) {
   make_context_current();
   constexpr std::size_t kBlock = 2 * MiB;
@@ -541,12 +548,15 @@ int per_thread_write_route(const std::string& how) {
   PROBE_CHECK(cuLaunchHostFunc(CU_STREAM_PER_THREAD, &slow_host_function, nullptr) == CUDA_SUCCESS);
   if (how == "write") {
     PROBE_CHECK(cuStreamWriteValue32(CU_STREAM_PER_THREAD, old_block, 0xAAAAAAAAu, 0) == CUDA_SUCCESS);
-  } else if (how == "batch_write") {
+  } else if (how == "write_v1") {
+    PROBE_CHECK(probe_cuStreamWriteValue32_v1(CU_STREAM_PER_THREAD, old_block, 0xAAAAAAAAu, 0) == CUDA_SUCCESS);
+  } else if (how == "batch_write" || how == "batch_write_v1") {
     CUstreamBatchMemOpParams op{};
     op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
     op.writeValue.address = old_block;
     op.writeValue.value = 0xAAAAAAAAu;
-    PROBE_CHECK(cuStreamBatchMemOp(CU_STREAM_PER_THREAD, 1, &op, 0) == CUDA_SUCCESS);
+    const auto batch = how == "batch_write" ? &cuStreamBatchMemOp : &probe_cuStreamBatchMemOp_v1;
+    PROBE_CHECK(batch(CU_STREAM_PER_THREAD, 1, &op, 0) == CUDA_SUCCESS);
   } else {
     const std::vector<unsigned char> old_bytes(kBlock, 0xAA);
     CUdeviceptr dst = old_block;
@@ -564,12 +574,11 @@ int per_thread_write_route(const std::string& how) {
   return probe::finish(("per_thread_" + how).c_str());
 }
 
-// `then_second_context`: the same again on the legacy stream after the
-// second device's context was made current (and the first again), where
-// the legacy stream's order is no barrier any more.
-// After the first round, `second`: how a second context (device 1's) comes
-// in before the first is made current again: none, its primary context made
-// current, or one the program creates (cuCtxCreate makes it current).
+// After the first round, `second_context`: how a second context (device
+// 1's) comes in before the first is made current again, after which the
+// same round runs on the legacy stream, whose order is no barrier any more:
+// none, its primary context made current, or one the program creates
+// (cuCtxCreate makes it current).
 enum class SecondContext { none, primary, created };
 
 int one_stream_route(bool per_thread, SecondContext second_context = SecondContext::none) {
@@ -940,6 +949,8 @@ int main(int argc, char** argv) {
   if (mode == "legacy_then_created_context") return one_stream_route(false, SecondContext::created);
   if (mode == "per_thread_write") return per_thread_write_route("write");
   if (mode == "per_thread_batch_write") return per_thread_write_route("batch_write");
+  if (mode == "per_thread_write_v1") return per_thread_write_route("write_v1");
+  if (mode == "per_thread_batch_write_v1") return per_thread_write_route("batch_write_v1");
   if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();

@@ -2413,6 +2413,16 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
       TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue64_v2_ptsz", WriteValue64Ptsz, bogus, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuStreamBatchMemOp_v2, bogus, 0, nullptr, 0),
       TIDEPOOL_FAULT_CASE_T("cuStreamBatchMemOp_v2_ptsz", BatchMemOpPtsz, bogus, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue32", WaitValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue32_ptsz", WaitValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue64", WaitValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWaitValue64_ptsz", WaitValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue32", WriteValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue32_ptsz", WriteValue32Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue64", WriteValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamWriteValue64_ptsz", WriteValue64Ptsz, bogus, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBatchMemOp", BatchMemOpPtsz, bogus, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE_T("cuStreamBatchMemOp_ptsz", BatchMemOpPtsz, bogus, 0, nullptr, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpyBatchAsync_v2, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, bogus),
       TIDEPOOL_FAULT_CASE_T("cuMemcpyBatchAsync_v2_ptsz", CopyBatchPtsz, nullptr, nullptr, nullptr, 0, nullptr, nullptr,
                             0, bogus),
@@ -2472,6 +2482,15 @@ TEST_F(Sim, GetProcAddressResolvesContextAndCaptureEntryPointsByVersion) {
   EXPECT_EQ(resolve("cuCtxCreate", 12000), exported("cuCtxCreate_v3"));
   EXPECT_EQ(resolve("cuCtxCreate", 13000), exported("cuCtxCreate_v4"));
   EXPECT_EQ(resolve("cuCtxDestroy", 12000), exported("cuCtxDestroy_v2"));
+  // Stream memory operations: the v1 ABI before CUDA 11.7, the _v2 from it.
+  for (const char* name : {"cuStreamWaitValue32", "cuStreamWaitValue64", "cuStreamWriteValue32", "cuStreamWriteValue64",
+                           "cuStreamBatchMemOp"}) {
+    EXPECT_EQ(resolve(name, 11060), exported(name)) << name;
+    EXPECT_EQ(resolve(name, 11070), exported((std::string(name) + "_v2").c_str())) << name;
+    ASSERT_EQ(api().getProcAddress(name, &per_thread, 11060, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr),
+              CUDA_SUCCESS);
+    EXPECT_EQ(per_thread, exported((std::string(name) + "_ptsz").c_str())) << name;
+  }
   for (const char* name : {"cuStreamBeginCaptureToGraph", "cuStreamEndCapture"}) {
     ASSERT_EQ(api().getProcAddress(name, &per_thread, 12030, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr),
               CUDA_SUCCESS);
