@@ -270,46 +270,22 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigne
   return batch_mem_op("cuStreamBatchMemOp_v2_ptsz", per_thread(stream), count, ops, flags);
 }
 
-// The pre-11.7 ABI (cuda.h renames it to the _v2 forms): the same operations.
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
-                                                                  unsigned int flags) {
-  return write_value("cuStreamWriteValue32", stream, addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue32_v1_ptsz(CUstream stream, CUdeviceptr addr,
-                                                                       cuuint32_t value, unsigned int flags) {
-  return write_value("cuStreamWriteValue32_ptsz", per_thread(stream), addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                                                  unsigned int flags) {
-  return write_value("cuStreamWriteValue64", stream, addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWriteValue64_v1_ptsz(CUstream stream, CUdeviceptr addr,
-                                                                       cuuint64_t value, unsigned int flags) {
-  return write_value("cuStreamWriteValue64_ptsz", per_thread(stream), addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue32_v1(CUstream stream, CUdeviceptr addr, cuuint32_t value,
-                                                                 unsigned int flags) {
-  return wait_value("cuStreamWaitValue32", stream, addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue32_v1_ptsz(CUstream stream, CUdeviceptr addr,
-                                                                      cuuint32_t value, unsigned int flags) {
-  return wait_value("cuStreamWaitValue32_ptsz", per_thread(stream), addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue64_v1(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                                                 unsigned int flags) {
-  return wait_value("cuStreamWaitValue64", stream, addr, value, flags);
-}
-
-TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamWaitValue64_v1_ptsz(CUstream stream, CUdeviceptr addr,
-                                                                      cuuint64_t value, unsigned int flags) {
-  return wait_value("cuStreamWaitValue64_ptsz", per_thread(stream), addr, value, flags);
-}
+// The pre-11.7 ABI (cuda.h renames it to the _v2 forms): the same operations,
+// each under its own name and in its per-thread form.
+#define TIDEPOOL_SIM_MEM_OP_V1(op, word, run)                                                                     \
+  TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStream##op##_v1(CUstream stream, CUdeviceptr addr, word value,      \
+                                                              unsigned int flags) {                               \
+    return run("cuStream" #op, stream, addr, value, flags);                                                       \
+  }                                                                                                               \
+  TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStream##op##_v1_ptsz(CUstream stream, CUdeviceptr addr, word value, \
+                                                                   unsigned int flags) {                          \
+    return run("cuStream" #op "_ptsz", per_thread(stream), addr, value, flags);                                   \
+  }
+TIDEPOOL_SIM_MEM_OP_V1(WriteValue32, cuuint32_t, write_value)
+TIDEPOOL_SIM_MEM_OP_V1(WriteValue64, cuuint64_t, write_value)
+TIDEPOOL_SIM_MEM_OP_V1(WaitValue32, cuuint32_t, wait_value)
+TIDEPOOL_SIM_MEM_OP_V1(WaitValue64, cuuint64_t, wait_value)
+#undef TIDEPOOL_SIM_MEM_OP_V1
 
 TIDEPOOL_SIM_EXPORT CUresult tidepool_sim_cuStreamBatchMemOp_v1(CUstream stream, unsigned int count,
                                                                 CUstreamBatchMemOpParams* ops, unsigned int flags) {
