@@ -388,6 +388,10 @@ class Pool {
   // or 0 where none can be made. Deferred frees stay deferred: stitching is
   // walking the index. Not with a page mover, nor with `free_barrier:off`.
   std::uint64_t barrier_for_stitching();
+  // A device barrier made on request: its epoch, now barrier_epoch_, counted
+  // in `queued_count` when queued (else as made in the legacy stream's
+  // order); 0 where none can be made.
+  std::uint64_t barrier_on_request(std::uint64_t PoolStats::*queued_count);
   // A device barrier so that a cudaMalloc-style request takes a block freed
   // in stream order whose stream's work is still queued: the request names
   // no stream to order after it, and without one the host waits. False

@@ -11,9 +11,9 @@
 // can be made, once the event finished on the host. A block freed before the
 // newest device barrier, or put back behind one (kAfterBarrier), goes to any
 // work at once; the latter's "stream" for settling is the legacy stream,
-// which is behind the barrier. A stream's finished_epoch only grows, and only from an event that reported
-// CUDA_SUCCESS or a context synchronisation that succeeded: a failed call is
-// never read as "finished".
+// which is behind the barrier. A stream's finished_epoch only grows, and only
+// from an event that reported CUDA_SUCCESS or a context synchronisation that
+// succeeded: a failed call is never read as "finished".
 #include <algorithm>
 #include <mutex>
 
@@ -57,16 +57,21 @@ bool Pool::promote_deferred_behind_barrier() {
   return true;
 }
 
-std::uint64_t Pool::barrier_for_stitching() {
+std::uint64_t Pool::barrier_on_request(std::uint64_t PoolStats::*queued_count) {
   const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
   if (made == StreamRegistry::BarrierKind::failed) return 0;
-  const std::uint64_t epoch = fences_.freed();
-  barrier_epoch_ = epoch;
+  barrier_epoch_ = fences_.freed();
   if (made == StreamRegistry::BarrierKind::queued) {
-    stats_.stitching_barriers++;
+    ++(stats_.*queued_count);
   } else {
     stats_.legacy_order_barriers++;
   }
+  return barrier_epoch_;
+}
+
+std::uint64_t Pool::barrier_for_stitching() {
+  const std::uint64_t epoch = barrier_on_request(&PoolStats::stitching_barriers);
+  if (epoch == 0) return 0;
   // Stitching parks pages behind this barrier, and a request that needs one
   // of their places back asks, often a step later, whether the work before
   // it is done (the space's unmap check, then wait_for_pages_in_the_way). A record behind the barrier
@@ -79,17 +84,9 @@ std::uint64_t Pool::barrier_for_stitching() {
 }
 
 bool Pool::barrier_for_handout() {
-  const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
   // As after a promotion: while barriers fail, cudaFree frees are fenced as they come.
-  barrier_failed_ = made == StreamRegistry::BarrierKind::failed;
-  if (barrier_failed_) return false;
-  barrier_epoch_ = fences_.freed();
-  if (made == StreamRegistry::BarrierKind::queued) {
-    stats_.handout_barriers++;
-  } else {
-    stats_.legacy_order_barriers++;
-  }
-  return true;
+  barrier_failed_ = barrier_on_request(&PoolStats::handout_barriers) == 0;
+  return !barrier_failed_;
 }
 
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {
