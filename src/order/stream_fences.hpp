@@ -17,6 +17,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 
@@ -56,6 +57,14 @@ class StreamFences {
   // Whether some free since the last context synchronisation may still be
   // in use by the device.
   [[nodiscard]] bool unsynchronized() const noexcept { return unsynchronized_; }
+  // The newest epoch handed out by freed() (0: none).
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
+  // The owner synchronised the context itself, outside its lock, after
+  // reading epoch() as `epoch`: every free up to it is finished.
+  void synchronized_through(std::uint64_t epoch) noexcept {
+    synchronized_epoch_ = std::max(synchronized_epoch_, epoch);
+    unsynchronized_ = epoch_ > synchronized_epoch_;
+  }
 
   // Whether the work on `key` before `epoch` is known finished (no driver call).
   [[nodiscard]] bool finished(std::uintptr_t key, std::uint64_t epoch) const;

@@ -461,12 +461,35 @@ void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool
 
 util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
                                    space::AddressSpace::SharedPages* pages) {
-  std::lock_guard<util::SpinLock> guard(lock_);
-  Block* block = live_.starting_at(address);
-  if (block == nullptr || block->buffer_id != buffer_id || block->freed_while_shared) {
-    return {util::Error::invalid_value, "the shared block was freed"};
-  }
+  std::unique_lock<util::SpinLock> guard(lock_);
+  const auto find = [&]() -> Block* {
+    Block* block = live_.starting_at(address);
+    return block == nullptr || block->buffer_id != buffer_id || block->freed_while_shared ? nullptr : block;
+  };
+  if (find() == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   driver::ScopedContext scope(api_, context_);
+  if (fences_.unsynchronized() || mover_ != nullptr) {
+    // The block, or pages stitched under it, may have come to its owner
+    // while an earlier owner's work (or a page mover's copy) was still
+    // queued: ordered after it on this context's streams (a device barrier,
+    // the legacy stream's order, a stream's own order), but not before the
+    // other process's work. No mark on the block says so (stitched pages
+    // carry none), so any free since the last synchronisation counts. The
+    // host waits on the exporter's thread, outside the pool's lock: IPC
+    // opens are rare, allocations are not.
+    if (deferred_.capture_in_progress()) {
+      return {util::Error::driver_error, "cannot wait for the block's earlier work during a stream capture"};
+    }
+    const std::uint64_t epoch = fences_.epoch();
+    guard.unlock();
+    const bool synchronized = api_.ctxSynchronize != nullptr && api_.ctxSynchronize() == CUDA_SUCCESS;
+    guard.lock();
+    if (!synchronized) return {util::Error::driver_error, "could not wait for the block's earlier work"};
+    fences_.synchronized_through(epoch);
+    stats_.import_waits++;
+  }
+  Block* block = find();  // the owner may have freed it meanwhile
+  if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   const space::Reservation& r = *block->segment->reservation;
   if (mover_ != nullptr && host_pages_in(r, block->address, block->size) > 0) {
     (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, 0);

@@ -121,6 +121,9 @@ struct PoolStats {
   // Barriers made so that a cudaMalloc-style request could take a block
   // freed in stream order while its stream's work was still queued.
   std::uint64_t handout_barriers = 0;
+  // Host waits (on the IPC exporter's thread) for work queued before a
+  // block another process maps came to its owner (hold_for_import).
+  std::uint64_t import_waits = 0;
   // Host waits for work still reading a page's old place before a range there could be mapped.
   std::uint64_t pending_page_waits = 0;
   // Requests placed on a backed block instead, rather than wait for that.
@@ -259,12 +262,16 @@ class Pool {
   void release_graph_holds(const LaunchedBlock* held, std::size_t count);
   // IPC: another process maps the live block starting at `address` (with
   // `buffer_id`, so a block freed and made again is never taken for it).
-  // Its pages come back to the device and stay there while any such hold
-  // lasts; a free of it meanwhile succeeds but takes effect only when the
-  // last hold ends, so the other process never sees its bytes reused.
+  // First the host waits for work queued before it came to its owner (a
+  // block handed out behind a barrier is ordered after that work on this
+  // context's streams only). Its pages come back to the device and stay
+  // there while any such hold lasts; a free of it meanwhile succeeds but
+  // takes effect only when the last hold ends, so the other process never
+  // sees its bytes reused.
   // `pages` receives what the other process maps (space::AddressSpace::share).
   // invalid_value when the block is gone or freed; out_of_memory when its
-  // pages cannot all come back.
+  // pages cannot all come back; driver_error when the wait cannot be made
+  // (a capture in progress, a failed call).
   util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
                                space::AddressSpace::SharedPages* pages);
   // One such hold ends; true when that was the last and the block, freed

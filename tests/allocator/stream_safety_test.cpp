@@ -512,6 +512,114 @@ TEST_F(StreamSafety, OnceAnotherContextCanReachThePoolACudaMallocWaitsForAStream
   destroy_stream(writer);
 }
 
+// Another process's work is ordered after nothing queued here: a block that
+// came to its owner while an earlier owner's write was still queued (behind
+// a device barrier, or in its stream's order) is mapped by another process
+// (IPC, Pool::hold_for_import) only once that write is done. The host waits
+// for it once, on the exporter's side, never in the allocation; a later
+// import of the same block waits for nothing.
+TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwnerIsDone) {
+  enum class Way { cuda_free_then_cuda_malloc, stream_free_then_cuda_malloc, stream_free_then_same_stream };
+  for (const Way way :
+       {Way::cuda_free_then_cuda_malloc, Way::stream_free_then_cuda_malloc, Way::stream_free_then_same_stream}) {
+    SCOPED_TRACE(static_cast<int>(way));
+    use_barrier_allocator();
+    constexpr std::size_t kSize = 2 * MiB;
+    pool::Pool& pool = allocator_->pool();
+    ASSERT_TRUE(pool.set_device_limit(kSize).ok());
+    CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+    const auto key = reinterpret_cast<std::uintptr_t>(writer);
+    const bool freed_in_order = way != Way::cuda_free_then_cuda_malloc;
+    const bool taken_in_order = way == Way::stream_free_then_same_stream;
+    auto first = allocator_->allocate(kSize, key, freed_in_order);
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    auto* cell = reinterpret_cast<int*>(first.value());
+    testing::Gate gate;
+    std::thread safety = open_if_still_shut(gate);
+    ASSERT_EQ(testing::launch_gated_write(writer, &gate, cell, 1), CUDA_SUCCESS);
+    ASSERT_TRUE(allocator_->deallocate(first.value(), key, freed_in_order).ok());
+    const std::uint64_t waits_before = host_waits();
+    auto second = allocator_->allocate(kSize, key, taken_in_order);
+    const std::uint64_t allocation_waits = host_waits() - waits_before;
+
+    std::thread opener = open_later(gate);
+    std::uintptr_t base = 0;
+    std::size_t size = 0;
+    std::uint64_t id = 0;
+    const bool found = second.ok() && pool.find_containing(second.value(), &base, &size, &id);
+    space::AddressSpace::SharedPages pages;
+    const util::Status held = found ? pool.hold_for_import(second.value(), id, &pages) : util::Status::success();
+    const int seen = *cell;
+    opener.join();
+    safety.join();
+    ASSERT_TRUE(second.ok()) << second.status().message();
+    ASSERT_TRUE(found);
+    EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
+    EXPECT_EQ(allocation_waits, 0u) << "the allocation waited for the old writer";
+    ASSERT_TRUE(held.ok()) << held.message();
+    EXPECT_EQ(seen, 1) << "another process could map the block before the old owner's write ran";
+    EXPECT_EQ(pool.stats().import_waits, 1u);
+
+    const std::uint64_t waits_again = host_waits();
+    space::AddressSpace::SharedPages again;
+    EXPECT_TRUE(pool.hold_for_import(second.value(), id, &again).ok());
+    EXPECT_EQ(host_waits(), waits_again) << "nothing was queued before the second import";
+    EXPECT_EQ(pool.stats().import_waits, 1u);
+    EXPECT_FALSE(pool.release_import_hold(second.value(), id));
+    EXPECT_FALSE(pool.release_import_hold(second.value(), id));
+    EXPECT_TRUE(allocator_->deallocate(second.value(), key, taken_in_order).ok());
+    destroy_stream(writer);
+  }
+}
+
+// A pool that never took a block back has nothing queued before any owner:
+// an import waits for nothing. During a capture no wait can be made, and the
+// import is refused (the block stays its owner's, unheld) rather than risk it.
+TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndIsRefusedDuringACapture) {
+  use_barrier_allocator();
+  pool::Pool& pool = allocator_->pool();
+  auto block = allocator_->allocate(MiB, 0, false);
+  ASSERT_TRUE(block.ok()) << block.status().message();
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+  ASSERT_TRUE(pool.find_containing(block.value(), &base, &size, &id));
+  const std::uint64_t waits_before = host_waits();
+  space::AddressSpace::SharedPages pages;
+  EXPECT_TRUE(pool.hold_for_import(block.value(), id, &pages).ok());
+  EXPECT_EQ(host_waits(), waits_before);
+  EXPECT_EQ(pool.stats().import_waits, 0u);
+  EXPECT_FALSE(pool.release_import_hold(block.value(), id));
+
+  // A free, and an allocation that takes it back behind a barrier.
+  auto other = allocator_->allocate(MiB, 0, false);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(allocator_->deallocate(other.value(), 0, false).ok());
+  other = allocator_->allocate(MiB, 0, false);
+  ASSERT_TRUE(other.ok());
+  CUstream capturing = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto begin = testing::sim_control<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+  const auto end = testing::sim_control<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
+  const auto destroy_graph = testing::sim_control<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
+  ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  space::AddressSpace::SharedPages refused;
+  const util::Status during = pool.hold_for_import(block.value(), id, &refused);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(end(capturing, &graph), CUDA_SUCCESS);
+  if (graph != nullptr) {
+    EXPECT_EQ(destroy_graph(graph), CUDA_SUCCESS);
+  }
+  EXPECT_FALSE(during.ok());
+  EXPECT_EQ(during.error(), util::Error::driver_error);
+  EXPECT_TRUE(refused.pages.empty());
+  // Not held: the owner's free takes effect at once.
+  EXPECT_TRUE(allocator_->deallocate(block.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(other.value(), 0, false).ok());
+  EXPECT_EQ(pool.stats().live_bytes, 0u);
+  EXPECT_FALSE(pool.release_import_hold(block.value(), id)) << "no hold was taken";
+  destroy_stream(capturing);
+}
+
 TEST_F(StreamSafety, AStreamFirstMetInAStreamOrderedCallJoinsTheFence) {
   CUstream unseen = nullptr;  // created behind the registry's back...
   ASSERT_EQ(api().streamCreate(&unseen, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
