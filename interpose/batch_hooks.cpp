@@ -1,9 +1,12 @@
 // Batched submissions: cuStreamBatchMemOp (the _v2 ABI, the pre-11.7 one,
-// and their per-thread forms) and cuMemcpyBatchAsync (CUDA 12.8's, with failIdx, and 13.0's _v2,
-// each with its per-thread form). Each names its stream before it is queued,
+// and their per-thread forms), cuMemcpyBatchAsync and cuMemcpy3DBatchAsync
+// (CUDA 12.8's, with failIdx, and 13.0's _v2, each with its per-thread
+// form). Each names its stream before it is queued,
 // as every submission does (submission.hpp), and under eviction guards the
 // device addresses of all its operations, as a single copy's are guarded.
-// cuMemcpyBatchAsync never runs on the legacy stream, so a program that uses
+// Of a 3D copy's operands only pointers can be a pool's; a copy is guarded
+// by where it begins, as a 2D or 3D copy is. The batch copies never run on
+// the legacy stream, so a program that uses
 // it has work on another stream: the pools' legacy-order barriers end.
 #include <cuda.h>
 
@@ -122,4 +125,53 @@ TIDEPOOL_HOOK CUresult tidepool_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CU
   static std::atomic<void*> slot{nullptr};
   return copy_batch(tidepool::interpose::real_driver<CopyBatchV1>("cuMemcpyBatchAsync_ptsz", slot),
                     per_thread_default(s), dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, s, fail_idx);
+}
+
+namespace {
+
+using Copy3DBatchV1 = CUresult (*)(std::size_t, CUDA_MEMCPY3D_BATCH_OP*, std::size_t*, unsigned long long, CUstream);
+
+CUdeviceptr pointer_of(const CUmemcpy3DOperand& operand) {
+  return operand.type == CU_MEMCPY_OPERAND_TYPE_POINTER ? operand.op.ptr.ptr : 0;
+}
+
+template <typename Visit>
+void visit_3d_copies(const CUDA_MEMCPY3D_BATCH_OP* ops, std::size_t count, Visit&& visit) {
+  if (ops == nullptr) return;
+  for (std::size_t i = 0; i < count; ++i) visit(pointer_of(ops[i].dst), pointer_of(ops[i].src));
+}
+
+// Calls `real` with the hook's arguments (`fail_idx` for CUDA 12.8's form
+// only), every pointer operand guarded on `ordered_on`.
+template <typename Real, typename... FailIndex>
+CUresult copy_3d_batch(Real real, CUstream ordered_on, std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops,
+                       unsigned long long flags, CUstream s, FailIndex... fail_idx) {
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return guarded_batch(
+      ordered_on, [&](auto&& visit) { visit_3d_copies(ops, count, visit); },
+      [&] { return real(count, ops, fail_idx..., flags, s); });
+}
+
+}  // namespace
+
+TIDEPOOL_HOOK CUresult cuMemcpy3DBatchAsync_v2(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,
+                                               CUstream s) {
+  return copy_3d_batch(TIDEPOOL_REAL_DRIVER(cuMemcpy3DBatchAsync_v2), s, count, ops, flags, s);
+}
+TIDEPOOL_HOOK CUresult cuMemcpy3DBatchAsync_v2_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops,
+                                                    unsigned long long flags, CUstream s) {
+  return copy_3d_batch(TIDEPOOL_REAL_DRIVER(cuMemcpy3DBatchAsync_v2_ptsz), per_thread_default(s), count, ops, flags, s);
+}
+TIDEPOOL_HOOK CUresult tidepool_cuMemcpy3DBatchAsync_v1(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops,
+                                                        std::size_t* fail_idx, unsigned long long flags, CUstream s) {
+  static std::atomic<void*> slot{nullptr};
+  return copy_3d_batch(tidepool::interpose::real_driver<Copy3DBatchV1>("cuMemcpy3DBatchAsync", slot), s, count, ops,
+                       flags, s, fail_idx);
+}
+TIDEPOOL_HOOK CUresult tidepool_cuMemcpy3DBatchAsync_v1_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops,
+                                                             std::size_t* fail_idx, unsigned long long flags,
+                                                             CUstream s) {
+  static std::atomic<void*> slot{nullptr};
+  return copy_3d_batch(tidepool::interpose::real_driver<Copy3DBatchV1>("cuMemcpy3DBatchAsync_ptsz", slot),
+                       per_thread_default(s), count, ops, flags, s, fail_idx);
 }

@@ -1,5 +1,5 @@
 // Copy and set hooks: cuMemcpy*, cuMemset* (synchronous and async, their
-// per-thread-stream forms, peer, 2D and 3D), and the stream writes and waits
+// per-thread-stream forms, peer, 2D and 3D, to and from CUDA arrays), and the stream writes and waits
 // cuStreamWriteValue32/64, cuStreamWaitValue32/64 (a word written, or read
 // until it holds, in stream order). With eviction on, the device
 // addresses each one touches go to the runtime before the driver is called,
@@ -85,6 +85,19 @@ TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, st
 }
 TIDEPOOL_HOOK CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, std::size_t n, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpyHtoDAsync_v2_ptsz, dst, 0, per_thread_default(s), dst, src, n, s);
+}
+// Between device memory and a CUDA array: only the pointer's side can be a pool's.
+TIDEPOOL_HOOK CUresult cuMemcpyDtoA_v2(CUarray dst, std::size_t dst_offset, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoA_v2, src, 0, nullptr, dst, dst_offset, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, std::size_t dst_offset, CUdeviceptr src, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyDtoA_v2_ptds, src, 0, CU_STREAM_PER_THREAD, dst, dst_offset, src, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, std::size_t src_offset, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyAtoD_v2, dst, 0, nullptr, dst, src, src_offset, n);
+}
+TIDEPOOL_HOOK CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, std::size_t src_offset, std::size_t n) {
+  TIDEPOOL_GUARDED_COPY(cuMemcpyAtoD_v2_ptds, dst, 0, CU_STREAM_PER_THREAD, dst, src, src_offset, n);
 }
 TIDEPOOL_HOOK CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t n, CUstream s) {
   TIDEPOOL_GUARDED_COPY(cuMemcpyDtoHAsync_v2, src, 0, s, dst, src, n, s);

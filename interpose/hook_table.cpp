@@ -31,6 +31,8 @@ const HookRow kDriverHooks[] = {
     {"cuGetProcAddress_v2", reinterpret_cast<void*>(&::cuGetProcAddress_v2)},
     {"cuMemcpyBatchAsync", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1)},
     {"cuMemcpyBatchAsync_ptsz", reinterpret_cast<void*>(&::tidepool_cuMemcpyBatchAsync_v1_ptsz)},
+    {"cuMemcpy3DBatchAsync", reinterpret_cast<void*>(&::tidepool_cuMemcpy3DBatchAsync_v1)},
+    {"cuMemcpy3DBatchAsync_ptsz", reinterpret_cast<void*>(&::tidepool_cuMemcpy3DBatchAsync_v1_ptsz)},
     {"cuStreamWriteValue32", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue32_v1)},
     {"cuStreamWriteValue32_ptsz", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue32_v1_ptsz)},
     {"cuStreamWriteValue64", reinterpret_cast<void*>(&::tidepool_cuStreamWriteValue64_v1)},

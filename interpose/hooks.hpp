@@ -59,6 +59,15 @@ CUresult tidepool_cuMemcpyBatchAsync_v1_ptsz(CUdeviceptr* dsts, CUdeviceptr* src
                                              std::size_t count, CUmemcpyAttributes* attrs, std::size_t* attrs_idxs,
                                              std::size_t num_attrs, std::size_t* fail_idx,
                                              CUstream s) __asm__("cuMemcpyBatchAsync_ptsz");
+// cuMemcpy3DBatchAsync: 13.0's per-thread form, and 12.8's (with failIdx),
+// which cuda.h renames to the _v2.
+CUresult cuMemcpy3DBatchAsync_v2_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,
+                                      CUstream s);
+CUresult tidepool_cuMemcpy3DBatchAsync_v1(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, std::size_t* fail_idx,
+                                          unsigned long long flags, CUstream s) __asm__("cuMemcpy3DBatchAsync");
+CUresult tidepool_cuMemcpy3DBatchAsync_v1_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, std::size_t* fail_idx,
+                                               unsigned long long flags,
+                                               CUstream s) __asm__("cuMemcpy3DBatchAsync_ptsz");
 // Graph entry points of CUDA 11 that cuda.h renames away; drivers still
 // export them, and cudart 11.x asks for them.
 CUresult tidepool_cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
@@ -73,6 +82,8 @@ CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, std::size_t n, CUstream s);
 CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, std::size_t n);
 CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, std::size_t n);
+CUresult cuMemcpyDtoA_v2_ptds(CUarray dst, std::size_t dst_offset, CUdeviceptr src, std::size_t n);
+CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray src, std::size_t src_offset, std::size_t n);
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, std::size_t n);
 CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, std::size_t n, CUstream s);
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, std::size_t n, CUstream s);
@@ -181,6 +192,8 @@ CUresult tidepool_cuGetProcAddress_v1(const char* symbol, void** pfn, int versio
   X(cuStreamWriteValue64_v2_ptsz) X(cuStreamWaitValue32_v2) X(cuStreamWaitValue32_v2_ptsz) \
   X(cuStreamWaitValue64_v2) X(cuStreamWaitValue64_v2_ptsz) X(cuStreamBatchMemOp_v2) X(cuStreamBatchMemOp_v2_ptsz) \
   X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz) X(cuCtxSetCurrent) X(cuCtxPushCurrent_v2) \
+  X(cuMemcpy3DBatchAsync_v2) X(cuMemcpy3DBatchAsync_v2_ptsz) X(cuMemcpyDtoA_v2) X(cuMemcpyDtoA_v2_ptds) \
+  X(cuMemcpyAtoD_v2) X(cuMemcpyAtoD_v2_ptds) \
   X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuStreamBeginCapture_v2) \
   X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz) \
   X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)

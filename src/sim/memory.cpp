@@ -136,6 +136,9 @@ int current_device() {
   return context != nullptr ? context->device : 0;
 }
 
+// Whether memory of `kind` takes the device's capacity.
+bool on_device(AllocationKind kind) { return kind == AllocationKind::device || kind == AllocationKind::array; }
+
 // Device memory is a memfd mapped MAP_SHARED (see the top of this file),
 // host memory anonymous. Without a descriptor to spare (the process at its
 // limit of open files), device memory falls back to anonymous memory, which
@@ -148,7 +151,7 @@ CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind, int d
   std::uint64_t nonce = 0;
   {
     std::lock_guard<std::mutex> guard(s.lock);
-    if (kind == AllocationKind::device && !take_device_bytes(s, rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (on_device(kind) && !take_device_bytes(s, rounded)) return CUDA_ERROR_OUT_OF_MEMORY;
     buffer_id = ++s.next_buffer_id;
     nonce = s.ipc_nonce;
   }
@@ -168,7 +171,7 @@ CUresult allocate(CUdeviceptr* out, std::size_t size, AllocationKind kind, int d
   if (p == nullptr) p = map_anonymous(rounded, PROT_READ | PROT_WRITE);
   std::lock_guard<std::mutex> guard(s.lock);
   if (p == nullptr) {
-    if (kind == AllocationKind::device) s.device_used -= rounded;
+    if (on_device(kind)) s.device_used -= rounded;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   s.allocations[reinterpret_cast<std::uintptr_t>(p)] =
@@ -189,7 +192,7 @@ CUresult release(std::uintptr_t base, AllocationKind expected) {
   const std::size_t rounded = round_host(it->second.size);
   ::munmap(reinterpret_cast<void*>(base), rounded);
   if (it->second.fd >= 0) ::close(it->second.fd);
-  if (expected == AllocationKind::device) s.device_used -= rounded;
+  if (on_device(expected)) s.device_used -= rounded;
   s.allocations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -355,6 +358,15 @@ CUresult free_async(const char* name, CUdeviceptr dptr, CUstream handle) {
 namespace tidepool::sim {
 
 CUresult release_device_allocation(std::uintptr_t base) { return release(base, AllocationKind::device); }
+
+CUresult allocate_array_storage(std::size_t bytes, std::uintptr_t* base) {
+  CUdeviceptr p = 0;
+  if (CUresult r = allocate(&p, bytes, AllocationKind::array); r != CUDA_SUCCESS) return r;
+  *base = static_cast<std::uintptr_t>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult release_array_storage(std::uintptr_t base) { return release(base, AllocationKind::array); }
 
 }  // namespace tidepool::sim
 
@@ -1120,8 +1132,9 @@ bool device_reachable(std::uintptr_t address, std::size_t bytes) {
   std::lock_guard<std::mutex> guard(s.lock);
   std::uintptr_t base = 0;
   if (const Allocation* a = allocation_at(s, address, &base)) {
-    // The stream memory operations refuse managed memory.
-    return a->kind != AllocationKind::managed && bytes <= base + a->size - address;
+    // The stream memory operations refuse managed memory; an array's
+    // storage is no pointer's.
+    return a->kind != AllocationKind::managed && a->kind != AllocationKind::array && bytes <= base + a->size - address;
   }
   if (const Mapping* m = mapping_at(s, address, &base)) return bytes <= base + m->size - address;
   return false;
@@ -1138,7 +1151,7 @@ bool lookup(std::uintptr_t address, std::uintptr_t* base, std::size_t* size, All
             int* device = nullptr, std::uint64_t* buffer_id = nullptr) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
-  if (const Allocation* a = allocation_at(s, address, base)) {
+  if (const Allocation* a = allocation_at(s, address, base); a != nullptr && a->kind != AllocationKind::array) {
     *size = a->size;
     *kind = a->kind;
     if (device != nullptr) *device = a->device;

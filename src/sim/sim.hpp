@@ -98,6 +98,16 @@ CUresult tidepool_sim_cuStreamBatchMemOp_v1(CUstream stream, unsigned int count,
                                             unsigned int flags) __asm__("cuStreamBatchMemOp");
 CUresult tidepool_sim_cuStreamBatchMemOp_v1_ptsz(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops,
                                                  unsigned int flags) __asm__("cuStreamBatchMemOp_ptsz");
+// cuMemcpy3DBatchAsync: 13.0's per-thread form, and 12.8's (with failIdx),
+// which cuda.h renames to the _v2.
+CUresult cuMemcpy3DBatchAsync_v2_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags,
+                                      CUstream stream);
+CUresult tidepool_sim_cuMemcpy3DBatchAsync_v1(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, std::size_t* fail_idx,
+                                              unsigned long long flags,
+                                              CUstream stream) __asm__("cuMemcpy3DBatchAsync");
+CUresult tidepool_sim_cuMemcpy3DBatchAsync_v1_ptsz(std::size_t count, CUDA_MEMCPY3D_BATCH_OP* ops,
+                                                   std::size_t* fail_idx, unsigned long long flags,
+                                                   CUstream stream) __asm__("cuMemcpy3DBatchAsync_ptsz");
 }
 
 namespace tidepool::sim {
@@ -261,7 +271,9 @@ struct Mapping {
   std::uint64_t buffer_id = 0;  // unique for the life of the process, as the driver promises
 };
 
-enum class AllocationKind { device, host, managed };
+// `array`: a CUDA array's storage (arrays.cpp), device memory no pointer
+// of the program's reaches.
+enum class AllocationKind { device, host, managed, array };
 struct Allocation {
   std::size_t size = 0;
   AllocationKind kind = AllocationKind::device;
@@ -505,6 +517,13 @@ struct Submitted {
 // a memory node's work, which a graph launch must not repeat, cleared).
 Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> work,
                  const std::function<void(Node&)>& on_capture = {});
+// Queues a copy of `n` bytes on `stream` (streams.cpp), as cuMemcpyAsync
+// does: a memcpy node while the stream captures; the host waits for it when
+// `wait` (a synchronous copy) or when `dst` is pageable; `read_now`, or a
+// pageable `src`, reads the source before the call returns. Which side of
+// the host-device link each end is on is decided when the copy runs.
+CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n, bool wait,
+                    bool read_now);
 // Stream capture checks for calls the driver calls "potentially unsafe"
 // during capture (cuMemAlloc, cuMemFree, ...), per the calling thread's
 // capture interaction mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with the
@@ -520,6 +539,10 @@ void synchronize_all();
 // Releases a device allocation made by cuMemAlloc/cuMemAllocAsync
 // (memory.cpp); graph destruction uses it for its memory nodes.
 CUresult release_device_allocation(std::uintptr_t base);
+// A CUDA array's storage (arrays.cpp): `bytes` of the current device's
+// memory, counted against its capacity, and its release.
+CUresult allocate_array_storage(std::size_t bytes, std::uintptr_t* base);
+CUresult release_array_storage(std::uintptr_t base);
 std::int64_t now_ns();
 // Where a copy engine finds the bytes at `address` (memory.cpp): on the
 // host for pinned allocations, host-located VMM mappings and anything the

@@ -1553,6 +1553,8 @@ void count_host_reach(Node& node, const void* dst, const void* src, std::size_t 
 
 void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
+}  // namespace
+
 // Pageable host memory, as the driver treats it: an asynchronous copy to it
 // returns only once the copy is done, and one from it only once the source
 // has been read (the driver stages it), so the program may reuse or free
@@ -1560,8 +1562,8 @@ void* ptr(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 // on the stream's worker would race with that.
 // `read_now`: the source is read before the call returns, whatever memory
 // it is (a batch copy's CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL).
-CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n, bool wait,
-                    bool read_now) {
+CUresult tidepool::sim::queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n,
+                                   bool wait, bool read_now) {
   const bool to_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(dst));
   const bool from_pageable = n > 0 && pageable(reinterpret_cast<std::uintptr_t>(src));
   wait = wait || to_pageable;
@@ -1612,6 +1614,8 @@ CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void
   if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
   return sub.result;
 }
+
+namespace {
 
 CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;

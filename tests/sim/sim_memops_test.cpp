@@ -914,6 +914,13 @@ TEST_F(SimTransfers, GetProcAddressHandsOutTheV2MemoryOperationsAndTheLaunchVari
   EXPECT_EQ(resolve("cuMemcpyBatchAsync", 12090, kPerThread), exported("cuMemcpyBatchAsync_ptsz"));
   EXPECT_EQ(resolve("cuMemcpyBatchAsync", 13000, kDefault), exported("cuMemcpyBatchAsync_v2"));
   EXPECT_EQ(resolve("cuMemcpyBatchAsync", 13000, kPerThread), exported("cuMemcpyBatchAsync_v2_ptsz"));
+  EXPECT_EQ(resolve("cuMemcpy3DBatchAsync", 12080, kDefault), exported("cuMemcpy3DBatchAsync"));
+  EXPECT_EQ(resolve("cuMemcpy3DBatchAsync", 12090, kPerThread), exported("cuMemcpy3DBatchAsync_ptsz"));
+  EXPECT_EQ(resolve("cuMemcpy3DBatchAsync", 13000, kDefault), exported("cuMemcpy3DBatchAsync_v2"));
+  EXPECT_EQ(resolve("cuMemcpy3DBatchAsync", 13000, kPerThread), exported("cuMemcpy3DBatchAsync_v2_ptsz"));
+  EXPECT_EQ(resolve("cuMemcpyDtoA", 12000, kDefault), exported("cuMemcpyDtoA_v2"));
+  EXPECT_EQ(resolve("cuMemcpyAtoD", 12000, kDefault), exported("cuMemcpyAtoD_v2"));
+  EXPECT_EQ(resolve("cuArrayCreate", 12000, kDefault), exported("cuArrayCreate_v2"));
   void* fn = nullptr;
   CUdriverProcAddressQueryResult found{};
   EXPECT_EQ(api().getProcAddress("cuLaunchKernelEx", &fn, 11000, kDefault, &found), CUDA_ERROR_NOT_FOUND);
@@ -1091,6 +1098,235 @@ TEST_F(SimTransfers, CopyBatchRefusesTheLegacyStreamAndBadAttributesAndNamesTheF
   ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
   EXPECT_EQ(std::count(bytes, bytes + 128, 5), 128);
   api().streamDestroy(stream);
+  api().memFree(device);
+}
+
+// --- CUDA arrays ------------------------------------------------------------------------------------------------
+
+using ArrayCreate = decltype(&::cuArrayCreate_v2);
+using ArrayDestroy = decltype(&::cuArrayDestroy);
+using ArrayGetDescriptor = decltype(&::cuArrayGetDescriptor_v2);
+using CopyDtoA = decltype(&::cuMemcpyDtoA_v2);
+using CopyAtoD = decltype(&::cuMemcpyAtoD_v2);
+using CopyHtoA = decltype(&::cuMemcpyHtoA_v2);
+using CopyAtoH = decltype(&::cuMemcpyAtoH_v2);
+using Copy3DBatch = decltype(&::cuMemcpy3DBatchAsync_v2);
+using Copy3DBatchV1 = CUresult (*)(std::size_t, CUDA_MEMCPY3D_BATCH_OP*, std::size_t*, unsigned long long, CUstream);
+
+CUarray make_array(std::size_t width, std::size_t height, CUarray_format format, unsigned channels) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = width;
+  d.Height = height;
+  d.Format = format;
+  d.NumChannels = channels;
+  CUarray array = nullptr;
+  EXPECT_EQ(entry<ArrayCreate>("cuArrayCreate_v2")(&array, &d), CUDA_SUCCESS);
+  return array;
+}
+
+// An array is device memory no pointer reaches: its bytes go in and out
+// only through array copies, within its bounds, and its handle is no
+// allocation to free or ask about.
+TEST_F(SimTransfers, AnArrayHoldsItsBytesAndIsReachedOnlyThroughArrayCopies) {
+  const auto destroy = entry<ArrayDestroy>("cuArrayDestroy");
+  const auto to_array = entry<CopyDtoA>("cuMemcpyDtoA_v2");
+  const auto from_array = entry<CopyAtoD>("cuMemcpyAtoD_v2");
+  const auto host_to_array = entry<CopyHtoA>("cuMemcpyHtoA_v2");
+  const auto array_to_host = entry<CopyAtoH>("cuMemcpyAtoH_v2");
+  std::size_t free_before = 0;
+  std::size_t total = 0;
+  ASSERT_EQ(api().memGetInfo(&free_before, &total), CUDA_SUCCESS);
+  constexpr std::size_t kWidth = 4096;  // 4-byte elements: 16 KiB
+  CUarray array = make_array(kWidth, 0, CU_AD_FORMAT_FLOAT, 1);
+  ASSERT_NE(array, nullptr);
+  std::size_t free_after = 0;
+  ASSERT_EQ(api().memGetInfo(&free_after, &total), CUDA_SUCCESS);
+  EXPECT_GE(free_before - free_after, kWidth * 4) << "an array takes device memory";
+  CUDA_ARRAY_DESCRIPTOR d{};
+  ASSERT_EQ(entry<ArrayGetDescriptor>("cuArrayGetDescriptor_v2")(&d, array), CUDA_SUCCESS);
+  EXPECT_EQ(d.Width, kWidth);
+  EXPECT_EQ(d.Height, 0u);
+  EXPECT_EQ(d.Format, CU_AD_FORMAT_FLOAT);
+
+  std::vector<std::uint32_t> words(kWidth);
+  for (std::size_t i = 0; i < kWidth; ++i) words[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  ASSERT_EQ(host_to_array(array, 0, words.data(), kWidth * 4), CUDA_SUCCESS);
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, kWidth * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, kWidth * 4), CUDA_SUCCESS);
+  ASSERT_EQ(from_array(device + 64, array, 64, kWidth * 4 - 128), CUDA_SUCCESS);
+  const auto* got = reinterpret_cast<const std::uint32_t*>(device);
+  EXPECT_EQ(got[0], 0u);
+  EXPECT_TRUE(std::equal(words.begin() + 16, words.end() - 16, got + 16));
+  EXPECT_EQ(got[kWidth - 1], 0u);
+  // Device memory in, read back through the host.
+  ASSERT_EQ(api().memsetD8(device, 0x3c, kWidth * 4), CUDA_SUCCESS);
+  ASSERT_EQ(to_array(array, 4, device, 8), CUDA_SUCCESS);
+  std::vector<std::uint32_t> back(kWidth);
+  ASSERT_EQ(array_to_host(back.data(), array, 0, kWidth * 4), CUDA_SUCCESS);
+  EXPECT_EQ(back[0], words[0]);
+  EXPECT_EQ(back[1], 0x3c3c3c3cu);
+  EXPECT_EQ(back[2], 0x3c3c3c3cu);
+  EXPECT_EQ(back[3], words[3]);
+
+  EXPECT_EQ(to_array(array, kWidth * 4 - 4, device, 8), CUDA_ERROR_INVALID_VALUE) << "past its end";
+  EXPECT_EQ(from_array(device, array, kWidth * 4 + 4, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api().memFree(reinterpret_cast<CUdeviceptr>(array)), CUDA_ERROR_INVALID_VALUE);
+  CUmemorytype type{};
+  EXPECT_NE(api().pointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(array)),
+            CUDA_SUCCESS);
+  CUarray flat = make_array(64, 64, CU_AD_FORMAT_UNSIGNED_INT8, 4);
+  EXPECT_EQ(to_array(flat, 0, device, 16), CUDA_ERROR_INVALID_VALUE) << "a linear copy needs a 1D array";
+  EXPECT_EQ(destroy(flat), CUDA_SUCCESS);
+  EXPECT_EQ(destroy(array), CUDA_SUCCESS);
+  EXPECT_EQ(destroy(array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(to_array(array, 0, device, 16), CUDA_ERROR_INVALID_HANDLE);
+  CUDA_ARRAY_DESCRIPTOR bad{};
+  bad.Width = 16;
+  bad.Format = CU_AD_FORMAT_FLOAT;
+  bad.NumChannels = 3;
+  CUarray refused = nullptr;
+  EXPECT_EQ(entry<ArrayCreate>("cuArrayCreate_v2")(&refused, &bad), CUDA_ERROR_INVALID_VALUE);
+  api().memFree(device);
+  ASSERT_EQ(api().memGetInfo(&free_after, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free_after, free_before) << "a destroyed array gives its memory back";
+}
+
+CUmemcpy3DOperand pointer_operand(CUdeviceptr p, std::size_t row_length, std::size_t layer_height) {
+  CUmemcpy3DOperand o{};
+  o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  o.op.ptr.ptr = p;
+  o.op.ptr.rowLength = row_length;
+  o.op.ptr.layerHeight = layer_height;
+  return o;
+}
+CUmemcpy3DOperand array_operand(CUarray array, std::size_t x, std::size_t y) {
+  CUmemcpy3DOperand o{};
+  o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  o.op.array.array = array;
+  o.op.array.offset = CUoffset3D{x, y, 0};
+  return o;
+}
+CUDA_MEMCPY3D_BATCH_OP batch_op(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, CUextent3D extent) {
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.src = src;
+  op.dst = dst;
+  op.extent = extent;
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  return op;
+}
+
+// cuMemcpy3DBatchAsync: pitched regions between pointers (bytes) and into
+// and out of a 2D array (its elements), all behind the stream's earlier work.
+TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStreamOrder) {
+  const auto copy = entry<Copy3DBatch>("cuMemcpy3DBatchAsync_v2");
+  constexpr std::size_t kRow = 64;  // bytes per source row
+  CUdeviceptr src = 0;
+  CUdeviceptr dst = 0;
+  CUdeviceptr out = 0;
+  ASSERT_EQ(api().memAlloc(&src, kRow * 8 * 2), CUDA_SUCCESS);  // 8 rows, 2 layers
+  ASSERT_EQ(api().memAlloc(&dst, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAlloc(&out, 4096), CUDA_SUCCESS);
+  auto* s = reinterpret_cast<unsigned char*>(src);
+  for (std::size_t i = 0; i < kRow * 16; ++i) s[i] = static_cast<unsigned char>(i);
+  ASSERT_EQ(api().memsetD8(dst, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(out, 0, 4096), CUDA_SUCCESS);
+  CUarray array = make_array(16, 16, CU_AD_FORMAT_UNSIGNED_INT16, 2);  // 4-byte elements, 64-byte rows
+  ASSERT_NE(array, nullptr);
+  CUstream stream = new_stream();
+  Gate gate;
+  int cell = 0;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  CUDA_MEMCPY3D_BATCH_OP ops[] = {
+      // 10 bytes of rows 0..3 of both layers into rows of 16 bytes, 4 rows a layer.
+      batch_op(pointer_operand(src, kRow, 8), pointer_operand(dst, 16, 4), CUextent3D{10, 4, 2}),
+      // Rows 1..2 of the source (3 elements of 4 bytes each) into the array at (2, 5).
+      batch_op(pointer_operand(src + kRow, kRow / 4, 0), array_operand(array, 2, 5), CUextent3D{3, 2, 1}),
+      // And back out of the array, tightly packed.
+      batch_op(array_operand(array, 2, 5), pointer_operand(out, 0, 0), CUextent3D{3, 2, 1}),
+  };
+  ASSERT_EQ(copy(3, ops, 0, stream), CUDA_SUCCESS);
+  settle();
+  const auto* d = reinterpret_cast<const unsigned char*>(dst);
+  EXPECT_EQ(d[0], 0) << "ran before the stream's earlier work";
+  gate.release();
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  std::size_t wrong = 0;
+  for (std::size_t z = 0; z < 2; ++z) {
+    for (std::size_t y = 0; y < 4; ++y) {
+      for (std::size_t x = 0; x < 16; ++x) {
+        const unsigned char want = x < 10 ? s[z * kRow * 8 + y * kRow + x] : 0;
+        wrong += d[z * 64 + y * 16 + x] != want ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+  const auto* o = reinterpret_cast<const unsigned char*>(out);
+  for (std::size_t y = 0; y < 2; ++y) {
+    EXPECT_TRUE(std::equal(o + y * 12, o + y * 12 + 12, s + (1 + y) * kRow)) << "row " << y;
+  }
+  EXPECT_EQ(o[24], 0);
+  api().streamDestroy(stream);
+  EXPECT_EQ(entry<ArrayDestroy>("cuArrayDestroy")(array), CUDA_SUCCESS);
+  for (CUdeviceptr p : {src, dst, out}) api().memFree(p);
+}
+
+TEST_F(SimTransfers, A3DBatchRefusesBadOperationsBeforeQueuingAnyAndNamesTheFailedOne) {
+  const auto copy = entry<Copy3DBatch>("cuMemcpy3DBatchAsync_v2");
+  const auto copy_v1 = entry<Copy3DBatchV1>("cuMemcpy3DBatchAsync");
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, 4096), CUDA_SUCCESS);
+  std::vector<unsigned char> source(256, 7);
+  const auto host = reinterpret_cast<CUdeviceptr>(source.data());
+  CUarray bytes = make_array(8, 8, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+  CUarray words = make_array(8, 8, CU_AD_FORMAT_FLOAT, 1);
+  CUstream stream = new_stream();
+  const CUDA_MEMCPY3D_BATCH_OP good = batch_op(pointer_operand(host, 0, 0), pointer_operand(device, 0, 0), {64, 1, 1});
+  const auto with = [&](auto change) {
+    CUDA_MEMCPY3D_BATCH_OP op = good;
+    change(op);
+    return op;
+  };
+  const CUDA_MEMCPY3D_BATCH_OP bad[] = {
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.extent.depth = 0; }),
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID; }),
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.dst.op.ptr.rowLength = 32; }),  // below the width
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.src.type = CU_MEMCPY_OPERAND_TYPE_MAX; }),
+      with([&](CUDA_MEMCPY3D_BATCH_OP& op) {  // past the array's last row
+        op.dst = array_operand(bytes, 0, 4);
+        op.extent = {8, 5, 1};
+      }),
+      with([&](CUDA_MEMCPY3D_BATCH_OP& op) {  // elements of 1 and 4 bytes
+        op.src = array_operand(bytes, 0, 0);
+        op.dst = array_operand(words, 0, 0);
+        op.extent = {2, 1, 1};
+      }),
+  };
+  for (std::size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    CUDA_MEMCPY3D_BATCH_OP ops[] = {good, bad[i]};
+    std::size_t failed = 0;
+    EXPECT_EQ(copy_v1(2, ops, &failed, 0, stream), CUDA_ERROR_INVALID_VALUE) << i;
+    EXPECT_EQ(failed, 1u) << i;
+    EXPECT_EQ(copy(2, ops, 0, stream), CUDA_ERROR_INVALID_VALUE) << i;
+  }
+  CUDA_MEMCPY3D_BATCH_OP ops[] = {good};
+  EXPECT_EQ(copy(1, ops, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy(1, ops, 0, CU_STREAM_LEGACY), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(copy(1, ops, 1, stream), CUDA_ERROR_INVALID_VALUE) << "flags are for the future";
+  EXPECT_EQ(copy(0, ops, 0, stream), CUDA_ERROR_INVALID_VALUE);
+  std::size_t failed = 0;
+  EXPECT_EQ(copy_v1(1, ops, &failed, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(failed, SIZE_MAX);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  const auto* d = reinterpret_cast<const unsigned char*>(device);
+  EXPECT_EQ(std::count(d, d + 4096, 0), 4096) << "a refused batch queued a copy";
+  ASSERT_EQ(copy_v1(1, ops, &failed, 0, stream), CUDA_SUCCESS);
+  EXPECT_EQ(failed, SIZE_MAX);
+  ASSERT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(std::count(d, d + 64, 7), 64);
+  api().streamDestroy(stream);
+  for (CUarray a : {bytes, words}) EXPECT_EQ(entry<ArrayDestroy>("cuArrayDestroy")(a), CUDA_SUCCESS);
   api().memFree(device);
 }
 
