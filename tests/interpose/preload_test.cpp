@@ -365,12 +365,17 @@ TEST_F(Preload, ALaunchOnItsWayToTheDriverKeepsItsBlockWhereItIsThroughAnotherTh
 // Neither names its block in a launch; the copy hooks mark the blocks used,
 // bring them back and order the copy after tidepool's own copies of them.
 // The same copies as batches (cuMemcpyBatchAsync): every copy of a batch is
-// guarded as a single copy is.
+// guarded as a single copy is. And through CUDA arrays (cuMemcpyAtoD and
+// cuMemcpyDtoA, and cuMemcpy3DBatchAsync's pointer operands), under
+// prefetch:launch: the block's side is guarded as a linear copy's is.
 TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
   time_limit_s_ = 120;
   extra_env_ = "TIDEPOOL_SIM_COPY_GBPS=2 ";
-  for (const char* route : {"copies", "batch_copies"}) {
+  for (const char* route : {"copies", "batch_copies", "array_copies", "batch_3d_copies"}) {
+    const bool through_arrays =
+        std::string(route).find("array") != std::string::npos || std::string(route).find("3d") != std::string::npos;
     for (const char* mode : {"launch", "learn"}) {
+      if (through_arrays && std::string(mode) == "learn") continue;
       SCOPED_TRACE(std::string(route) + " prefetch:" + mode);
       const std::string conf = std::string("device_limit:48MiB,evict:on,prefetch:") + mode;
       const ProgramRun r = run(PROBE_RACES, route, conf.c_str());

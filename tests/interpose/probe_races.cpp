@@ -19,6 +19,12 @@
 //     its stream: the program's own copies, which no launch names.
 //   probe_races batch_copies [report-path]
 //     The same, each copy a cuMemcpyBatchAsync of two halves on the stream.
+//   probe_races array_copies [report-path]
+//     The same through a 1D CUDA array, 2 MiB at a time: cuMemcpyHtoA then
+//     cuMemcpyAtoD in, cuMemcpyDtoA then cuMemcpyAtoH out.
+//   probe_races batch_3d_copies [report-path]
+//     The same through a 2D CUDA array by cuMemcpy3DBatchAsync on the
+//     stream, the block's side a pointer operand.
 //   probe_races capture [report-path]
 //     A global-mode capture on one thread while another thread's allocation
 //     needs room and a launch into the capture names a block on the host.
@@ -235,7 +241,113 @@ std::uint64_t wrong_by_batch_copy(CUdeviceptr p, std::size_t bytes, std::uint32_
   return bad;
 }
 
-int copies_route(bool batched) {
+// How a copies route moves bytes between the host and a pool block.
+enum class CopyRoute {
+  single,    // cuMemcpyHtoD, cuMemcpyDtoH
+  batch,     // cuMemcpyBatchAsync, in halves
+  arrays,    // through a 1D CUDA array: cuMemcpyHtoA then cuMemcpyAtoD, cuMemcpyDtoA then cuMemcpyAtoH
+  batch_3d,  // cuMemcpy3DBatchAsync through a 2D CUDA array, the block's side a pointer operand
+};
+
+// A 1D array holds 2 MiB (131072 elements of 16 bytes, the widest 1D array
+// a GPU gives): the arrays route moves a block through it in pieces.
+constexpr std::size_t kArrayPiece = 2 * MiB;
+
+CUarray make_array(std::size_t width, std::size_t height, CUarray_format format, unsigned channels) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = width;
+  d.Height = height;
+  d.Format = format;
+  d.NumChannels = channels;
+  CUarray array = nullptr;
+  expect(cuArrayCreate(&array, &d), "cuArrayCreate");
+  return array;
+}
+
+CUmemcpy3DOperand pointer_operand(CUdeviceptr p) {
+  CUmemcpy3DOperand o{};
+  o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  o.op.ptr.ptr = p;
+  return o;
+}
+CUmemcpy3DOperand array_operand(CUarray array) {
+  CUmemcpy3DOperand o{};
+  o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+  o.op.array.array = array;
+  return o;
+}
+
+// One copy of a whole 2D array's worth (rows of 4 KiB) on `stream`.
+void copy_3d(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, std::size_t bytes, CUstream stream) {
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.src = src;
+  op.dst = dst;
+  op.extent = CUextent3D{1024, bytes / 4096, 1};
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  expect(cuMemcpy3DBatchAsync(1, &op, 0, stream), "cuMemcpy3DBatchAsync");
+}
+
+class BlockCopier {
+ public:
+  BlockCopier(CopyRoute route, std::size_t bytes, CUstream stream) : route_(route), stream_(stream) {
+    if (route == CopyRoute::arrays) array_ = make_array(kArrayPiece / 16, 0, CU_AD_FORMAT_UNSIGNED_INT32, 4);
+    if (route == CopyRoute::batch_3d) array_ = make_array(1024, bytes / 4096, CU_AD_FORMAT_FLOAT, 1);
+  }
+  ~BlockCopier() {
+    if (array_ != nullptr) expect(cuArrayDestroy(array_), "cuArrayDestroy");
+  }
+  BlockCopier(const BlockCopier&) = delete;
+  BlockCopier& operator=(const BlockCopier&) = delete;
+
+  void to_device(CUdeviceptr block, const std::vector<std::uint32_t>& words) {
+    const std::size_t bytes = words.size() * 4;
+    switch (route_) {
+      case CopyRoute::single: expect(cuMemcpyHtoD(block, words.data(), bytes), "cuMemcpyHtoD"); break;
+      case CopyRoute::batch: copy_in_halves(block, reinterpret_cast<CUdeviceptr>(words.data()), bytes, stream_); break;
+      case CopyRoute::arrays:
+        for (std::size_t at = 0; at < bytes; at += kArrayPiece) {
+          expect(cuMemcpyHtoA(array_, 0, reinterpret_cast<const char*>(words.data()) + at, kArrayPiece),
+                 "cuMemcpyHtoA");
+          expect(cuMemcpyAtoD(block + at, array_, 0, kArrayPiece), "cuMemcpyAtoD");
+        }
+        break;
+      case CopyRoute::batch_3d:
+        copy_3d(pointer_operand(reinterpret_cast<CUdeviceptr>(words.data())), array_operand(array_), bytes, stream_);
+        copy_3d(array_operand(array_), pointer_operand(block), bytes, stream_);
+        break;
+    }
+  }
+
+  // Words of `block` that are not `seed`'s pattern.
+  std::uint64_t wrong_in(CUdeviceptr block, std::size_t bytes, std::uint32_t seed) {
+    std::vector<std::uint32_t> host(bytes / 4);
+    switch (route_) {
+      case CopyRoute::single: return wrong_by_copy(block, bytes, seed);
+      case CopyRoute::batch: return wrong_by_batch_copy(block, bytes, seed, stream_);
+      case CopyRoute::arrays:
+        for (std::size_t at = 0; at < bytes; at += kArrayPiece) {
+          expect(cuMemcpyDtoA(array_, 0, block + at, kArrayPiece), "cuMemcpyDtoA");
+          expect(cuMemcpyAtoH(reinterpret_cast<char*>(host.data()) + at, array_, 0, kArrayPiece), "cuMemcpyAtoH");
+        }
+        break;
+      case CopyRoute::batch_3d:
+        copy_3d(pointer_operand(block), array_operand(array_), bytes, stream_);
+        copy_3d(array_operand(array_), pointer_operand(reinterpret_cast<CUdeviceptr>(host.data())), bytes, stream_);
+        expect(cuStreamSynchronize(stream_), "cuStreamSynchronize");
+        break;
+    }
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < host.size(); ++i) bad += host[i] != word_pattern(seed, i) ? 1 : 0;
+    return bad;
+  }
+
+ private:
+  CopyRoute route_;
+  CUstream stream_;
+  CUarray array_ = nullptr;
+};
+
+int copies_route(CopyRoute route, const char* name) {
   probe::make_context_current();
   const Kernels k;
   constexpr int kLayers = 6;
@@ -251,16 +363,13 @@ int copies_route(bool batched) {
   expect(cuMemAlloc(&weights, kBlock), "cuMemAlloc weights");
   expect(k.launch(k.fill, stream, weights, kBlock, 77), "fill weights");
   std::vector<std::uint32_t> batch(kBlock / 4);
+  BlockCopier copier(route, kBlock, stream);
   for (int step = 0; step < kSteps; ++step) {
     const auto seed = static_cast<std::uint32_t>(1000 + step);
     for (std::size_t i = 0; i < batch.size(); ++i) batch[i] = word_pattern(seed, i);
     // The next batch, once the last step's work is done.
     expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
-    if (batched) {
-      copy_in_halves(input, reinterpret_cast<CUdeviceptr>(batch.data()), kBlock, stream);
-    } else {
-      expect(cuMemcpyHtoD(input, batch.data(), kBlock), "cuMemcpyHtoD");
-    }
+    copier.to_device(input, batch);
     expect(k.launch(k.check, stream, input, kBlock, seed), "check input");
     std::vector<CUdeviceptr> activations(kLayers, 0);
     for (int l = 0; l < kLayers; ++l) {
@@ -277,22 +386,18 @@ int copies_route(bool batched) {
     }
     // The step's loss, read back on the host.
     expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
-    if (batched) {
-      wrong.fetch_add(wrong_by_batch_copy(input, kBlock, seed, stream));
-      wrong.fetch_add(wrong_by_batch_copy(weights, kBlock, 77, stream));
-    } else {
-      wrong.fetch_add(wrong_by_copy(input, kBlock, seed));
-      wrong.fetch_add(wrong_by_copy(weights, kBlock, 77));
-    }
+    wrong.fetch_add(copier.wrong_in(input, kBlock, seed));
+    wrong.fetch_add(copier.wrong_in(weights, kBlock, 77));
   }
   expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
   // The program's copies ran on the legacy stream (synchronous ones) or on
   // its own (batches); tidepool's run on streams of its own.
+  const bool on_stream = route == CopyRoute::batch || route == CopyRoute::batch_3d;
   std::fprintf(stderr, "host_resident_copies=%llu\n",
-               static_cast<unsigned long long>(tidepool_sim_host_resident_copies(batched ? stream : nullptr)));
+               static_cast<unsigned long long>(tidepool_sim_host_resident_copies(on_stream ? stream : nullptr)));
   for (CUdeviceptr p : {input, weights}) expect(cuMemFree(p), "cuMemFree");
   expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  return verdict(batched ? "batch_copies" : "copies");
+  return verdict(name);
 }
 
 // A global-mode capture on thread A's non-blocking stream while thread B's
@@ -654,8 +759,10 @@ int graph_nodes_route() {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (std::strcmp(mode, "window") == 0) return window_route();
-  if (std::strcmp(mode, "copies") == 0) return copies_route(false);
-  if (std::strcmp(mode, "batch_copies") == 0) return copies_route(true);
+  if (std::strcmp(mode, "copies") == 0) return copies_route(CopyRoute::single, mode);
+  if (std::strcmp(mode, "batch_copies") == 0) return copies_route(CopyRoute::batch, mode);
+  if (std::strcmp(mode, "array_copies") == 0) return copies_route(CopyRoute::arrays, mode);
+  if (std::strcmp(mode, "batch_3d_copies") == 0) return copies_route(CopyRoute::batch_3d, mode);
   if (std::strcmp(mode, "capture") == 0) return capture_route();
   if (std::strcmp(mode, "graph") == 0) return graph_route();
   if (std::strcmp(mode, "graph_nodes") == 0) return graph_nodes_route();

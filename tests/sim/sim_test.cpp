@@ -605,6 +605,8 @@ using EndCapturePtsz = decltype(&::cuStreamEndCapture);
 using CtxCreateV2 = CUresult (*)(CUcontext*, unsigned int, CUdevice);
 using CtxCreateV3 = CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
 using CopyBatchPtsz = decltype(&::cuMemcpyBatchAsync_v2);
+using Copy3DBatchPtsz = decltype(&::cuMemcpy3DBatchAsync_v2);
+using Copy3DBatchV1 = CUresult (*)(std::size_t, CUDA_MEMCPY3D_BATCH_OP*, std::size_t*, unsigned long long, CUstream);
 using CopyBatchV1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, std::size_t*, std::size_t, CUmemcpyAttributes*,
                                  std::size_t*, std::size_t, std::size_t*, CUstream);
 
@@ -2430,6 +2432,17 @@ TEST_F(Sim, InjectedFaultIsReturnedByTheNextCallOfEveryExportedEntryPoint) {
                             nullptr, bogus),
       TIDEPOOL_FAULT_CASE_T("cuMemcpyBatchAsync_ptsz", CopyBatchV1, nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0,
                             nullptr, bogus),
+      TIDEPOOL_FAULT_CASE(cuMemcpy3DBatchAsync_v2, 0, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpy3DBatchAsync_v2_ptsz", Copy3DBatchPtsz, 0, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpy3DBatchAsync", Copy3DBatchV1, 0, nullptr, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE_T("cuMemcpy3DBatchAsync_ptsz", Copy3DBatchV1, 0, nullptr, nullptr, 0, bogus),
+      TIDEPOOL_FAULT_CASE(cuArrayCreate_v2, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuArrayDestroy, nullptr),
+      TIDEPOOL_FAULT_CASE(cuArrayGetDescriptor_v2, nullptr, nullptr),
+      TIDEPOOL_FAULT_CASE(cuMemcpyDtoA_v2, nullptr, 0, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyAtoD_v2, 0, nullptr, 0, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyHtoA_v2, nullptr, 0, nullptr, 0),
+      TIDEPOOL_FAULT_CASE(cuMemcpyAtoH_v2, nullptr, nullptr, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpy, 0, 0, 0),
       TIDEPOOL_FAULT_CASE(cuMemcpyAsync, 0, 0, 0, bogus),
       TIDEPOOL_FAULT_CASE(cuMemcpyHtoD_v2, 0, nullptr, 0),
