@@ -73,14 +73,10 @@ bool allocate(void** ptr, std::size_t size, cudaStream_t stream, bool ordered, s
 
 // Frees a pool block. Returns false when the pointer is not tidepool's.
 bool release(void* ptr, cudaStream_t stream, bool ordered, cudaError_t* status) {
-  const Route route = route_free(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<CUstream>(stream), ordered);
-  if (route.allocator == nullptr) {
-    if (route.error == CUDA_SUCCESS) return false;
-    *status = record(to_cuda_error(route.error));
-    return true;
+  util::Status s;
+  if (!free_in_pools(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<CUstream>(stream), ordered, &s)) {
+    return false;
   }
-  const util::Status s = route.allocator->deallocate(reinterpret_cast<std::uintptr_t>(ptr),
-                                                     reinterpret_cast<std::uintptr_t>(stream), ordered);
   *status = s ? cudaSuccess : record(to_cuda_error(s));
   return true;
 }

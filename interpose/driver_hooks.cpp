@@ -31,11 +31,9 @@ CUresult allocate(CUdeviceptr* dptr, std::size_t size, CUstream stream, bool ord
 }
 
 CUresult release(CUdeviceptr dptr, CUstream stream, bool ordered, bool* forward) {
-  const Route route = route_free(static_cast<std::uintptr_t>(dptr), stream, ordered);
-  *forward = route.allocator == nullptr && route.error == CUDA_SUCCESS;
-  if (route.allocator == nullptr) return route.error;
-  return to_curesult(route.allocator->deallocate(static_cast<std::uintptr_t>(dptr),
-                                                 reinterpret_cast<std::uintptr_t>(stream), ordered));
+  util::Status status;
+  *forward = !free_in_pools(static_cast<std::uintptr_t>(dptr), stream, ordered, &status);
+  return *forward ? CUDA_SUCCESS : to_curesult(status);
 }
 
 }  // namespace

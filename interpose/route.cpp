@@ -44,27 +44,27 @@ util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::siz
   return owner->allocate(size, reinterpret_cast<std::uintptr_t>(stream), ordered, caller);
 }
 
-Route route_free(std::uintptr_t address, CUstream stream, bool ordered) {
-  if (address == 0 || !serving()) return {};
+bool free_in_pools(std::uintptr_t address, CUstream stream, bool ordered, util::Status* status) {
+  if (address == 0 || !serving()) return false;
   Runtime& rt = Runtime::get();
-  if (runtime::Allocator* owner = rt.owner_of(address)) {
-    // During capture a stream-ordered free becomes a graph free node, which
-    // the driver accepts only for the graph's own allocations: a pool block
-    // is refused as the driver refuses it, and stays allocated (the program
-    // frees it outside the capture).
-    if (ordered && rt.capture_possible() && driver::capturing(rt.driver()->api(), stream)) {
-      runtime::log_debug("free of {:#x} during stream capture: not a graph allocation", address);
-      return {nullptr, CUDA_ERROR_INVALID_VALUE};
-    }
-    return {owner, CUDA_SUCCESS};
+  // During capture a stream-ordered free becomes a graph free node, which
+  // the driver accepts only for the graph's own allocations: a pool block
+  // is refused as the driver refuses it, and stays allocated (the program
+  // frees it outside the capture).
+  if (ordered && rt.capture_possible() && driver::capturing(rt.driver()->api(), stream) &&
+      rt.owner_of(address) != nullptr) {
+    runtime::log_debug("free of {:#x} during stream capture: not a graph allocation", address);
+    *status = {util::Error::invalid_value, "a pool block freed in stream order during a capture"};
+    return true;
   }
-  // Inside a pool segment but not a live block: a double free or an interior
-  // pointer. Nothing changes; the caller hears what the driver would say.
-  if (rt.segment_owner_of(address) != nullptr) {
-    runtime::log_debug("free of {:#x}: not a live tidepool block", address);
-    return {nullptr, CUDA_ERROR_INVALID_VALUE};
-  }
-  return {};
+  *status = rt.deallocate(address, reinterpret_cast<std::uintptr_t>(stream), ordered);
+  if (status->error() != util::Error::invalid_value) return true;
+  // No pool's live block: inside a pool segment, a double free or an
+  // interior pointer (nothing changes; the caller hears what the driver
+  // would say); elsewhere, the driver's.
+  if (rt.segment_owner_of(address) == nullptr) return false;
+  runtime::log_debug("free of {:#x}: not a live tidepool block", address);
+  return true;
 }
 
 CUresult driver_served(CUresult r, const CUdeviceptr* dptr, std::size_t bytes, std::uintptr_t caller) {

@@ -39,8 +39,10 @@ Route route_allocation_on(int device, CUstream stream, bool ordered);
 // `caller`: the hook's return address (TIDEPOOL_CALLER), who asked.
 util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream, bool ordered,
                                          std::uintptr_t caller);
-// A free of `address`.
-Route route_free(std::uintptr_t address, CUstream stream, bool ordered);
+// A free of `address` in the pools: false when it is the driver's to make
+// (not tidepool's pointer); otherwise true, with the answer in `*status`
+// (invalid_value for a double free or an interior pointer of a pool).
+bool free_in_pools(std::uintptr_t address, CUstream stream, bool ordered, util::Status* status);
 // What the driver answered to an allocation forwarded to it (`r`), passed
 // on; while tidepool serves, a success is device memory held outside the
 // pool (a memory pool of the program's own), counted against the budget.

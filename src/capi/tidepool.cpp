@@ -70,11 +70,8 @@ tidepool_status allocate(void** ptr, size_t size, int device, void* stream, bool
 
 tidepool_status release(void* ptr, void* stream, bool ordered) {
   if (ptr == nullptr) return TIDEPOOL_OK;
-  Runtime& runtime = Runtime::get();
-  Allocator* owner = runtime.owner_of(reinterpret_cast<std::uintptr_t>(ptr));
-  if (owner == nullptr) return TIDEPOOL_ERROR_INVALID_VALUE;
-  return to_c(
-      owner->deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream), ordered));
+  return to_c(Runtime::get().deallocate(reinterpret_cast<std::uintptr_t>(ptr), reinterpret_cast<std::uintptr_t>(stream),
+                                        ordered));
 }
 
 // Where the program's call into the C API returns to: who asked.

@@ -818,6 +818,16 @@ Allocator* Runtime::owner_of(std::uintptr_t address) {
   return find_allocator([&](Allocator* a) { return a->pool().owns(address); });
 }
 
+util::Status Runtime::deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
+  util::Status answer(util::Error::invalid_value, "pointer is not a live tidepool allocation");
+  (void)find_allocator([&](Allocator* a) {
+    if (!a->pool().may_own(address)) return false;
+    answer = a->deallocate(address, stream, ordered);
+    return answer.error() != util::Error::invalid_value;
+  });
+  return answer;
+}
+
 Allocator* Runtime::segment_owner_of(std::uintptr_t address) {
   return find_allocator([&](Allocator* a) { return a->pool().in_segments(address); });
 }
