@@ -17,9 +17,11 @@
 #include "pool/pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "order/order.hpp"
 
@@ -477,8 +479,16 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
     // carry none), so any free since the last synchronisation counts. The
     // host waits on the exporter's thread, outside the pool's lock: IPC
     // opens are rare, allocations are not.
-    if (deferred_.capture_in_progress()) {
-      return {util::Error::driver_error, "cannot wait for the block's earlier work during a stream capture"};
+    // A synchronisation would invalidate a capture in progress: wait for it
+    // to end (the other process waits meanwhile), within a bound.
+    constexpr int kCapturePolls = 10000;  // of 1 ms
+    for (int polls = 0; deferred_.capture_in_progress(); ++polls) {
+      if (polls == kCapturePolls) {
+        return {util::Error::driver_error, "a stream capture outlasted the wait for the block's earlier work"};
+      }
+      guard.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      guard.lock();
     }
     const std::uint64_t epoch = fences_.epoch();
     guard.unlock();

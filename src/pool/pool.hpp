@@ -271,7 +271,7 @@ class Pool {
   // `pages` receives what the other process maps (space::AddressSpace::share).
   // invalid_value when the block is gone or freed; out_of_memory when its
   // pages cannot all come back; driver_error when the wait cannot be made
-  // (a capture in progress, a failed call).
+  // (a capture in progress for 10 s, a failed call).
   util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
                                space::AddressSpace::SharedPages* pages);
   // One such hold ends; true when that was the last and the block, freed

@@ -573,9 +573,10 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
 }
 
 // A pool that never took a block back has nothing queued before any owner:
-// an import waits for nothing. During a capture no wait can be made, and the
-// import is refused (the block stays its owner's, unheld) rather than risk it.
-TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndIsRefusedDuringACapture) {
+// an import waits for nothing. During a capture the wait cannot be made (a
+// synchronisation would invalidate the capture): the import waits for the
+// capture to end first.
+TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndForACaptureToEndBeforeItsWait) {
   use_barrier_allocator();
   pool::Pool& pool = allocator_->pool();
   auto block = allocator_->allocate(MiB, 0, false);
@@ -602,21 +603,29 @@ TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndIsRefusedDuringACaptu
   const auto end = testing::sim_control<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
   const auto destroy_graph = testing::sim_control<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
   ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
-  space::AddressSpace::SharedPages refused;
-  const util::Status during = pool.hold_for_import(block.value(), id, &refused);
+  std::atomic<bool> imported{false};
+  util::Status during;
+  std::thread importer([&] {
+    space::AddressSpace::SharedPages held;
+    during = pool.hold_for_import(block.value(), id, &held);
+    imported = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const bool before_the_end = imported.load();
   CUgraph graph = nullptr;
-  ASSERT_EQ(end(capturing, &graph), CUDA_SUCCESS);
+  const CUresult ended = end(capturing, &graph);
+  importer.join();
+  ASSERT_EQ(ended, CUDA_SUCCESS) << "the import invalidated the capture";
   if (graph != nullptr) {
     EXPECT_EQ(destroy_graph(graph), CUDA_SUCCESS);
   }
-  EXPECT_FALSE(during.ok());
-  EXPECT_EQ(during.error(), util::Error::driver_error);
-  EXPECT_TRUE(refused.pages.empty());
-  // Not held: the owner's free takes effect at once.
+  EXPECT_FALSE(before_the_end) << "the import went on during the capture";
+  EXPECT_TRUE(during.ok()) << during.message();
+  EXPECT_EQ(pool.stats().import_waits, 1u);
+  EXPECT_FALSE(pool.release_import_hold(block.value(), id));
   EXPECT_TRUE(allocator_->deallocate(block.value(), 0, false).ok());
   EXPECT_TRUE(allocator_->deallocate(other.value(), 0, false).ok());
   EXPECT_EQ(pool.stats().live_bytes, 0u);
-  EXPECT_FALSE(pool.release_import_hold(block.value(), id)) << "no hold was taken";
   destroy_stream(capturing);
 }
 
