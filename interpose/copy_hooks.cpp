@@ -211,8 +211,8 @@ TIDEPOOL_SET_HOOKS(32, unsigned int)
 
 // Stream writes and waits: one word at `addr`, in stream order (the _v2
 // forms cuda.h names, and the v1 forms of the pre-11.7 ABI below). A wait
-// reads the word until it holds. Batches of them, and cuMemcpyBatchAsync,
-// are in batch_hooks.cpp; cuMemcpy3DBatchAsync is not hooked.
+// reads the word until it holds. Batches of them, cuMemcpyBatchAsync and
+// cuMemcpy3DBatchAsync are in batch_hooks.cpp.
 TIDEPOOL_HOOK CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   TIDEPOOL_GUARDED_COPY(cuStreamWriteValue32_v2, addr, 0, s, s, addr, value, flags);
 }

@@ -462,7 +462,8 @@ void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool
 // --- blocks other processes map (IPC) --------------------------------------------
 
 util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
-                                   space::AddressSpace::SharedPages* pages) {
+                                   space::AddressSpace::SharedPages* pages,
+                                   std::chrono::steady_clock::time_point wait_until) {
   std::unique_lock<util::SpinLock> guard(lock_);
   const auto find = [&]() -> Block* {
     Block* block = live_.starting_at(address);
@@ -470,32 +471,14 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   };
   if (find() == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   driver::ScopedContext scope(api_, context_);
+  // The block, or pages stitched under it, may have come to its owner while
+  // an earlier owner's work (or a page mover's copy) was still queued:
+  // ordered after it on this context's streams (a device barrier, the
+  // legacy stream's order, a stream's own order), but not before the other
+  // process's work. No mark on the block says so (stitched pages carry
+  // none), so any free since the last synchronisation counts.
   if (fences_.unsynchronized() || mover_ != nullptr) {
-    // The block, or pages stitched under it, may have come to its owner
-    // while an earlier owner's work (or a page mover's copy) was still
-    // queued: ordered after it on this context's streams (a device barrier,
-    // the legacy stream's order, a stream's own order), but not before the
-    // other process's work. No mark on the block says so (stitched pages
-    // carry none), so any free since the last synchronisation counts. The
-    // host waits on the exporter's thread, outside the pool's lock: IPC
-    // opens are rare, allocations are not.
-    // A synchronisation would invalidate a capture in progress: wait for it
-    // to end (the other process waits meanwhile), within a bound.
-    constexpr int kCapturePolls = 10000;  // of 1 ms
-    for (int polls = 0; deferred_.capture_in_progress(); ++polls) {
-      if (polls == kCapturePolls) {
-        return {util::Error::driver_error, "a stream capture outlasted the wait for the block's earlier work"};
-      }
-      guard.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      guard.lock();
-    }
-    const std::uint64_t epoch = fences_.epoch();
-    guard.unlock();
-    const bool synchronized = api_.ctxSynchronize != nullptr && api_.ctxSynchronize() == CUDA_SUCCESS;
-    guard.lock();
-    if (!synchronized) return {util::Error::driver_error, "could not wait for the block's earlier work"};
-    fences_.synchronized_through(epoch);
+    if (util::Status waited = wait_for_queued_work(guard, wait_until); !waited) return waited;
     stats_.import_waits++;
   }
   Block* block = find();  // the owner may have freed it meanwhile
@@ -511,6 +494,56 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   }
   if (util::Status shared = space_.share(r, block->address, block->size, pages); !shared) return shared;
   block->import_holds++;
+  return util::Status::success();
+}
+
+util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
+                                        std::chrono::steady_clock::time_point wait_until) {
+  // A barrier or a synchronisation would invalidate a capture in progress:
+  // wait for it to end first. The question reads no pool state, so the
+  // program's threads allocate meanwhile.
+  guard.unlock();
+  while (deferred_.capture_in_progress()) {
+    if (std::chrono::steady_clock::now() >= wait_until) {
+      guard.lock();
+      return {util::Error::driver_error, "a stream capture outlasted the wait for the block's earlier work"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  guard.lock();
+  const std::uint64_t epoch = fences_.epoch();
+  // A device barrier orders every stream's later work after all queued so
+  // far, so an event on the legacy stream behind it finishes once that work
+  // has, and no later. The host polls it against the deadline outside the
+  // lock: work that waits for the other process (a flag it sets once it
+  // has the block) must cost the other process its open, not hold this
+  // thread for good.
+  if (registry_.device_barrier(context_) == order::StreamRegistry::BarrierKind::failed) {
+    // An incomplete registry or more streams than a barrier covers: only a
+    // synchronisation covers every stream (it cannot be bounded).
+    guard.unlock();
+    const CUresult synchronized = api_.ctxSynchronize();
+    guard.lock();
+    if (synchronized != CUDA_SUCCESS) return driver::check(synchronized, "cuCtxSynchronize");
+    fences_.synchronized_through(epoch);
+    return util::Status::success();
+  }
+  CUevent event = events_.take();
+  if (event == nullptr) return {util::Error::driver_error, "no event to wait for the block's earlier work"};
+  CUresult done = api_.eventRecord(event, CU_STREAM_LEGACY);
+  if (done == CUDA_SUCCESS) {
+    guard.unlock();
+    while ((done = api_.eventQuery(event)) == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < wait_until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    guard.lock();
+  }
+  events_.give_back(event);
+  if (done == CUDA_ERROR_NOT_READY) {
+    return {util::Error::driver_error, "work queued before the block came to its owner outlasted the wait"};
+  }
+  if (done != CUDA_SUCCESS) return driver::check(done, "cuEventQuery");
+  fences_.synchronized_through(epoch);
   return util::Status::success();
 }
 

@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -262,8 +263,9 @@ class Pool {
   void release_graph_holds(const LaunchedBlock* held, std::size_t count);
   // IPC: another process maps the live block starting at `address` (with
   // `buffer_id`, so a block freed and made again is never taken for it).
-  // First the host waits for work queued before it came to its owner (a
-  // block handed out behind a barrier is ordered after that work on this
+  // First the host waits, until `wait_until` at most, for the work queued
+  // so far, which holds any work queued before the block came to its owner
+  // (a block handed out behind a barrier is ordered after that work on this
   // context's streams only). Its pages come back to the device and stay
   // there while any such hold lasts; a free of it meanwhile succeeds but
   // takes effect only when the last hold ends, so the other process never
@@ -271,9 +273,10 @@ class Pool {
   // `pages` receives what the other process maps (space::AddressSpace::share).
   // invalid_value when the block is gone or freed; out_of_memory when its
   // pages cannot all come back; driver_error when the wait cannot be made
-  // (a capture in progress for 10 s, a failed call).
-  util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id,
-                               space::AddressSpace::SharedPages* pages);
+  // by `wait_until` (a capture in progress, work that does not finish) or a
+  // call failed. Nothing is held then.
+  util::Status hold_for_import(std::uintptr_t address, std::uint64_t buffer_id, space::AddressSpace::SharedPages* pages,
+                               std::chrono::steady_clock::time_point wait_until);
   // One such hold ends; true when that was the last and the block, freed
   // meanwhile, went back to the pool (with cudaFree semantics).
   bool release_import_hold(std::uintptr_t address, std::uint64_t buffer_id);
@@ -375,12 +378,20 @@ class Pool {
   void take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool settled);
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
+  // hold_for_import's wait for the work queued so far, on every stream of
+  // the context, polled outside the lock (`guard`, held on entry and on
+  // return) until `wait_until`. The pool's context is current.
+  util::Status wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
+                                    std::chrono::steady_clock::time_point wait_until);
   [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;
 
   bool promote_deferred(DeferredFrees::Wait wait);
   // Every deferred block back to the index behind a device barrier, no host
   // wait; false (nothing moved) when the barrier cannot be made.
   bool promote_deferred_behind_barrier();
+  // Every deferred block back to the index, freed before the device barrier
+  // of `epoch` (kAfterBarrier).
+  void release_deferred_behind(std::uint64_t epoch);
   // The barrier epoch before which freed blocks give pages to stitching while
   // their work may still run (stitcher.hpp); 0: none. Only work queued after
   // the barrier is ordered after theirs, and residency's copies to and from

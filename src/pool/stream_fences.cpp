@@ -48,13 +48,17 @@ bool Pool::promote_deferred_behind_barrier() {
   // pages of blocks freed a launch ago); without it the record would cost
   // every promotion a record and a query for answers nothing asks.
   if (mover_ != nullptr) barrier_fences_.recorded_barrier(epoch);
+  release_deferred_behind(epoch);
+  return true;
+}
+
+void Pool::release_deferred_behind(std::uint64_t epoch) {
   deferred_.release_all([&](Block* b) {
     b->stream = kAfterBarrier;
     b->free_epoch = epoch;
     arena_of(b).release(b);
   });
   stats_.deferred_bytes = deferred_.bytes();
-  return true;
 }
 
 std::uint64_t Pool::barrier_on_request(std::uint64_t PoolStats::*queued_count) {
@@ -85,8 +89,15 @@ std::uint64_t Pool::barrier_for_stitching() {
 
 bool Pool::barrier_for_handout() {
   // As after a promotion: while barriers fail, cudaFree frees are fenced as they come.
-  barrier_failed_ = barrier_on_request(&PoolStats::handout_barriers) == 0;
-  return !barrier_failed_;
+  const std::uint64_t epoch = barrier_on_request(&PoolStats::handout_barriers);
+  barrier_failed_ = epoch == 0;
+  if (barrier_failed_) return false;
+  // The cudaFree frees waiting for a barrier were made before this one: it
+  // puts them back too, so that no promotion makes another. (A handout
+  // barrier is made only without a page mover, as promotions are, here
+  // with no record behind it.)
+  if (options_.free_barrier && !deferred_.empty()) release_deferred_behind(epoch);
+  return true;
 }
 
 util::Status Pool::make_stream_safe(Block* block, std::uintptr_t stream, bool ordered) {

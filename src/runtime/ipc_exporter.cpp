@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "runtime/allocator.hpp"
@@ -228,7 +229,10 @@ bool IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
   }
   space::AddressSpace::SharedPages pages;
   if (reply.result == CUDA_SUCCESS) {
-    const util::Status held = e.owner->pool().hold_for_import(e.base, e.buffer_id, &pages);
+    // Within half the importer's wait for this reply, so that a refusal
+    // reaches it as one.
+    const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(ipc::kWaitSeconds) / 2;
+    const util::Status held = e.owner->pool().hold_for_import(e.base, e.buffer_id, &pages, wait_until);
     reply.result = result_of(held);
     std::lock_guard<std::mutex> guard(lock_);
     if (!held) {

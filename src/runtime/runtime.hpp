@@ -120,8 +120,8 @@ class Runtime {
   // Frees the live block starting at `address` in whichever pool holds it.
   // Only pools whose span holds the address are asked (a check without
   // their lock), in turn; one that holds no such block answers
-  // invalid_value, as this does when none does. A free takes one pool lock,
-  // not a second for finding its owner first.
+  // invalid_value, as this does when none does. No pool is locked only to
+  // find the owner first.
   util::Status deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered);
   // The allocator whose segments contain `address`, live or not, or null.
   Allocator* segment_owner_of(std::uintptr_t address);

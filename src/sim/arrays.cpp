@@ -107,6 +107,10 @@ bool end_of(const CUmemcpy3DOperand& operand, const CUextent3D& extent, std::siz
     const std::size_t rows = p.layerHeight == 0 ? extent.height : p.layerHeight;
     if (p.ptr == 0 || row < extent.width || rows < extent.height) return false;
     if (!times(row, element, &end->row_pitch) || !times(end->row_pitch, rows, &end->layer_pitch)) return false;
+    // The whole span must fit in the address space (a bad pitch is refused,
+    // never a fault on the stream's worker).
+    std::size_t span = 0;
+    if (!times(end->layer_pitch, extent.depth, &span) || span > UINTPTR_MAX - p.ptr) return false;
     end->first = reinterpret_cast<unsigned char*>(p.ptr);
     return true;
   }
@@ -154,6 +158,9 @@ CUresult plan(const CUDA_MEMCPY3D_BATCH_OP& op, Planned* out) {
   const CUextent3D& extent = op.extent;
   if (extent.width == 0 || extent.height == 0 || extent.depth == 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_operand_type(op.src.type) || !valid_operand_type(op.dst.type)) return CUDA_ERROR_INVALID_VALUE;
+  if ((op.flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   const CUmemcpySrcAccessOrder order = op.srcAccessOrder;
   if (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM && order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
       order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) {
@@ -245,6 +252,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuArrayCreate(CUarray* handle, const CUDA_ARRAY_DES
 
 TIDEPOOL_SIM_EXPORT CUresult cuArrayDestroy(CUarray handle) {
   if (CUresult r = enter_initialized("cuArrayDestroy"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_unsafe_call(); r != CUDA_SUCCESS) return r;
   const auto base = reinterpret_cast<std::uintptr_t>(handle);
   {
     Arrays& all = arrays();

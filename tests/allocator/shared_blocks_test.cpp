@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "runtime/allocator.hpp"
@@ -28,6 +29,9 @@ std::unique_ptr<runtime::Allocator> make_allocator() {
   EXPECT_TRUE(created.ok()) << created.status().message();
   return created.ok() ? std::move(created.value()) : nullptr;
 }
+
+// How long an import may wait for the work queued before it.
+std::chrono::steady_clock::time_point soon() { return std::chrono::steady_clock::now() + std::chrono::seconds(5); }
 
 std::uint64_t buffer_id_of(pool::Pool& pool, std::uintptr_t address) {
   std::uintptr_t base = 0;
@@ -49,7 +53,7 @@ TEST(SharedBlocks, TheFileDescriptorsHandedOutAreTheBlocksOwnPages) {
   for (std::size_t i = 0; i < 3 * MiB; i += 4096) std::memset(reinterpret_cast<void*>(address + i), 0x5c, 4096);
 
   space::AddressSpace::SharedPages pages;
-  ASSERT_TRUE(pool.hold_for_import(address, buffer_id_of(pool, address), &pages).ok());
+  ASSERT_TRUE(pool.hold_for_import(address, buffer_id_of(pool, address), &pages, soon()).ok());
   ASSERT_FALSE(pages.is_chunk);
   const std::size_t page = pages.page_size;
   ASSERT_GT(page, 0u);
@@ -89,8 +93,8 @@ TEST(SharedBlocks, AFreeOfAHeldBlockWaitsForItsLastHoldAndASecondFreeIsADoubleFr
   const std::uint64_t id = buffer_id_of(pool, address);
   space::AddressSpace::SharedPages first;
   space::AddressSpace::SharedPages second;
-  ASSERT_TRUE(pool.hold_for_import(address, id, &first).ok());
-  ASSERT_TRUE(pool.hold_for_import(address, id, &second).ok());
+  ASSERT_TRUE(pool.hold_for_import(address, id, &first, soon()).ok());
+  ASSERT_TRUE(pool.hold_for_import(address, id, &second, soon()).ok());
   EXPECT_EQ(first.pages, second.pages);
   const std::uint64_t frees = pool.stats(false).frees;
 
@@ -101,7 +105,7 @@ TEST(SharedBlocks, AFreeOfAHeldBlockWaitsForItsLastHoldAndASecondFreeIsADoubleFr
   EXPECT_FALSE(pool.find_containing(address, &base, &size)) << "freed, as far as the program can ask";
   EXPECT_FALSE(allocator->deallocate(address, 0, false).ok()) << "a second free is a double free";
   space::AddressSpace::SharedPages late;
-  EXPECT_FALSE(pool.hold_for_import(address, id, &late).ok()) << "a freed block opens no more";
+  EXPECT_FALSE(pool.hold_for_import(address, id, &late, soon()).ok()) << "a freed block opens no more";
   // Its bytes are not handed out again while held, however often we ask.
   for (int i = 0; i < 8; ++i) {
     auto other = allocator->allocate(4 * MiB, 0, false);

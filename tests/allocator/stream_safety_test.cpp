@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -54,6 +55,9 @@ std::uint64_t host_waits() {
   return calls("cuEventSynchronize") + calls("cuStreamSynchronize") + calls("cuCtxSynchronize") +
          calls("cuCtxSynchronize_v2");
 }
+
+// How long an import may wait for the work queued before it.
+std::chrono::steady_clock::time_point soon() { return std::chrono::steady_clock::now() + std::chrono::seconds(5); }
 
 void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
 
@@ -480,6 +484,46 @@ TEST_F(StreamSafety, ACudaMallocTakesBlocksFreedInStreamOrderElsewhereBehindABar
   destroy_stream(writer);
 }
 
+// The handout barrier is a device barrier like any: a cudaFree free still
+// waiting for one (deferred: too small to promote yet) goes back behind it,
+// so that a request needing its place later makes no barrier of its own.
+TEST_F(StreamSafety, ACudaFreeFreeWaitingForABarrierGoesBackBehindAHandoutBarrier) {
+  use_barrier_allocator();
+  constexpr std::size_t kSize = 2 * MiB;
+  ASSERT_TRUE(allocator_->pool().set_device_limit(2 * kSize).ok());
+  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto in_order = allocator_->allocate(kSize, key, true);
+  auto small = allocator_->allocate(4096, 0, false);  // alone on the second page
+  ASSERT_TRUE(in_order.ok() && small.ok());
+  testing::Gate gate;
+  std::thread opener = open_if_still_shut(gate);
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(in_order.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(in_order.value(), key, true).ok());
+  ASSERT_TRUE(allocator_->deallocate(small.value(), 0, false).ok());
+  const pool::PoolStats before = allocator_->pool().stats();
+  auto first = allocator_->allocate(kSize, 0, false);  // the stream-ordered block, behind a handout barrier
+  const pool::PoolStats between = allocator_->pool().stats();
+  auto second = allocator_->allocate(kSize, 0, false);  // the second page, the small block's place included
+  const pool::PoolStats after = allocator_->pool().stats();
+  gate.release();
+  opener.join();
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(first.value(), in_order.value());
+  EXPECT_EQ(before.deferred_bytes, 4096u);
+  EXPECT_EQ(between.handout_barriers, 1u);
+  EXPECT_EQ(between.deferred_bytes, 0u) << "the handout barrier left the cudaFree free waiting";
+  EXPECT_EQ(after.device_barriers + after.legacy_order_barriers + after.stitching_barriers,
+            before.device_barriers + before.legacy_order_barriers + before.stitching_barriers)
+      << "a barrier was made besides the handout's";
+  EXPECT_EQ(after.handout_barriers, 1u);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+  EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  destroy_stream(writer);
+}
+
 // Once another context can reach the pool's memory, a barrier of this
 // context's streams would not order a cudaMalloc-style owner's work: the
 // host waits for the old write instead, and no barrier is made.
@@ -548,7 +592,8 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
     std::uint64_t id = 0;
     const bool found = second.ok() && pool.find_containing(second.value(), &base, &size, &id);
     space::AddressSpace::SharedPages pages;
-    const util::Status held = found ? pool.hold_for_import(second.value(), id, &pages) : util::Status::success();
+    const util::Status held =
+        found ? pool.hold_for_import(second.value(), id, &pages, soon()) : util::Status::success();
     const int seen = *cell;
     opener.join();
     safety.join();
@@ -562,7 +607,7 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
 
     const std::uint64_t waits_again = host_waits();
     space::AddressSpace::SharedPages again;
-    EXPECT_TRUE(pool.hold_for_import(second.value(), id, &again).ok());
+    EXPECT_TRUE(pool.hold_for_import(second.value(), id, &again, soon()).ok());
     EXPECT_EQ(host_waits(), waits_again) << "nothing was queued before the second import";
     EXPECT_EQ(pool.stats().import_waits, 1u);
     EXPECT_FALSE(pool.release_import_hold(second.value(), id));
@@ -570,6 +615,52 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
     EXPECT_TRUE(allocator_->deallocate(second.value(), key, taken_in_order).ok());
     destroy_stream(writer);
   }
+}
+
+// Work queued before the block that does not finish by the deadline (here
+// a write held until the test opens its gate) costs the import: refused,
+// nothing held, and the owner's free takes effect at once.
+TEST_F(StreamSafety, AnImportWhoseEarlierWorkOutlastsItsDeadlineIsRefusedAndHoldsNothing) {
+  use_barrier_allocator();
+  constexpr std::size_t kSize = 2 * MiB;
+  pool::Pool& pool = allocator_->pool();
+  ASSERT_TRUE(pool.set_device_limit(kSize).ok());
+  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto first = allocator_->allocate(kSize, key, true);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  testing::Gate gate;
+  std::thread opener = open_if_still_shut(gate);
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(first.value(), key, true).ok());
+  auto second = allocator_->allocate(kSize, 0, false);
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+  const bool found = second.ok() && pool.find_containing(second.value(), &base, &size, &id);
+  space::AddressSpace::SharedPages pages;
+  const auto start = std::chrono::steady_clock::now();
+  const util::Status held =
+      found ? pool.hold_for_import(second.value(), id, &pages, start + std::chrono::milliseconds(50))
+            : util::Status::success();
+  bool gate_was_shut = false;
+  {
+    std::lock_guard<std::mutex> shut(gate.m);
+    gate_was_shut = !gate.open;
+  }
+  gate.release();
+  opener.join();
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(gate_was_shut) << "the import outwaited the test's own bound";
+  EXPECT_FALSE(held.ok());
+  EXPECT_EQ(held.error(), util::Error::driver_error);
+  EXPECT_TRUE(pages.pages.empty());
+  EXPECT_EQ(pool.stats().import_waits, 0u);
+  EXPECT_FALSE(pool.release_import_hold(second.value(), id)) << "a refused import held the block";
+  ASSERT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  EXPECT_EQ(pool.stats().live_bytes, 0u);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  destroy_stream(writer);
 }
 
 // A pool that never took a block back has nothing queued before any owner:
@@ -587,7 +678,7 @@ TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndForACaptureToEndBefor
   ASSERT_TRUE(pool.find_containing(block.value(), &base, &size, &id));
   const std::uint64_t waits_before = host_waits();
   space::AddressSpace::SharedPages pages;
-  EXPECT_TRUE(pool.hold_for_import(block.value(), id, &pages).ok());
+  EXPECT_TRUE(pool.hold_for_import(block.value(), id, &pages, soon()).ok());
   EXPECT_EQ(host_waits(), waits_before);
   EXPECT_EQ(pool.stats().import_waits, 0u);
   EXPECT_FALSE(pool.release_import_hold(block.value(), id));
@@ -607,7 +698,7 @@ TEST_F(StreamSafety, AnImportWaitsForNothingWithoutAFreeAndForACaptureToEndBefor
   util::Status during;
   std::thread importer([&] {
     space::AddressSpace::SharedPages held;
-    during = pool.hold_for_import(block.value(), id, &held);
+    during = pool.hold_for_import(block.value(), id, &held, soon());
     imported = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

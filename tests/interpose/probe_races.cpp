@@ -310,6 +310,9 @@ class BlockCopier {
                  "cuMemcpyHtoA");
           expect(cuMemcpyAtoD(block + at, array_, 0, kArrayPiece), "cuMemcpyAtoD");
         }
+        // A copy between device memory and an array does not wait on the
+        // host: the program's kernels on its own stream must not run first.
+        expect(cuStreamSynchronize(nullptr), "cuStreamSynchronize");
         break;
       case CopyRoute::batch_3d:
         copy_3d(pointer_operand(reinterpret_cast<CUdeviceptr>(words.data())), array_operand(array_), bytes, stream_);

@@ -1228,7 +1228,7 @@ TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStrea
   ASSERT_EQ(api().memAlloc(&dst, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memAlloc(&out, 4096), CUDA_SUCCESS);
   auto* s = reinterpret_cast<unsigned char*>(src);
-  for (std::size_t i = 0; i < kRow * 16; ++i) s[i] = static_cast<unsigned char>(i);
+  for (std::size_t i = 0; i < kRow * 16; ++i) s[i] = static_cast<unsigned char>(i % 251 + 1);  // never 0
   ASSERT_EQ(api().memsetD8(dst, 0, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(out, 0, 4096), CUDA_SUCCESS);
   CUarray array = make_array(16, 16, CU_AD_FORMAT_UNSIGNED_INT16, 2);  // 4-byte elements, 64-byte rows
@@ -1242,10 +1242,12 @@ TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStrea
       batch_op(pointer_operand(src, kRow, 8), pointer_operand(dst, 16, 4), CUextent3D{10, 4, 2}),
       // Rows 1..2 of the source (3 elements of 4 bytes each) into the array at (2, 5).
       batch_op(pointer_operand(src + kRow, kRow / 4, 0), array_operand(array, 2, 5), CUextent3D{3, 2, 1}),
-      // And back out of the array, tightly packed.
-      batch_op(array_operand(array, 2, 5), pointer_operand(out, 0, 0), CUextent3D{3, 2, 1}),
   };
-  ASSERT_EQ(copy(3, ops, 0, stream), CUDA_SUCCESS);
+  ASSERT_EQ(copy(2, ops, 0, stream), CUDA_SUCCESS);
+  // And back out of the array, tightly packed: a batch of its own, since
+  // the copies of one batch have no order among them.
+  CUDA_MEMCPY3D_BATCH_OP back[] = {batch_op(array_operand(array, 2, 5), pointer_operand(out, 0, 0), {3, 2, 1})};
+  ASSERT_EQ(copy(1, back, 0, stream), CUDA_SUCCESS);
   settle();
   const auto* d = reinterpret_cast<const unsigned char*>(dst);
   EXPECT_EQ(d[0], 0) << "ran before the stream's earlier work";
@@ -1293,6 +1295,11 @@ TEST_F(SimTransfers, A3DBatchRefusesBadOperationsBeforeQueuingAnyAndNamesTheFail
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID; }),
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.dst.op.ptr.rowLength = 32; }),  // below the width
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.src.type = CU_MEMCPY_OPERAND_TYPE_MAX; }),
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.flags = 0x80; }),
+      with([](CUDA_MEMCPY3D_BATCH_OP& op) {  // a span past the end of the address space
+        op.src.op.ptr.rowLength = SIZE_MAX / 2;
+        op.extent = {64, 3, 1};
+      }),
       with([&](CUDA_MEMCPY3D_BATCH_OP& op) {  // past the array's last row
         op.dst = array_operand(bytes, 0, 4);
         op.extent = {8, 5, 1};
