@@ -180,6 +180,22 @@ class StreamSafety : public ::testing::Test {
     if (user != nullptr) destroy_stream(user);
   }
 
+  // A block of `size` on a new non-blocking stream (`*writer`), a write of
+  // 1 to its first int queued there behind `gate`, and the block freed
+  // while the write waits: in the stream's order, or cudaFree-style.
+  // Returns its address (0 when a step failed).
+  std::uintptr_t free_under_a_held_write(std::size_t size, testing::Gate& gate, CUstream* writer,
+                                         bool in_order = true) {
+    *writer = make_stream(CU_STREAM_NON_BLOCKING);
+    const auto key = reinterpret_cast<std::uintptr_t>(*writer);
+    auto block = allocator_->allocate(size, key, in_order);
+    EXPECT_TRUE(block.ok()) << block.status().message();
+    if (!block.ok()) return 0;
+    EXPECT_EQ(testing::launch_gated_write(*writer, &gate, reinterpret_cast<int*>(block.value()), 1), CUDA_SUCCESS);
+    EXPECT_TRUE(allocator_->deallocate(block.value(), key, in_order).ok());
+    return block.value();
+  }
+
   void use_barrier_allocator() {
     allocator_ = make_allocator(64 * MiB, /*free_barrier=*/true);
     ASSERT_NE(allocator_, nullptr);
@@ -412,14 +428,10 @@ TEST_F(StreamSafety, CudaFreeWaitsForADestroyedBlockingStreamsQueuedWork) {
 // space too; the report counts only the bytes that hold memory.
 TEST_F(StreamSafety, AFreeBlockOfADestroyedStreamCountsOnlyItsBackedBytesAsDeferred) {
   constexpr std::size_t kSize = 8 * MiB;
-  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
-  const auto key = reinterpret_cast<std::uintptr_t>(writer);
-  auto block = allocator_->allocate(kSize, key, true);
-  ASSERT_TRUE(block.ok()) << block.status().message();
   testing::Gate gate;
   std::thread opener = open_if_still_shut(gate);
-  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(block.value()), 1), CUDA_SUCCESS);
-  ASSERT_TRUE(allocator_->deallocate(block.value(), key, true).ok());
+  CUstream writer = nullptr;
+  ASSERT_NE(free_under_a_held_write(kSize, gate, &writer), 0u);
   const pool::PoolStats before = allocator_->pool().stats();
   destroy_stream(writer);
   const pool::PoolStats after = allocator_->pool().stats();
@@ -571,17 +583,19 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
     constexpr std::size_t kSize = 2 * MiB;
     pool::Pool& pool = allocator_->pool();
     ASSERT_TRUE(pool.set_device_limit(kSize).ok());
-    CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
-    const auto key = reinterpret_cast<std::uintptr_t>(writer);
     const bool freed_in_order = way != Way::cuda_free_then_cuda_malloc;
     const bool taken_in_order = way == Way::stream_free_then_same_stream;
-    auto first = allocator_->allocate(kSize, key, freed_in_order);
-    ASSERT_TRUE(first.ok()) << first.status().message();
-    auto* cell = reinterpret_cast<int*>(first.value());
     testing::Gate gate;
     std::thread safety = open_if_still_shut(gate);
-    ASSERT_EQ(testing::launch_gated_write(writer, &gate, cell, 1), CUDA_SUCCESS);
-    ASSERT_TRUE(allocator_->deallocate(first.value(), key, freed_in_order).ok());
+    CUstream writer = nullptr;
+    const std::uintptr_t freed = free_under_a_held_write(kSize, gate, &writer, freed_in_order);
+    const auto key = reinterpret_cast<std::uintptr_t>(writer);
+    auto* cell = reinterpret_cast<int*>(freed);
+    if (freed == 0) {
+      gate.release();
+      safety.join();
+      FAIL();
+    }
     const std::uint64_t waits_before = host_waits();
     auto second = allocator_->allocate(kSize, key, taken_in_order);
     const std::uint64_t allocation_waits = host_waits() - waits_before;
@@ -599,7 +613,7 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
     safety.join();
     ASSERT_TRUE(second.ok()) << second.status().message();
     ASSERT_TRUE(found);
-    EXPECT_EQ(second.value(), first.value()) << "a one-page budget leaves only the freed page";
+    EXPECT_EQ(second.value(), freed) << "a one-page budget leaves only the freed page";
     EXPECT_EQ(allocation_waits, 0u) << "the allocation waited for the old writer";
     ASSERT_TRUE(held.ok()) << held.message();
     EXPECT_EQ(seen, 1) << "another process could map the block before the old owner's write ran";
@@ -625,19 +639,15 @@ TEST_F(StreamSafety, AnImportWhoseEarlierWorkOutlastsItsDeadlineIsRefusedAndHold
   constexpr std::size_t kSize = 2 * MiB;
   pool::Pool& pool = allocator_->pool();
   ASSERT_TRUE(pool.set_device_limit(kSize).ok());
-  CUstream writer = make_stream(CU_STREAM_NON_BLOCKING);
-  const auto key = reinterpret_cast<std::uintptr_t>(writer);
-  auto first = allocator_->allocate(kSize, key, true);
-  ASSERT_TRUE(first.ok()) << first.status().message();
   testing::Gate gate;
   std::thread opener = open_if_still_shut(gate);
-  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(first.value()), 1), CUDA_SUCCESS);
-  ASSERT_TRUE(allocator_->deallocate(first.value(), key, true).ok());
+  CUstream writer = nullptr;
+  const bool freed = free_under_a_held_write(kSize, gate, &writer) != 0;
   auto second = allocator_->allocate(kSize, 0, false);
   std::uintptr_t base = 0;
   std::size_t size = 0;
   std::uint64_t id = 0;
-  const bool found = second.ok() && pool.find_containing(second.value(), &base, &size, &id);
+  const bool found = freed && second.ok() && pool.find_containing(second.value(), &base, &size, &id);
   space::AddressSpace::SharedPages pages;
   const auto start = std::chrono::steady_clock::now();
   const util::Status held =

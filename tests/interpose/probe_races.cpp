@@ -65,6 +65,7 @@
 
 #include "probe_linked_common.hpp"
 #include "sim/sim_control.h"
+#include "support/cuda_arrays.hpp"
 
 namespace {
 
@@ -254,28 +255,14 @@ enum class CopyRoute {
 constexpr std::size_t kArrayPiece = 2 * MiB;
 
 CUarray make_array(std::size_t width, std::size_t height, CUarray_format format, unsigned channels) {
-  CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = width;
-  d.Height = height;
-  d.Format = format;
-  d.NumChannels = channels;
+  const CUDA_ARRAY_DESCRIPTOR d = tidepool::testing::array_descriptor(width, height, format, channels);
   CUarray array = nullptr;
   expect(cuArrayCreate(&array, &d), "cuArrayCreate");
   return array;
 }
 
-CUmemcpy3DOperand pointer_operand(CUdeviceptr p) {
-  CUmemcpy3DOperand o{};
-  o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
-  o.op.ptr.ptr = p;
-  return o;
-}
-CUmemcpy3DOperand array_operand(CUarray array) {
-  CUmemcpy3DOperand o{};
-  o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
-  o.op.array.array = array;
-  return o;
-}
+using tidepool::testing::array_operand;
+using tidepool::testing::pointer_operand;
 
 // One copy of a whole 2D array's worth (rows of 4 KiB) on `stream`.
 void copy_3d(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, std::size_t bytes, CUstream stream) {

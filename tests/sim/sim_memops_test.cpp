@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sim/sim_control.h"
+#include "support/cuda_arrays.hpp"
 #include "support/sim_driver.hpp"
 #include "support/sim_kernels.hpp"
 
@@ -1114,11 +1115,7 @@ using Copy3DBatch = decltype(&::cuMemcpy3DBatchAsync_v2);
 using Copy3DBatchV1 = CUresult (*)(std::size_t, CUDA_MEMCPY3D_BATCH_OP*, std::size_t*, unsigned long long, CUstream);
 
 CUarray make_array(std::size_t width, std::size_t height, CUarray_format format, unsigned channels) {
-  CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = width;
-  d.Height = height;
-  d.Format = format;
-  d.NumChannels = channels;
+  const CUDA_ARRAY_DESCRIPTOR d = testing::array_descriptor(width, height, format, channels);
   CUarray array = nullptr;
   EXPECT_EQ(entry<ArrayCreate>("cuArrayCreate_v2")(&array, &d), CUDA_SUCCESS);
   return array;
@@ -1192,21 +1189,9 @@ TEST_F(SimTransfers, AnArrayHoldsItsBytesAndIsReachedOnlyThroughArrayCopies) {
   EXPECT_EQ(free_after, free_before) << "a destroyed array gives its memory back";
 }
 
-CUmemcpy3DOperand pointer_operand(CUdeviceptr p, std::size_t row_length, std::size_t layer_height) {
-  CUmemcpy3DOperand o{};
-  o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
-  o.op.ptr.ptr = p;
-  o.op.ptr.rowLength = row_length;
-  o.op.ptr.layerHeight = layer_height;
-  return o;
-}
-CUmemcpy3DOperand array_operand(CUarray array, std::size_t x, std::size_t y) {
-  CUmemcpy3DOperand o{};
-  o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
-  o.op.array.array = array;
-  o.op.array.offset = CUoffset3D{x, y, 0};
-  return o;
-}
+using testing::array_operand;
+using testing::pointer_operand;
+
 CUDA_MEMCPY3D_BATCH_OP batch_op(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, CUextent3D extent) {
   CUDA_MEMCPY3D_BATCH_OP op{};
   op.src = src;
