@@ -11,9 +11,11 @@ using runtime::Runtime;
 
 }  // namespace
 
-Route route_allocation_on(int device, CUstream stream, bool ordered) {
+namespace {
+
+// route_allocation_on() once serving() holds.
+Route route_served_allocation(int device, CUstream stream, bool ordered) {
   Runtime& rt = Runtime::get();
-  if (!serving()) return {};
   if (rt.capture_possible() && driver::capturing(rt.driver()->api(), ordered ? stream : nullptr)) return {};
   if (ordered && rt.allocation_for_program_pool(device, stream)) {
     rt.note_passthrough_allocation(device);
@@ -25,6 +27,13 @@ Route route_allocation_on(int device, CUstream stream, bool ordered) {
   return route;
 }
 
+}  // namespace
+
+Route route_allocation_on(int device, CUstream stream, bool ordered) {
+  if (!serving()) return {};
+  return route_served_allocation(device, stream, ordered);
+}
+
 Route route_allocation(CUstream stream, bool ordered) {
   if (!serving()) return {};
   CUdevice device = 0;
@@ -32,7 +41,7 @@ Route route_allocation(CUstream stream, bool ordered) {
   if (const CUresult r = Runtime::get().driver()->api().ctxGetDevice(&device); r != CUDA_SUCCESS) {
     return {nullptr, r};
   }
-  return route_allocation_on(device, stream, ordered);
+  return route_served_allocation(device, stream, ordered);
 }
 
 util::Result<std::uintptr_t> allocate_on(runtime::Allocator& allocator, std::size_t size, CUstream stream, bool ordered,

@@ -348,7 +348,7 @@ util::Status Runtime::peer_access_changed(CUcontext peer, bool enabled) {
   return peer_access_changed(accessor, owner, enabled, PeerGrant::context);
 }
 
-Allocator* Runtime::allocator(int device) {
+Allocator* Runtime::create_allocator(int device) {
   if (device < 0 || device >= kMaxDevices || passthrough_) return nullptr;
   Allocator* existing = allocators_[device].load(std::memory_order_acquire);
   if (existing != nullptr) return existing;

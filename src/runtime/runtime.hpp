@@ -111,7 +111,13 @@ class Runtime {
 
   // The allocator of `device`, creating it on first use. Null in pass-through
   // mode, for a device out of range, or when creation failed (logged once).
-  Allocator* allocator(int device);
+  // Inline: every allocation asks, and once it exists a load and a test answer.
+  Allocator* allocator(int device) {
+    if (device >= 0 && device < kMaxDevices && !passthrough_) {
+      if (Allocator* existing = allocators_[device].load(std::memory_order_acquire)) return existing;
+    }
+    return create_allocator(device);
+  }
   // The allocator of the device whose context `stream` belongs to, or null
   // (cuMemAllocAsync takes memory from the stream's device).
   Allocator* allocator_of_stream(CUstream stream);
@@ -350,6 +356,8 @@ class Runtime {
   // device slot (a launch's words would each cost kMaxDevices loads).
   std::array<std::atomic<Allocator*>, kMaxDevices> in_order_{};
   std::atomic<int> created_{0};
+  // allocator()'s slow path: creates the device's allocator on first use.
+  Allocator* create_allocator(int device);
   template <typename F>
   Allocator* find_allocator(F&& matches) const {
     const int count = created_.load(std::memory_order_acquire);
