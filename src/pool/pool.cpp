@@ -499,50 +499,101 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
 
 util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
                                         std::chrono::steady_clock::time_point wait_until) {
-  // A barrier or a synchronisation would invalidate a capture in progress:
-  // wait for it to end first. The question reads no pool state, so the
-  // program's threads allocate meanwhile.
-  guard.unlock();
-  while (deferred_.capture_in_progress()) {
-    if (std::chrono::steady_clock::now() >= wait_until) {
-      guard.lock();
-      return {util::Error::driver_error, "a stream capture outlasted the wait for the block's earlier work"};
+  using Clock = std::chrono::steady_clock;
+  // An event on each stream of the context (the legacy stream's covers the
+  // blocking ones) and those of destroyed streams still running, as a
+  // cudaFree fence has: they finish once the work queued so far has, and
+  // reorder nothing, so work that waits for the other process (a flag it
+  // sets once it has the block) costs it its open when the deadline
+  // passes, never the program's later work or the exporter's thread.
+  std::vector<CUstream> streams;
+  std::vector<std::shared_ptr<order::RetiredStream>> retired;
+  std::vector<CUevent> events;
+  std::uint64_t epoch = 0;
+  bool synchronize = false;
+  for (;;) {
+    // A record on a capturing stream, or a synchronisation, would
+    // invalidate the capture: it ends first. The question reads no pool
+    // state, so the program's threads allocate meanwhile.
+    guard.unlock();
+    while (deferred_.capture_in_progress()) {
+      if (Clock::now() >= wait_until) {
+        guard.lock();
+        return {util::Error::driver_error, "a stream capture outlasted the wait for the block's earlier work"};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  guard.lock();
-  const std::uint64_t epoch = fences_.epoch();
-  // A device barrier orders every stream's later work after all queued so
-  // far, so an event on the legacy stream behind it finishes once that work
-  // has, and no later. The host polls it against the deadline outside the
-  // lock: work that waits for the other process (a flag it sets once it
-  // has the block) must cost the other process its open, not hold this
-  // thread for good.
-  if (registry_.device_barrier(context_) == order::StreamRegistry::BarrierKind::failed) {
-    // An incomplete registry or more streams than a barrier covers: only a
-    // synchronisation covers every stream (it cannot be bounded).
-    guard.unlock();
-    const CUresult synchronized = api_.ctxSynchronize();
     guard.lock();
-    if (synchronized != CUDA_SUCCESS) return driver::check(synchronized, "cuCtxSynchronize");
-    fences_.synchronized_through(epoch);
-    return util::Status::success();
+    epoch = fences_.epoch();
+    streams.assign(1, nullptr);
+    retired.clear();
+    registry_.fence_targets(context_, &streams, &retired);
+    // Where events cannot answer (streams tidepool never saw, a destroyed
+    // stream whose record failed, a page mover's own copy streams), only a
+    // synchronisation does, and no deadline bounds it.
+    synchronize = !registry_.complete() || mover_ != nullptr ||
+                  std::any_of(retired.begin(), retired.end(), [](const auto& r) { return !r->recorded(); });
+    if (synchronize) {
+      if (deferred_.capture_in_progress()) continue;  // one began meanwhile
+      break;
+    }
+    bool capture_began = false;
+    util::Status failed;
+    for (CUstream stream : streams) {
+      if (driver::capturing(api_, stream)) {
+        capture_began = true;
+        break;
+      }
+      CUevent event = events_.take();
+      if (event == nullptr) {
+        failed = {util::Error::driver_error, "no event to wait for the block's earlier work"};
+        break;
+      }
+      if (const CUresult r = api_.eventRecord(event, stream); r != CUDA_SUCCESS) {
+        (void)api_.eventDestroy(event);
+        failed = driver::check(r, "cuEventRecord");
+        break;
+      }
+      events.push_back(event);
+    }
+    if (capture_began || !failed) {
+      for (CUevent event : events) events_.give_back(event);
+      events.clear();
+      if (!failed) return failed;
+      continue;
+    }
+    break;
   }
-  CUevent event = events_.take();
-  if (event == nullptr) return {util::Error::driver_error, "no event to wait for the block's earlier work"};
-  CUresult done = api_.eventRecord(event, CU_STREAM_LEGACY);
-  if (done == CUDA_SUCCESS) {
-    guard.unlock();
-    while ((done = api_.eventQuery(event)) == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < wait_until) {
+  CUresult result = CUDA_SUCCESS;
+  guard.unlock();
+  if (synchronize) {
+    result = api_.ctxSynchronize != nullptr ? api_.ctxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
+  } else {
+    for (;;) {
+      result = CUDA_SUCCESS;
+      for (CUevent event : events) {
+        if ((result = api_.eventQuery(event)) != CUDA_SUCCESS) break;
+      }
+      if (result == CUDA_SUCCESS &&
+          !std::all_of(retired.begin(), retired.end(), [](const auto& r) { return r->finished(); })) {
+        result = CUDA_ERROR_NOT_READY;
+      }
+      if (result != CUDA_ERROR_NOT_READY || Clock::now() >= wait_until) break;
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    guard.lock();
   }
-  events_.give_back(event);
-  if (done == CUDA_ERROR_NOT_READY) {
+  guard.lock();
+  for (CUevent event : events) {
+    if (result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY) {
+      events_.give_back(event);
+    } else {
+      (void)api_.eventDestroy(event);  // its state is unknown
+    }
+  }
+  if (result == CUDA_ERROR_NOT_READY) {
     return {util::Error::driver_error, "work queued before the block came to its owner outlasted the wait"};
   }
-  if (done != CUDA_SUCCESS) return driver::check(done, "cuEventQuery");
+  if (result != CUDA_SUCCESS) return driver::check(result, synchronize ? "cuCtxSynchronize" : "cuEventQuery");
   fences_.synchronized_through(epoch);
   return util::Status::success();
 }

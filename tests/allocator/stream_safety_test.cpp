@@ -431,7 +431,11 @@ TEST_F(StreamSafety, AFreeBlockOfADestroyedStreamCountsOnlyItsBackedBytesAsDefer
   testing::Gate gate;
   std::thread opener = open_if_still_shut(gate);
   CUstream writer = nullptr;
-  ASSERT_NE(free_under_a_held_write(kSize, gate, &writer), 0u);
+  if (free_under_a_held_write(kSize, gate, &writer) == 0) {
+    gate.release();
+    opener.join();
+    FAIL();
+  }
   const pool::PoolStats before = allocator_->pool().stats();
   destroy_stream(writer);
   const pool::PoolStats after = allocator_->pool().stats();
@@ -629,6 +633,41 @@ TEST_F(StreamSafety, AnotherProcessMapsABlockOnlyOnceTheWorkQueuedBeforeItsOwner
     EXPECT_TRUE(allocator_->deallocate(second.value(), key, taken_in_order).ok());
     destroy_stream(writer);
   }
+}
+
+// While all work is on the legacy stream (legacy order: a cudaFree-style
+// free goes back at once), its own record answers the import's wait.
+TEST_F(StreamSafety, AnImportInLegacyOrderWaitsForTheLegacyStreamsEarlierWork) {
+  use_barrier_allocator();
+  constexpr std::size_t kSize = 2 * MiB;
+  pool::Pool& pool = allocator_->pool();
+  ASSERT_TRUE(pool.set_device_limit(kSize).ok());
+  auto first = allocator_->allocate(kSize, 0, false);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  auto* cell = reinterpret_cast<int*>(first.value());
+  testing::Gate gate;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, cell, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
+  std::thread opener = open_later(gate, 200);
+  auto second = allocator_->allocate(kSize, 0, false);
+  const int seen_at_allocation = *cell;
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+  const bool found = second.ok() && pool.find_containing(second.value(), &base, &size, &id);
+  space::AddressSpace::SharedPages pages;
+  const util::Status held = found ? pool.hold_for_import(second.value(), id, &pages, soon()) : util::Status::success();
+  const int seen = *cell;
+  opener.join();
+  ASSERT_TRUE(found);
+  EXPECT_EQ(seen_at_allocation, 0) << "the allocation waited for the old owner's write";
+  EXPECT_EQ(second.value(), first.value());
+  EXPECT_GE(pool.stats().legacy_order_barriers, 1u) << "not in legacy order";
+  ASSERT_TRUE(held.ok()) << held.message();
+  EXPECT_EQ(seen, 1) << "another process could map the block before the old owner's write ran";
+  EXPECT_EQ(pool.stats().import_waits, 1u);
+  EXPECT_FALSE(pool.release_import_hold(second.value(), id));
+  EXPECT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
 }
 
 // Work queued before the block that does not finish by the deadline (here

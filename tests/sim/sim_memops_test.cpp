@@ -1281,9 +1281,8 @@ TEST_F(SimTransfers, A3DBatchRefusesBadOperationsBeforeQueuingAnyAndNamesTheFail
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.dst.op.ptr.rowLength = 32; }),  // below the width
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.src.type = CU_MEMCPY_OPERAND_TYPE_MAX; }),
       with([](CUDA_MEMCPY3D_BATCH_OP& op) { op.flags = 0x80; }),
-      with([](CUDA_MEMCPY3D_BATCH_OP& op) {  // a span past the end of the address space
-        op.src.op.ptr.rowLength = SIZE_MAX / 2;
-        op.extent = {64, 3, 1};
+      with([&](CUDA_MEMCPY3D_BATCH_OP& op) {  // a span past the end of the address space
+        op.src.op.ptr.rowLength = UINTPTR_MAX - host + 1;
       }),
       with([&](CUDA_MEMCPY3D_BATCH_OP& op) {  // past the array's last row
         op.dst = array_operand(bytes, 0, 4);
