@@ -649,8 +649,9 @@ TEST_F(StreamSafety, AnImportInLegacyOrderWaitsForTheLegacyStreamsEarlierWork) {
   ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, cell, 1), CUDA_SUCCESS);
   ASSERT_TRUE(allocator_->deallocate(first.value(), 0, false).ok());
   std::thread opener = open_later(gate, 200);
+  const std::uint64_t waits_before = host_waits();
   auto second = allocator_->allocate(kSize, 0, false);
-  const int seen_at_allocation = *cell;
+  const std::uint64_t allocation_waits = host_waits() - waits_before;
   std::uintptr_t base = 0;
   std::size_t size = 0;
   std::uint64_t id = 0;
@@ -660,7 +661,7 @@ TEST_F(StreamSafety, AnImportInLegacyOrderWaitsForTheLegacyStreamsEarlierWork) {
   const int seen = *cell;
   opener.join();
   ASSERT_TRUE(found);
-  EXPECT_EQ(seen_at_allocation, 0) << "the allocation waited for the old owner's write";
+  EXPECT_EQ(allocation_waits, 0u) << "the allocation waited for the old owner's write";
   EXPECT_EQ(second.value(), first.value());
   EXPECT_GE(pool.stats().legacy_order_barriers, 1u) << "not in legacy order";
   ASSERT_TRUE(held.ok()) << held.message();
