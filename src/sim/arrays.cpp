@@ -73,7 +73,8 @@ bool find_array(CUarray handle, Shape* shape) {
 unsigned char* storage(CUarray handle) { return reinterpret_cast<unsigned char*>(handle); }
 
 // A linear copy between a 1D array's bytes at `offset` and memory at
-// `linear`, `n` bytes, on the legacy stream, the host waiting for it.
+// `linear`, `n` bytes, on the legacy stream, the host waiting as for any
+// synchronous copy (an array is device memory).
 CUresult array_copy(const char* name, CUarray array, std::size_t offset, void* linear, std::size_t n, bool to_array) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   Shape shape;
@@ -85,8 +86,7 @@ CUresult array_copy(const char* name, CUarray array, std::size_t offset, void* l
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(nullptr, &stream); r != CUDA_SUCCESS) return r;
   unsigned char* bytes = storage(array) + offset;
-  return to_array ? queue_copy(stream, bytes, linear, n, true, false)
-                  : queue_copy(stream, linear, bytes, n, true, false);
+  return to_array ? synchronous_copy(stream, bytes, linear, n) : synchronous_copy(stream, linear, bytes, n);
 }
 
 // One end of a 3D batch copy: where element (0, y, z) of the copy lies, and

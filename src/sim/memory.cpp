@@ -1047,6 +1047,16 @@ bool host_located(std::uintptr_t address) {
   return !in_reservation(s, address, 1);
 }
 
+bool host_memory(std::uintptr_t address) {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::uintptr_t base = 0;
+  if (const Allocation* a = allocation_at(s, address, &base)) {
+    return a->kind == AllocationKind::host || a->kind == AllocationKind::managed;
+  }
+  return mapping_at(s, address, &base) == nullptr && !in_reservation(s, address, 1);
+}
+
 bool pageable(std::uintptr_t address) {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);

@@ -524,6 +524,14 @@ Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> wo
 // the host-device link each end is on is decided when the copy runs.
 CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n, bool wait,
                     bool read_now);
+// A synchronous copy (cuMemcpy, cuMemcpyHtoD, the array copies...) queued on
+// `stream`, returning when the driver's documented host synchronisation
+// says, by the memory type of each end (host_memory), not by where its
+// pages are: to host memory, or from pinned host memory, once the copy is
+// done; from pageable memory to the device, once the stream's earlier work
+// is done and the source is staged, before the copy runs; between device
+// memory (and arrays), at once.
+CUresult synchronous_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n);
 // Stream capture checks for calls the driver calls "potentially unsafe"
 // during capture (cuMemAlloc, cuMemFree, ...), per the calling thread's
 // capture interaction mode: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with the
@@ -549,6 +557,10 @@ std::int64_t now_ns();
 // sim did not allocate (pageable memory); on the device for cuMemAlloc
 // memory, device-located mappings and unmapped reserved VA.
 bool host_located(std::uintptr_t address);
+// Whether `address` is host memory by its type, as the driver's synchronous
+// copies and sets go by: pinned or managed allocations and pageable memory.
+// VA that cuMemMap maps is device memory wherever its pages are now.
+bool host_memory(std::uintptr_t address);
 // Whether `address` is pageable host memory: nothing the sim allocated,
 // mapped or reserved.
 bool pageable(std::uintptr_t address);

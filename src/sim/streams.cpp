@@ -13,6 +13,12 @@
 // streams waits for it. CU_STREAM_NON_BLOCKING streams are exempt.
 // CU_STREAM_PER_THREAD names a blocking stream of the calling thread.
 //
+// Synchronous copies and sets wait on the host only where the driver's "API
+// synchronization behavior" says they do (synchronous_copy): a copy between
+// device memory or arrays, and a set on device memory, return at once; a
+// copy from pageable memory returns once the stream's earlier work is done
+// and the source is staged, before the copy itself runs.
+//
 // Stream capture (cuStreamBeginCapture .. cuStreamEndCapture): work sent to a
 // capturing stream is not run but recorded as a node of the capture's graph,
 // and runs when the graph, instantiated (cuGraphInstantiateWithFlags), is
@@ -1615,14 +1621,28 @@ CUresult tidepool::sim::queue_copy(const std::shared_ptr<Stream>& stream, void* 
   return sub.result;
 }
 
+CUresult tidepool::sim::synchronous_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src,
+                                         std::size_t n) {
+  const auto to = reinterpret_cast<std::uintptr_t>(dst);
+  const auto from = reinterpret_cast<std::uintptr_t>(src);
+  if (n == 0 || host_memory(to)) return queue_copy(stream, dst, src, n, true, false);
+  if (pageable(from)) {
+    stream->synchronize();
+    return queue_copy(stream, dst, src, n, false, true);
+  }
+  return queue_copy(stream, dst, src, n, host_memory(from), false);
+}
+
 namespace {
 
-CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool wait) {
+// `synchronous`: the host waits as synchronous_copy says; else not at all
+// (but for pageable memory, as queue_copy says).
+CUresult copy_async(const char* name, void* dst, const void* src, std::size_t n, CUstream handle, bool synchronous) {
   if (CUresult r = enter_initialized(name); r != CUDA_SUCCESS) return r;
   if ((dst == nullptr || src == nullptr) && n > 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Stream> stream;
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
-  return queue_copy(stream, dst, src, n, wait, false);
+  return synchronous ? synchronous_copy(stream, dst, src, n) : queue_copy(stream, dst, src, n, false, false);
 }
 
 // Whether a batch's attributes are as the driver requires: the first
@@ -1699,7 +1719,11 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
         node.set.height = 1;
         count_host_reach(node, dst, nullptr, n);
       });
-  if (sub.result == CUDA_SUCCESS && wait && !sub.capture) stream->wait_for(sub.sequence);
+  // A synchronous set returns at once but on pinned or managed memory, as
+  // the driver documents.
+  if (sub.result == CUDA_SUCCESS && wait && !sub.capture && host_memory(reinterpret_cast<std::uintptr_t>(dst))) {
+    stream->wait_for(sub.sequence);
+  }
   return sub.result;
 }
 

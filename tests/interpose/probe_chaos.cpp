@@ -177,13 +177,19 @@ class Worker {
   }
 
   // The next batch, copied in from the host once the stream's earlier work
-  // is done (a synchronous copy, ordered as the legacy stream is).
+  // is done (a synchronous copy, ordered as the legacy stream is). From
+  // pageable memory it returns once the source is staged, the copy perhaps
+  // still queued, and a non-blocking stream is not ordered after the legacy
+  // stream (blocking streams and the per-thread stream are): a thread on
+  // one waits for the copy. (No event: TIDEPOOL_SIM_FAULTS counts every
+  // caller's cuEventRecord.)
   void fill_by_copy(OwnedBlock& b) {
     b.expected = Expected{static_cast<std::uint32_t>(rng_()), false};
     host_.resize(b.bytes / 4);
     for (std::size_t i = 0; i < host_.size(); ++i) host_[i] = b.expected.word(i);
     expect(sync());
     expect(cuMemcpyHtoD(b.address, host_.data(), b.bytes));
+    if (kind_ == StreamKind::non_blocking) expect(cuStreamSynchronize(CU_STREAM_LEGACY));
   }
 
   // The stream synchronised, then the block read back with a synchronous

@@ -289,7 +289,13 @@ class BlockCopier {
   void to_device(CUdeviceptr block, const std::vector<std::uint32_t>& words) {
     const std::size_t bytes = words.size() * 4;
     switch (route_) {
-      case CopyRoute::single: expect(cuMemcpyHtoD(block, words.data(), bytes), "cuMemcpyHtoD"); break;
+      case CopyRoute::single:
+        expect(cuMemcpyHtoD(block, words.data(), bytes), "cuMemcpyHtoD");
+        // From pageable memory the call returns once the source is staged,
+        // perhaps before the copy runs; the program's non-blocking stream
+        // is not ordered after the legacy stream.
+        expect(cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+        break;
       case CopyRoute::batch: copy_in_halves(block, reinterpret_cast<CUdeviceptr>(words.data()), bytes, stream_); break;
       case CopyRoute::arrays:
         for (std::size_t at = 0; at < bytes; at += kArrayPiece) {

@@ -230,11 +230,12 @@ TEST_F(SimTransfers, SynchronousCopiesBothWaysRunOnTheLegacyStreamAtTheBandwidth
   set_copy_gbps(0.5);
   auto t0 = Clock::now();
   ASSERT_EQ(api().memcpyHtoD(device, host.data(), kBytes), CUDA_SUCCESS);
-  EXPECT_GE(ms_since(t0), 30.0);  // the caller waits for the legacy stream
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // from pageable memory the call returns early
+  EXPECT_GE(ms_since(t0), 30.0);
   ASSERT_EQ(api().memsetD8(device, 7, kBytes), CUDA_SUCCESS);
   t0 = Clock::now();
   ASSERT_EQ(api().memcpyDtoH(host.data(), device, kBytes), CUDA_SUCCESS);
-  EXPECT_GE(ms_since(t0), 30.0);
+  EXPECT_GE(ms_since(t0), 30.0);  // the caller waits for the copy to the host
   EXPECT_EQ(host[kBytes - 1], 7);
   EXPECT_EQ(copied(true) - to_device, kBytes);
   EXPECT_EQ(copied(false) - to_host, kBytes);
@@ -1152,6 +1153,7 @@ TEST_F(SimTransfers, AnArrayHoldsItsBytesAndIsReachedOnlyThroughArrayCopies) {
   ASSERT_EQ(api().memAlloc(&device, kWidth * 4), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, kWidth * 4), CUDA_SUCCESS);
   ASSERT_EQ(from_array(device + 64, array, 64, kWidth * 4 - 128), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // an array copy does not wait on the host
   const auto* got = reinterpret_cast<const std::uint32_t*>(device);
   EXPECT_EQ(got[0], 0u);
   EXPECT_TRUE(std::equal(words.begin() + 16, words.end() - 16, got + 16));
@@ -1203,6 +1205,90 @@ CUDA_MEMCPY3D_BATCH_OP batch_op(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, CU
 
 // cuMemcpy3DBatchAsync: pitched regions between pointers (bytes) and into
 // and out of a 2D array (its elements), all behind the stream's earlier work.
+// Whether `call` returned while the legacy stream's earlier work was held
+// behind a gated kernel: waited for at most `eventually`'s bound when it
+// should return at once (`at_once`), or settle()'s time when it should
+// not. The gate is released and the call's result checked before this
+// returns, so each case leaves the legacy stream idle.
+bool returned_while_held(const std::function<CUresult()>& call, bool at_once) {
+  CUcontext context = nullptr;
+  EXPECT_EQ(api().ctxGetCurrent(&context), CUDA_SUCCESS);
+  testing::Gate gate;
+  int cell = 0;
+  EXPECT_EQ(launch_gated_write(nullptr, &gate, &cell, 1), CUDA_SUCCESS);
+  std::atomic<int> returned{0};
+  CUresult result = CUDA_ERROR_UNKNOWN;
+  std::thread caller([&] {
+    EXPECT_EQ(api().ctxSetCurrent(context), CUDA_SUCCESS);
+    result = call();
+    returned.store(1);
+  });
+  bool early = false;
+  if (at_once) {
+    early = eventually([&] { return returned.load() != 0; });
+  } else {
+    settle();
+    early = returned.load() != 0;
+  }
+  gate.release();
+  caller.join();
+  EXPECT_EQ(result, CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);
+  return early;
+}
+
+// The synchronous copies and sets wait on the host as the driver's "API
+// synchronization behavior" says, by each end's memory type: between
+// device memory and arrays, and a set on device memory, not at all; to
+// host memory, from pinned memory, or a set on pinned memory, until done;
+// from pageable memory until the earlier work is done and the source is
+// staged, so the program may then reuse it.
+TEST_F(SimTransfers, SynchronousCopiesAndSetsWaitOnTheHostOnlyWhereTheDriverSaysTheyDo) {
+  const auto to_array = entry<CopyDtoA>("cuMemcpyDtoA_v2");
+  const auto from_array = entry<CopyAtoD>("cuMemcpyAtoD_v2");
+  const auto array_to_host = entry<CopyAtoH>("cuMemcpyAtoH_v2");
+  constexpr std::size_t kBytes = 4096;
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(api().memAlloc(&a, kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAlloc(&b, kBytes), CUDA_SUCCESS);
+  void* pinned = nullptr;
+  ASSERT_EQ(api().memAllocHost(&pinned, kBytes), CUDA_SUCCESS);
+  const auto pinned_at = reinterpret_cast<CUdeviceptr>(pinned);
+  CUarray array = make_array(kBytes / 4, 0, CU_AD_FORMAT_FLOAT, 1);
+  ASSERT_NE(array, nullptr);
+  std::vector<unsigned char> pageable(kBytes, 9);
+
+  EXPECT_TRUE(returned_while_held([&] { return api().memsetD8(a, 3, kBytes); }, true));
+  EXPECT_TRUE(returned_while_held([&] { return api().memcpyDtoD(b, a, kBytes); }, true));
+  EXPECT_TRUE(returned_while_held([&] { return api().memcpy(b, a, kBytes); }, true));
+  EXPECT_TRUE(returned_while_held([&] { return to_array(array, 0, a, kBytes); }, true));
+  EXPECT_TRUE(returned_while_held([&] { return from_array(b, array, 0, kBytes); }, true));
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(b)[kBytes - 1], 3);
+
+  EXPECT_FALSE(returned_while_held([&] { return api().memcpyDtoH(pageable.data(), a, kBytes); }, false));
+  EXPECT_EQ(pageable[kBytes - 1], 3);
+  EXPECT_FALSE(returned_while_held([&] { return api().memcpy(pinned_at, a, kBytes); }, false));
+  EXPECT_FALSE(returned_while_held([&] { return api().memsetD8(pinned_at, 5, kBytes); }, false));
+  EXPECT_EQ(static_cast<const unsigned char*>(pinned)[kBytes - 1], 5);
+  EXPECT_FALSE(returned_while_held([&] { return api().memcpyHtoD(b, pinned, kBytes); }, false));
+  EXPECT_FALSE(returned_while_held([&] { return array_to_host(pageable.data(), array, 0, kBytes); }, false));
+  std::fill(pageable.begin(), pageable.end(), 9);
+  EXPECT_FALSE(returned_while_held(
+      [&] {
+        const CUresult r = api().memcpyHtoD(b, pageable.data(), kBytes);
+        pageable.assign(kBytes, 1);  // staged: the copy takes the bytes of the call
+        return r;
+      },
+      false));
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(b)[kBytes - 1], 9);
+
+  EXPECT_EQ(entry<ArrayDestroy>("cuArrayDestroy")(array), CUDA_SUCCESS);
+  api().memFreeHost(pinned);
+  api().memFree(a);
+  api().memFree(b);
+}
+
 TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStreamOrder) {
   const auto copy = entry<Copy3DBatch>("cuMemcpy3DBatchAsync_v2");
   constexpr std::size_t kRow = 64;  // bytes per source row
@@ -1341,6 +1427,8 @@ int run_child(const std::string& mode) {
     std::vector<unsigned char> host(bytes, 1);
     const auto t0 = Clock::now();
     if (a.memcpyHtoD(device, host.data(), bytes) != CUDA_SUCCESS) return 5;
+    // From pageable memory the call returns once the source is staged.
+    if (a.streamSynchronize(nullptr) != CUDA_SUCCESS) return 8;
     if (copied(true) != bytes) return 6;
     if (bytes == 64 * kMiB && ms_since(t0) < 60.0) return 7;
     return 0;

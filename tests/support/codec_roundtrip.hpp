@@ -109,6 +109,9 @@ inline void codec_round_trip(const driver::Driver& driver, CUcontext context, st
     pages.push_back(device + i * page_size);
     ASSERT_EQ(api.memcpyHtoD(pages[i], data[i].data(), page_size), CUDA_SUCCESS);
   }
+  // Copies from pageable memory may still be queued on the legacy stream,
+  // which `stream` (non-blocking) does not wait for.
+  ASSERT_EQ(api.streamSynchronize(nullptr), CUDA_SUCCESS);
   // The sample: one chunk in 16, estimating each codec's stream.
   ASSERT_TRUE(codec.count(pages.data(), n, 16, stream));
   ASSERT_EQ(api.streamSynchronize(stream), CUDA_SUCCESS);
@@ -148,6 +151,7 @@ inline void codec_round_trip(const driver::Driver& driver, CUcontext context, st
       EXPECT_TRUE(kernels::valid_stream(got, expected.size(), page_size));
     }
     ASSERT_EQ(api.memsetD8(decoded, 0x5A, n * page_size), CUDA_SUCCESS);
+    ASSERT_EQ(api.streamSynchronize(nullptr), CUDA_SUCCESS);  // a set on device memory returns before it runs
     std::vector<residency::PageCodec::Page> unpacks;
     for (std::size_t i = 0; i < n; ++i) unpacks.push_back({decoded + i * page_size, streams + i * stream_room, c, 0});
     ASSERT_TRUE(codec.unpack(unpacks.data(), unpacks.size(), stream));
