@@ -152,8 +152,12 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
   // The common case: a cached block, backed, same stream.
   Miss last;  // read only after a place() that failed, which wrote it
   if (Block* b = place(arena, rounded, stream, ordered, error, &last)) return b;
+  return climb_rungs(arena, rounded, stream, ordered, error, last);
+}
 
-  // The ladder. Each rung either makes the retry succeed or moves to the next.
+Block* Pool::climb_rungs(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
+                         Miss last) {
+  // Each rung either makes the retry succeed or moves to the next.
   driver::ScopedContext scope(api_, context_);
   for (int rung = 0; rung < 6; ++rung) {
     const bool no_fit = last.no_fit;  // no free block large enough
@@ -205,19 +209,46 @@ Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stre
   return nullptr;
 }
 
+inline Block* Pool::carve_placed(Arena& arena, Block* chosen, const Request& request, bool ordered, util::Status* error,
+                                 Miss* miss) {
+  Block* block = arena.carve(chosen, request.size, request);
+  if (util::Status s = make_stream_safe(block, request.stream, ordered); !s) {
+    // Not known to be safe: set it aside (out of the index, merged with
+    // nothing) and let the request look elsewhere.
+    block->is_free = true;
+    unsafe_.push_back(block);
+    *miss = Miss{.no_fit = false, .fence_failed = true, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
+    *error = s;
+    return nullptr;
+  }
+  *error = util::Status::success();
+  return block;
+}
+
+// The cached path: a block chosen whose range is backed is carved here; a
+// range with pages to back goes to place_unbacked, out of line, so that its
+// stack frame is not paid by every cached allocation.
 Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                        Miss* miss, bool promoted) {
-  Request request{rounded, stream, arena.id() == 0, sequence_++};
+  const Request request{rounded, stream, arena.id() == 0, sequence_++};
   Block* chosen = policy_->choose(arena.index(), request);
   if (chosen == nullptr) {
     *miss = Miss{.no_fit = true, .fence_failed = false, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
     *error = util::Status(util::Error::out_of_memory, "no free block fits");
     return nullptr;
   }
-  std::uintptr_t begin = carve_begin(*chosen, request);
+  const std::uintptr_t begin = carve_begin(*chosen, request);
+  const std::size_t missing = space_.unbacked_pages(*chosen->segment->reservation, begin, rounded);
+  if (missing > 0) return place_unbacked(arena, request, chosen, begin, missing, ordered, error, miss, promoted);
+  return carve_placed(arena, chosen, request, ordered, error, miss);
+}
+
+Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen, std::uintptr_t begin,
+                            std::size_t missing, bool ordered, util::Status* error, Miss* miss, bool promoted) {
+  const std::size_t rounded = request.size;
+  const std::uintptr_t stream = request.stream;
   space::Reservation* reservation = chosen->segment->reservation;
-  std::size_t missing = space_.unbacked_pages(*reservation, begin, rounded);
-  if (missing > 0 && !deferred_.empty() && !promoted) {
+  if (!deferred_.empty() && !promoted) {
     // Freed memory is reused before new memory is created: cudaFree frees go
     // back first, and the request looks again. Without it a device that lags
     // the host makes the pool grow by what the lag holds. Under the preload
@@ -230,7 +261,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
     driver::ScopedContext scope(api_, context_);
     if (promote_all_deferred()) return try_place(arena, rounded, stream, ordered, error, miss, /*promoted=*/true);
   }
-  if (missing > 0 && space_.uses_vmm()) {
+  if (space_.uses_vmm()) {
     // A page stitching took from under this range without waiting may still
     // be read here by work queued before: its mapping must go before this
     // range's own. Where that page is idle where it went (under a free
@@ -326,18 +357,7 @@ Block* Pool::try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream,
       return nullptr;
     }
   }
-  Block* block = arena.carve(chosen, rounded, request);
-  if (util::Status s = make_stream_safe(block, stream, ordered); !s) {
-    // Not known to be safe: set it aside (out of the index, merged with
-    // nothing) and let the request look elsewhere.
-    block->is_free = true;
-    unsafe_.push_back(block);
-    *miss = Miss{.no_fit = false, .fence_failed = true, .pages_short = 0, .keep_begin = 0, .keep_end = 0};
-    *error = s;
-    return nullptr;
-  }
-  *error = util::Status::success();
-  return block;
+  return carve_placed(arena, chosen, request, ordered, error, miss);
 }
 
 std::uintptr_t Pool::carve_begin(const Block& chosen, const Request& request) const {

@@ -365,12 +365,25 @@ class Pool {
   };
   // How many chosen blocks one allocation may set aside (unsafe_).
   static constexpr std::size_t kMaxSetAside = 8;
+  // The ladder's rungs, after the first placement missed as `last` says:
+  // out of line, the cached path does not pay their frame.
+  [[gnu::noinline]] Block* climb_rungs(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered,
+                                       util::Status* error, Miss last);
   // try_place, again while the chosen block's pending work cannot be fenced.
   Block* place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error, Miss* miss);
   // `promoted`: cudaFree frees were just promoted for this request; they are
   // not promoted again.
   Block* try_place(Arena& arena, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error,
                    Miss* miss, bool promoted = false);
+  // try_place's path for a chosen range with `missing` pages to back from
+  // `begin`: cudaFree frees promoted first, parked mappings in the way
+  // dealt with, stitching, then backing.
+  [[gnu::noinline]] Block* place_unbacked(Arena& arena, const Request& request, Block* chosen, std::uintptr_t begin,
+                                          std::size_t missing, bool ordered, util::Status* error, Miss* miss,
+                                          bool promoted);
+  // `chosen` carved for `request` and made safe for its stream, or set aside.
+  [[gnu::always_inline]] Block* carve_placed(Arena& arena, Block* chosen, const Request& request, bool ordered,
+                                             util::Status* error, Miss* miss);
   util::Status add_segment(Arena& arena, std::size_t min_bytes);
   util::Status make_stream_safe(Block* block, std::uintptr_t stream, bool ordered);
   // A live block (out of live_) goes back: stream-ordered on `key`, after a

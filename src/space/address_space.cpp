@@ -318,15 +318,9 @@ std::size_t AddressSpace::unbacked_pages(const Reservation& r, std::uintptr_t ad
   if (r.is_chunk() || length == 0) return 0;
   const std::size_t first = r.page_of(address);
   const std::size_t last = r.page_of(address + length - 1);
-  auto unusable = [&](std::size_t p) {
-    return r.page(p).residency == Residency::unmapped || r.page(p).residency == Residency::broken;
-  };
-  std::size_t missing = 0;
-  if (last - first < 8) {  // the common case: a block on a page or two
-    for (std::size_t p = first; p <= last; ++p) missing += unusable(p) ? 1 : 0;
-    return missing;
-  }
-  missing = (last + 1 - first) - r.mapped_pages(first, last + 1);
+  // By the bitmap of mapped pages: a broken page counts as mapped there.
+  std::size_t missing = (last + 1 - first) - r.mapped_pages(first, last + 1);
+  if (r.broken_pages() == 0) return missing;
   for (std::size_t p = r.next_mapped(first, last + 1); p <= last; p = r.next_mapped(p + 1, last + 1)) {
     if (r.page(p).residency == Residency::broken) ++missing;
   }

@@ -96,6 +96,8 @@ class Reservation {
 
   // Keeps the bitmap of pages that are not unmapped in step with the map.
   void set_residency(std::size_t index, Residency residency) noexcept {
+    if (pages_[index].residency == Residency::broken) --broken_pages_;
+    if (residency == Residency::broken) ++broken_pages_;
     pages_[index].residency = residency;
     const std::uint64_t bit = std::uint64_t{1} << (index % 64);
     std::uint64_t& word = mapped_words_[index / 64];
@@ -133,8 +135,18 @@ class Reservation {
     const std::size_t found = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
     return found < limit ? found : end;
   }
+  // Pages left broken (mapped, or mapped once, but never to be used again).
+  [[nodiscard]] std::size_t broken_pages() const noexcept { return broken_pages_; }
   // How many pages in [from, end) are not unmapped.
   [[nodiscard]] std::size_t mapped_pages(std::size_t from, std::size_t end) const noexcept {
+    if (from < end && from / 64 == (end - 1) / 64) {
+      // Within one word of the bitmap, as a block on a few pages is, and
+      // mostly all mapped: no bit count then (without -mpopcnt, a call).
+      const std::size_t n = end - from;
+      const std::uint64_t mask = n < 64 ? (std::uint64_t{1} << n) - 1 : ~std::uint64_t{0};
+      const std::uint64_t bits = (mapped_words_[from / 64] >> (from % 64)) & mask;
+      return bits == mask ? n : static_cast<std::size_t>(std::popcount(bits));
+    }
     end = std::min(end, mapped_limit());
     std::size_t count = 0;
     for (std::size_t p = next_mapped(from, end); p < end;) {
@@ -207,6 +219,7 @@ class Reservation {
   std::vector<std::uint64_t> mapped_words_;    // bit p: page p is not unmapped
   std::vector<std::uint64_t> mapped_summary_;  // bit w: mapped_words_[w] != 0
   std::size_t mapped_limit_ = 0;
+  std::size_t broken_pages_ = 0;
 };
 
 }  // namespace tidepool::space

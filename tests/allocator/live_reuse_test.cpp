@@ -60,6 +60,24 @@ TEST(PageMap, NextMappedAndMappedPagesAgreeWithAScan) {
     for (std::size_t p = a; p < b; ++p) count += mapped[p] ? 1 : 0;
     ASSERT_EQ(r.mapped_pages(a, b), count) << a << " " << b;
   }
+  // Short ranges, as a block on a few pages asks: most within one word.
+  for (int i = 0; i < 20000; ++i) {
+    const std::size_t a = rng() % kPages;
+    const std::size_t b = std::min(kPages, a + 1 + rng() % 70);
+    std::size_t count = 0;
+    for (std::size_t p = a; p < b; ++p) count += mapped[p] ? 1 : 0;
+    ASSERT_EQ(r.mapped_pages(a, b), count) << a << " " << b;
+  }
+  // Broken pages count as mapped in the bitmap, and are counted apart.
+  EXPECT_EQ(r.broken_pages(), 0u);
+  r.set_residency(10, space::Residency::broken);
+  r.set_residency(11, space::Residency::broken);
+  r.set_residency(11, space::Residency::broken);
+  EXPECT_EQ(r.broken_pages(), 2u);
+  EXPECT_EQ(r.mapped_pages(10, 12), 2u);
+  r.set_residency(10, space::Residency::unmapped);
+  r.set_residency(11, space::Residency::device);
+  EXPECT_EQ(r.broken_pages(), 0u);
   // Nothing mapped past the highest page ever mapped, and an empty range.
   EXPECT_EQ(r.next_mapped(r.mapped_limit(), kPages), kPages);
   EXPECT_EQ(r.next_mapped(5, 5), 5u);
