@@ -6,27 +6,17 @@
 // synchronisation), so it can come back as soon as the device is past it;
 // while the previous fence is still in flight, new frees join the next one.
 //
-// The rule, and why it is complete. A free at time T may be handed back
-// once all work queued before T has finished. Work queued before T sits on
-//   (a) the legacy default stream;
-//   (b) blocking streams: created ones, every thread's per-thread default
-//       stream, and destroyed ones whose work still runs. The legacy stream
-//       waits for all earlier work of every blocking stream, so ONE event
-//       recorded on the legacy stream after T covers (a) and (b);
-//   (c) live non-blocking streams, which the legacy stream does not wait for:
-//       one event recorded on each, listed by the StreamRegistry;
-//   (d) destroyed non-blocking streams: the event the registry recorded on
-//       each just before it was destroyed, behind all of its work.
-// A batch's fence is those events, recorded after the batch's last free. It
-// is finished when every event reports CUDA_SUCCESS. Anything that leaves a
-// gap in that list marks the fence `needs_sync`: the registry is not known to
-// see every stream creation, a record failed, a stream (or the legacy stream,
-// implicitly) was capturing so nothing could be recorded on it, or a query
-// answered an error other than CUDA_ERROR_NOT_READY. Such a fence is proven
-// only by a cuCtxSynchronize that succeeds after the fence was made, which
-// only the waiting path performs, and never while any stream of the context
-// is capturing (the synchronisation would invalidate the capture). Until then
-// its frees stay held: nothing is ever handed back on a guess.
+// The rule. A free at time T may be handed back once all work queued
+// before T has finished, on every stream of the context: a ContextFence
+// (context_fence.hpp, which says why its events cover all such work)
+// recorded after the batch's last free. A fence with a gap (the registry is
+// not known to see every stream creation, a record failed, a stream was
+// capturing, or a query answered an error other than CUDA_ERROR_NOT_READY)
+// is `needs_sync`: proven only by a cuCtxSynchronize that succeeds after the
+// fence was made, which only the waiting path performs, and never while any
+// stream of the context is capturing (the synchronisation would invalidate
+// the capture). Until then its frees stay held: nothing is ever handed back
+// on a guess.
 //
 // Batches finish in order: a free is handed back only after every earlier one.
 //
@@ -40,6 +30,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "order/context_fence.hpp"
 #include "order/event_cache.hpp"
 #include "order/stream_registry.hpp"
 
@@ -75,24 +66,17 @@ class FreeFences {
   // Whether take_finished() without waiting could hand anything back: the
   // oldest fence is not one only a synchronisation proves.
   [[nodiscard]] bool may_finish_unaided() const noexcept {
-    return held_ > 0 && (fences_.empty() ? registry_.complete() : !fences_.front().needs_sync);
+    return held_ > 0 && (fences_.empty() ? registry_.complete() : !fences_.front().fence.needs_sync());
   }
   // Whether any stream the fences would cover is capturing now.
   [[nodiscard]] bool capture_in_progress() const;
 
  private:
   struct Fence {
-    std::vector<CUevent> events;
-    std::vector<std::shared_ptr<RetiredStream>> retired;
-    bool needs_sync = false;
+    ContextFence fence;
     std::size_t end = 0;  // the frees before this one (counted from the oldest held) are covered
   };
-  bool fence_finished(Fence& fence, bool wait);
   bool synchronize_context();
-  // Gives a fence's events back (or destroys them, for a fence that erred:
-  // such an event may sit in a capture).
-  void drop(Fence& fence);
-
   const driver::Api& api_;
   CUcontext context_;
   StreamRegistry& registry_;

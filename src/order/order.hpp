@@ -7,13 +7,16 @@
 //   stream_registry.hpp  every stream of the process, the device barrier and
 //                        gate, retired streams' last events
 //   barrier_fences.hpp   when the work before recent device barriers finished
+//   context_fence.hpp    a point in a context's stream order, as events on
+//                        every stream (and why they cover all its work)
 //   free_fences.hpp      when frees made with cudaFree semantics are known
-//                        finished (the rule, and why it covers every stream)
+//                        finished, each batch behind a context fence
 //   stream_fences.hpp    how far each stream's work is known finished, for
 //                        frees made in stream order
 #pragma once
 
 #include "order/barrier_fences.hpp"
+#include "order/context_fence.hpp"
 #include "order/event_cache.hpp"
 #include "order/free_fences.hpp"
 #include "order/stream_fences.hpp"

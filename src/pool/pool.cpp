@@ -520,17 +520,14 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
 util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
                                         std::chrono::steady_clock::time_point wait_until) {
   using Clock = std::chrono::steady_clock;
-  // An event on each stream of the context (the legacy stream's covers the
-  // blocking ones) and those of destroyed streams still running, as a
-  // cudaFree fence has: they finish once the work queued so far has, and
-  // reorder nothing, so work that waits for the other process (a flag it
-  // sets once it has the block) costs it its open when the deadline
-  // passes, never the program's later work or the exporter's thread.
+  using Gap = order::ContextFence::Gap;
+  // A fence of the context's streams, as a cudaFree fence: it reorders
+  // nothing, so work that waits for the other process (a flag it sets once
+  // it has the block) costs it its open when the deadline passes, never the
+  // program's later work or the exporter's thread.
+  order::ContextFence fence;
   std::vector<CUstream> streams;
-  std::vector<std::shared_ptr<order::RetiredStream>> retired;
-  std::vector<CUevent> events;
   std::uint64_t epoch = 0;
-  bool synchronize = false;
   for (;;) {
     // A record on a capturing stream, or a synchronisation, would
     // invalidate the capture: it ends first. The question reads no pool
@@ -545,71 +542,33 @@ util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
     }
     guard.lock();
     epoch = fences_.epoch();
-    streams.assign(1, nullptr);
-    retired.clear();
-    registry_.fence_targets(context_, &streams, &retired);
-    // Where events cannot answer (streams tidepool never saw, a destroyed
-    // stream whose record failed, a page mover's own copy streams), only a
-    // synchronisation does, and no deadline bounds it.
-    synchronize = !registry_.complete() || mover_ != nullptr ||
-                  std::any_of(retired.begin(), retired.end(), [](const auto& r) { return !r->recorded(); });
-    if (synchronize) {
-      if (deferred_.capture_in_progress()) continue;  // one began meanwhile
-      break;
+    fence = order::ContextFence{};
+    // A page mover's own copy streams are no streams the registry lists.
+    const Gap gap = fence.record(api_, events_, registry_, context_, &streams, /*known_gap=*/mover_ != nullptr);
+    if (gap == Gap::failed) {
+      fence.release(api_, events_);
+      return {util::Error::driver_error, "could not record a wait for the block's earlier work"};
     }
-    bool capture_began = false;
-    util::Status failed;
-    for (CUstream stream : streams) {
-      if (driver::capturing(api_, stream)) {
-        capture_began = true;
-        break;
-      }
-      CUevent event = events_.take();
-      if (event == nullptr) {
-        failed = {util::Error::driver_error, "no event to wait for the block's earlier work"};
-        break;
-      }
-      if (const CUresult r = api_.eventRecord(event, stream); r != CUDA_SUCCESS) {
-        (void)api_.eventDestroy(event);
-        failed = driver::check(r, "cuEventRecord");
-        break;
-      }
-      events.push_back(event);
-    }
-    if (capture_began || !failed) {
-      for (CUevent event : events) events_.give_back(event);
-      events.clear();
-      if (!failed) return failed;
+    if (gap == Gap::capturing || (gap == Gap::unseen && deferred_.capture_in_progress())) {
+      fence.release(api_, events_);  // a capture began meanwhile
       continue;
     }
     break;
   }
+  // Where events cannot answer, only a synchronisation does, and no
+  // deadline bounds it.
+  const bool synchronize = fence.needs_sync();
   CUresult result = CUDA_SUCCESS;
   guard.unlock();
   if (synchronize) {
     result = api_.ctxSynchronize != nullptr ? api_.ctxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
   } else {
-    for (;;) {
-      result = CUDA_SUCCESS;
-      for (CUevent event : events) {
-        if ((result = api_.eventQuery(event)) != CUDA_SUCCESS) break;
-      }
-      if (result == CUDA_SUCCESS &&
-          !std::all_of(retired.begin(), retired.end(), [](const auto& r) { return r->finished(); })) {
-        result = CUDA_ERROR_NOT_READY;
-      }
-      if (result != CUDA_ERROR_NOT_READY || Clock::now() >= wait_until) break;
+    while ((result = fence.query(api_)) == CUDA_ERROR_NOT_READY && Clock::now() < wait_until) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
   guard.lock();
-  for (CUevent event : events) {
-    if (result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY) {
-      events_.give_back(event);
-    } else {
-      (void)api_.eventDestroy(event);  // its state is unknown
-    }
-  }
+  fence.release(api_, events_);
   if (result == CUDA_ERROR_NOT_READY) {
     return {util::Error::driver_error, "work queued before the block came to its owner outlasted the wait"};
   }

@@ -192,7 +192,8 @@ TEST_F(SimTransfers, HostToDeviceCopyTakesBytesOverBandwidthOfStreamTime) {
   ASSERT_EQ(api().memAlloc(&device, kBytes), CUDA_SUCCESS);
   // Both sides touched first: faulting pages in would take time of its own.
   ASSERT_EQ(api().memsetD8(device, 0, kBytes), CUDA_SUCCESS);
-  std::vector<unsigned char> host(kBytes, 0x5a);  // pageable
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
+  std::vector<unsigned char> host(kBytes, 0x5a);              // pageable
   CUstream stream = new_stream();
   CUevent start = nullptr;
   CUevent end = nullptr;
@@ -224,6 +225,7 @@ TEST_F(SimTransfers, SynchronousCopiesBothWaysRunOnTheLegacyStreamAtTheBandwidth
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, kBytes), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   std::vector<unsigned char> host(kBytes, 3);
   const std::uint64_t to_device = copied(true);
   const std::uint64_t to_host = copied(false);
@@ -233,6 +235,7 @@ TEST_F(SimTransfers, SynchronousCopiesBothWaysRunOnTheLegacyStreamAtTheBandwidth
   ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // from pageable memory the call returns early
   EXPECT_GE(ms_since(t0), 30.0);
   ASSERT_EQ(api().memsetD8(device, 7, kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   t0 = Clock::now();
   ASSERT_EQ(api().memcpyDtoH(host.data(), device, kBytes), CUDA_SUCCESS);
   EXPECT_GE(ms_since(t0), 30.0);  // the caller waits for the copy to the host
@@ -710,6 +713,7 @@ TEST_F(SimTransfers, WriteValueOnOneStreamReleasesAWaitOnAnother) {
   CUdeviceptr words = 0;
   ASSERT_EQ(api().memAlloc(&words, 64), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(words, 0, 64), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   CUstream waiting = new_stream();
   CUstream writing = new_stream();
   int done32 = 0;
@@ -1024,9 +1028,11 @@ TEST_F(SimTransfers, CopyBatchCopiesEachPairBehindItsStreamsEarlierWork) {
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   CUdeviceptr staging = 0;
   ASSERT_EQ(api().memAlloc(&staging, 64), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(staging, 3, 64), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   std::vector<unsigned char> ephemeral(64, 1);
   CUstream stream = new_stream();
   Gate gate;
@@ -1064,6 +1070,7 @@ TEST_F(SimTransfers, CopyBatchRefusesTheLegacyStreamAndBadAttributesAndNamesTheF
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, 256), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   std::vector<unsigned char> source(64, 5);
   CUstream stream = new_stream();
   CUdeviceptr dsts[] = {device, device + 64};
@@ -1152,6 +1159,7 @@ TEST_F(SimTransfers, AnArrayHoldsItsBytesAndIsReachedOnlyThroughArrayCopies) {
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, kWidth * 4), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, kWidth * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   ASSERT_EQ(from_array(device + 64, array, 64, kWidth * 4 - 128), CUDA_SUCCESS);
   ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // an array copy does not wait on the host
   const auto* got = reinterpret_cast<const std::uint32_t*>(device);
@@ -1160,6 +1168,7 @@ TEST_F(SimTransfers, AnArrayHoldsItsBytesAndIsReachedOnlyThroughArrayCopies) {
   EXPECT_EQ(got[kWidth - 1], 0u);
   // Device memory in, read back through the host.
   ASSERT_EQ(api().memsetD8(device, 0x3c, kWidth * 4), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   ASSERT_EQ(to_array(array, 4, device, 8), CUDA_SUCCESS);
   std::vector<std::uint32_t> back(kWidth);
   ASSERT_EQ(array_to_host(back.data(), array, 0, kWidth * 4), CUDA_SUCCESS);
@@ -1302,6 +1311,7 @@ TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStrea
   for (std::size_t i = 0; i < kRow * 16; ++i) s[i] = static_cast<unsigned char>(i % 251 + 1);  // never 0
   ASSERT_EQ(api().memsetD8(dst, 0, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(out, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);           // a set returns before it runs
   CUarray array = make_array(16, 16, CU_AD_FORMAT_UNSIGNED_INT16, 2);  // 4-byte elements, 64-byte rows
   ASSERT_NE(array, nullptr);
   CUstream stream = new_stream();
@@ -1350,6 +1360,7 @@ TEST_F(SimTransfers, A3DBatchRefusesBadOperationsBeforeQueuingAnyAndNamesTheFail
   CUdeviceptr device = 0;
   ASSERT_EQ(api().memAlloc(&device, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(device, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   std::vector<unsigned char> source(256, 7);
   const auto host = reinterpret_cast<CUdeviceptr>(source.data());
   CUarray bytes = make_array(8, 8, CU_AD_FORMAT_UNSIGNED_INT8, 1);

@@ -986,9 +986,11 @@ TEST_F(Sim, CapturedWorkIsRecordedNotRun) {
   CUdeviceptr p = 0;
   ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   CUdeviceptr other = 0;
   ASSERT_EQ(api().memAlloc(&other, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(other, 0x5A, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   CUevent event = nullptr;
   ASSERT_EQ(api().eventCreate(&event, 0), CUDA_SUCCESS);
   int cell = 0;
@@ -1039,6 +1041,7 @@ TEST_F(Sim, ACaptureIntoTheProgramsGraphAddsNodesAfterTheNamedOnes) {
   CUdeviceptr p = 0;
   ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   CUgraph graph = nullptr;
   EXPECT_EQ(create(&graph, 1), CUDA_ERROR_INVALID_VALUE) << "flags must be 0";
   ASSERT_EQ(create(&graph, 0), CUDA_SUCCESS);
@@ -1119,6 +1122,7 @@ TEST_F(Sim, AnInstantiatedGraphRunsItsCapturedWorkEachTimeItIsLaunched) {
   CUdeviceptr p = 0;
   ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   int cell = 0;
   Gate open;
   open.release();
@@ -1182,6 +1186,7 @@ TEST_F(Sim, CopyAndSetNodesKeepTheirParametersAndAChildGraphRunsWithItsParent) {
   ASSERT_EQ(api().memAlloc(&b, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(a, 1, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(b, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
   std::vector<unsigned char> host(64, 0);
 
   CUgraph inner = nullptr;
@@ -1375,6 +1380,7 @@ TEST_F(Sim, LegacyStreamUseWhileABlockingStreamCapturesIsImplicitAndInvalidates)
   CUdeviceptr p = 0;
   ASSERT_EQ(api().memAlloc(&p, 4096), CUDA_SUCCESS);
   ASSERT_EQ(api().memsetD8(p, 0, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
 
   ASSERT_EQ(capture_api().begin(blocking, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
   // Asking is answered, and does not invalidate.
