@@ -7,6 +7,7 @@ namespace tidepool::order {
 
 ContextFence::Gap ContextFence::record(const driver::Api& api, EventCache& events, StreamRegistry& registry,
                                        CUcontext context, std::vector<CUstream>* streams, bool known_gap) {
+  recorded_ = true;
   streams->assign(1, nullptr);  // the legacy stream first: its event covers every blocking stream
   registry.fence_targets(context, streams, &retired_);
   const bool unseen = known_gap || !registry.complete() ||
@@ -37,14 +38,11 @@ ContextFence::Gap ContextFence::record(const driver::Api& api, EventCache& event
 }
 
 CUresult ContextFence::query(const driver::Api& api) {
-  if (needs_sync()) return CUDA_ERROR_NOT_READY;
+  if (!recorded_ || needs_sync()) return CUDA_ERROR_NOT_READY;
   for (CUevent event : events_) {
     const CUresult r = api.eventQuery(event);
     if (r == CUDA_SUCCESS) continue;
-    if (r != CUDA_ERROR_NOT_READY) {
-      gap_ = Gap::failed;
-      erred_ = true;
-    }
+    if (r != CUDA_ERROR_NOT_READY) gap_ = Gap::failed;
     return r;
   }
   for (const auto& retired : retired_) {
@@ -55,11 +53,10 @@ CUresult ContextFence::query(const driver::Api& api) {
 
 bool ContextFence::finished(const driver::Api& api, bool wait) {
   if (!wait) return query(api) == CUDA_SUCCESS;
-  if (needs_sync()) return false;
+  if (!recorded_ || needs_sync()) return false;
   for (CUevent event : events_) {
     if (api.eventSynchronize(event) != CUDA_SUCCESS) {
       gap_ = Gap::failed;
-      erred_ = true;
       return false;
     }
   }
@@ -80,7 +77,7 @@ void ContextFence::synchronized() noexcept {
 
 void ContextFence::release(const driver::Api& api, EventCache& events) {
   for (CUevent event : events_) {
-    if (erred_) {
+    if (needs_sync()) {
       (void)api.eventDestroy(event);
     } else {
       events.give_back(event);

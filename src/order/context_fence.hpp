@@ -20,7 +20,9 @@
 //
 // Used by the cudaFree fences (free_fences.hpp) and by a block shared with
 // another process, which waits for the work queued before its owner.
-// Not thread-safe: the owner's lock guards every call.
+// Recorded once. Not thread-safe: record() and release() take the owner's
+// lock (they use the registry and the event cache); a fence no other
+// thread sees may be queried without it.
 #pragma once
 
 #include <cuda.h>
@@ -64,7 +66,7 @@ class ContextFence {
 
   // CUDA_SUCCESS once every event and destroyed stream is finished,
   // CUDA_ERROR_NOT_READY while one is not, or the error a query answered.
-  // Never passed while needs_sync() (CUDA_ERROR_NOT_READY).
+  // Never passed unrecorded or while needs_sync() (CUDA_ERROR_NOT_READY).
   CUresult query(const driver::Api& api);
   // Whether the fence is passed; with `wait`, the host waits for each event
   // in turn. A query that errs, or a destroyed stream that cannot be waited
@@ -74,9 +76,9 @@ class ContextFence {
   // destroyed stream it lists is finished.
   void synchronized() noexcept;
 
-  // Gives the events back to `events`, or destroys them when a record or
-  // query of the fence erred (such an event's state is unknown; it may sit
-  // in a capture).
+  // Gives the events back to `events`, or destroys them when the fence has
+  // a gap or a query erred: a capture may have begun between the check and
+  // the record, so such an event may sit in it.
   void release(const driver::Api& api, EventCache& events);
   // Destroys the events, for an owner torn down with the fence unpassed.
   void destroy(const driver::Api& api);
@@ -85,7 +87,7 @@ class ContextFence {
   std::vector<CUevent> events_;
   std::vector<std::shared_ptr<RetiredStream>> retired_;
   Gap gap_ = Gap::none;
-  bool erred_ = false;
+  bool recorded_ = false;
 };
 
 }  // namespace tidepool::order

@@ -1,7 +1,7 @@
-// See free_fences.hpp for the rule and its argument.
+// See free_fences.hpp for the rule (and context_fence.hpp for why a fence covers every stream).
 #include "order/free_fences.hpp"
 
-#include <algorithm>
+#include <utility>
 
 namespace tidepool::order {
 

@@ -26,7 +26,6 @@
 #include <cuda.h>
 
 #include <cstddef>
-#include <memory>
 #include <vector>
 
 #include "driver/driver.hpp"

@@ -519,7 +519,7 @@ Submitted submit(const std::shared_ptr<Stream>& stream, std::function<void()> wo
                  const std::function<void(Node&)>& on_capture = {});
 // Queues a copy of `n` bytes on `stream` (streams.cpp), as cuMemcpyAsync
 // does: a memcpy node while the stream captures; the host waits for it when
-// `wait` (a synchronous copy) or when `dst` is pageable; `read_now`, or a
+// `wait` or when `dst` is pageable; `read_now`, or a
 // pageable `src`, reads the source before the call returns. Which side of
 // the host-device link each end is on is decided when the copy runs.
 CUresult queue_copy(const std::shared_ptr<Stream>& stream, void* dst, const void* src, std::size_t n, bool wait,

@@ -1625,9 +1625,14 @@ CUresult tidepool::sim::synchronous_copy(const std::shared_ptr<Stream>& stream, 
                                          std::size_t n) {
   const auto to = reinterpret_cast<std::uintptr_t>(dst);
   const auto from = reinterpret_cast<std::uintptr_t>(src);
-  if (n == 0 || host_memory(to)) return queue_copy(stream, dst, src, n, true, false);
-  if (pageable(from)) {
-    stream->synchronize();
+  if (host_memory(to)) return queue_copy(stream, dst, src, n, true, false);
+  if (n > 0 && pageable(from)) {
+    // The stream is synchronised before the copy begins: an empty item
+    // queued first carries the legacy stream's order after the blocking
+    // streams, and is refused as the copy would be during a capture.
+    const Submitted before = submit(stream, [] {});
+    if (before.result != CUDA_SUCCESS) return before.result;
+    if (!before.capture) stream->wait_for(before.sequence);
     return queue_copy(stream, dst, src, n, false, true);
   }
   return queue_copy(stream, dst, src, n, host_memory(from), false);

@@ -1212,8 +1212,6 @@ CUDA_MEMCPY3D_BATCH_OP batch_op(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, CU
   return op;
 }
 
-// cuMemcpy3DBatchAsync: pitched regions between pointers (bytes) and into
-// and out of a 2D array (its elements), all behind the stream's earlier work.
 // Whether `call` returned while the legacy stream's earlier work was held
 // behind a gated kernel: waited for at most `eventually`'s bound when it
 // should return at once (`at_once`), or settle()'s time when it should
@@ -1298,6 +1296,8 @@ TEST_F(SimTransfers, SynchronousCopiesAndSetsWaitOnTheHostOnlyWhereTheDriverSays
   api().memFree(b);
 }
 
+// cuMemcpy3DBatchAsync: pitched regions between pointers (bytes) and into
+// and out of a 2D array (its elements), all behind the stream's earlier work.
 TEST_F(SimTransfers, A3DBatchCopiesPitchedRegionsBetweenPointersAndArraysInStreamOrder) {
   const auto copy = entry<Copy3DBatch>("cuMemcpy3DBatchAsync_v2");
   constexpr std::size_t kRow = 64;  // bytes per source row
