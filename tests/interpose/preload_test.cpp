@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,8 +36,10 @@ struct ProgramRun {
 class Preload : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("tidepool-preload-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // A parameterised test's name holds a '/': one directory, not two.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = std::filesystem::temp_directory_path() / ("tidepool-preload-" + std::to_string(::getpid()) + "-" + name);
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -369,10 +372,15 @@ TEST_F(Preload, ALaunchOnItsWayToTheDriverKeepsItsBlockWhereItIsThroughAnotherTh
 // cuMemcpyDtoA, and cuMemcpy3DBatchAsync's pointer operands): the block's
 // side is guarded as a linear copy's is, through the same guard, so
 // prefetch:launch alone checks it (learn's runs would double the time).
-TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
+// One test per route, each within its own time limit (a route takes about
+// 27 s under TSan).
+class TheProgramsOwnCopies : public Preload, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(TheProgramsOwnCopies, SeeEveryByteWhileBlocksMoveWithoutAGate) {
   time_limit_s_ = 120;
   extra_env_ = "TIDEPOOL_SIM_COPY_GBPS=2 ";
-  for (const char* route : {"copies", "batch_copies", "array_copies", "batch_3d_copies"}) {
+  const char* route = GetParam();
+  {
     const bool through_arrays =
         std::string(route).find("array") != std::string::npos || std::string(route).find("3d") != std::string::npos;
     for (const char* mode : {"launch", "learn"}) {
@@ -394,6 +402,10 @@ TEST_F(Preload, TheProgramsOwnCopiesSeeEveryByteWhileBlocksMoveWithoutAGate) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Routes, TheProgramsOwnCopies,
+                         ::testing::Values("copies", "batch_copies", "array_copies", "batch_3d_copies"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // A kernel the driver does not describe (neither query answers for it, here
 // the fill kernel's first) under learned prefetch: its launches cannot be
