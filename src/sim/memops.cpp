@@ -115,7 +115,14 @@ CUresult wait_value(const char* name, CUstream handle, CUdeviceptr address, T va
   if (condition > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_address(address, sizeof(T)); r != CUDA_SUCCESS) return r;
   const auto* target = reinterpret_cast<const T*>(address);
-  return submit(stream, [target, value, condition] { wait_until(target, value, condition); }).result;
+  // Checked as it starts, not held: a wait may outlast the mapping it
+  // began on, which a GPU would also fault on.
+  return submit(stream,
+                [target, value, condition] {
+                  const auto at = reinterpret_cast<std::uintptr_t>(target);
+                  if (Running({{at, at + sizeof(T)}}, "stream wait").reachable()) wait_until(target, value, condition);
+                })
+      .result;
 }
 
 template <typename T>
@@ -131,6 +138,9 @@ CUresult write_value(const char* name, CUstream handle, CUdeviceptr address, T v
   // sees the value sees what that work wrote.
   return submit(stream,
                 [target, value] {
+                  const auto at = reinterpret_cast<std::uintptr_t>(target);
+                  const Running running({{at, at + sizeof(T), true}}, "stream write");
+                  if (!running.reachable()) return;
                   ordered_before_word(target);
                   device_store(target, value);
                 })

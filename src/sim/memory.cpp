@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -676,11 +677,11 @@ namespace {
 // the map only through the device (behind a cuStreamWaitValue32 the host
 // opens, say). With the thread's accesses ignored, TSan resets the range
 // instead: the memory starts without history, as a fresh binding does.
-void* map_fixed(std::uintptr_t address, std::size_t size, int flags, int fd, off_t offset) {
+void* map_fixed(std::uintptr_t address, std::size_t size, int flags, int fd, off_t offset, int prot = PROT_NONE) {
 #if defined(__SANITIZE_THREAD__)
   __tsan_ignore_thread_begin();
 #endif
-  void* mapped = ::mmap(reinterpret_cast<void*>(address), size, PROT_NONE, flags | MAP_FIXED, fd, offset);
+  void* mapped = ::mmap(reinterpret_cast<void*>(address), size, prot, flags | MAP_FIXED, fd, offset);
 #if defined(__SANITIZE_THREAD__)
   __tsan_ignore_thread_end();
 #endif
@@ -724,25 +725,34 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   std::lock_guard<std::mutex> guard(s.lock);
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
+  const auto begin = static_cast<std::uintptr_t>(ptr);
+  bool under_work = false;
   {
     // A running kernel that names an address here, or a running copy
     // whose range meets it, would touch a page with nothing mapped: on a
     // GPU it faults.
     std::lock_guard<std::mutex> running(s.running_lock);
-    const auto begin = static_cast<std::uintptr_t>(ptr);
     for (const auto& [id, touches] : s.running) {
       const bool named = std::any_of(touches.begin(), touches.end(),
                                      [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
-      if (named && s.remap_faults.fetch_add(1) == 0) {
+      if (!named) continue;
+      under_work = true;
+      if (s.remap_faults.fetch_add(1) == 0) {
         std::fprintf(stderr,
                      "tidepool sim: cuMemUnmap(%#llx, %zu) under a running kernel or copy that touches it: on a GPU "
                      "it faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
                      static_cast<unsigned long long>(ptr), size);
       }
     }
+    if (under_work) {
+      s.scratch.push_back({begin, begin + size});
+      s.scratch_ranges.store(s.scratch.size());
+    }
   }
-  // Back to an inaccessible reservation at the same addresses.
-  map_fixed(static_cast<std::uintptr_t>(ptr), size, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Back to an inaccessible reservation at the same addresses; under
+  // running work, scratch until it is done (settle_scratch).
+  map_fixed(begin, size, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0,
+            under_work ? PROT_READ | PROT_WRITE : PROT_NONE);
   for (auto it : pieces) {
     Physical* physical = it->second.physical;
     if (!physical->on_device) s.host_mappings.fetch_sub(1);
@@ -1067,7 +1077,9 @@ bool pageable(std::uintptr_t address) {
 
 CUresult after_faults(CUresult result) {
   const State& s = state();
-  if (s.remap_faults.load() > 0 || s.access_faults.load() > 0) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  if (s.remap_faults.load() > 0 || s.access_faults.load() > 0 || s.unmapped_faults.load() > 0) {
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
   return s.misaligned_faults.load() > 0 ? CUDA_ERROR_MISALIGNED_ADDRESS : result;
 }
 
@@ -1135,6 +1147,64 @@ bool host_mapped_in(std::uintptr_t address, std::size_t bytes) {
     if (!m->second.physical->on_device) return true;
   }
   return false;
+}
+
+std::uintptr_t first_unreachable(const std::vector<State::Touch>& touches) {
+  // Most kernels declare no extent: nothing to look up, no lock to take.
+  if (std::none_of(touches.begin(), touches.end(),
+                   [](const State::Touch& t) { return !t.guessed && t.end > t.begin; })) {
+    return 0;
+  }
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  for (const State::Touch& t : touches) {
+    if (t.guessed || t.end <= t.begin) continue;
+    auto r = s.reservations.upper_bound(t.begin);
+    if (r != s.reservations.begin()) --r;
+    for (; r != s.reservations.end() && r->first < t.end; ++r) {
+      const std::uintptr_t lo = std::max(t.begin, r->first);
+      const std::uintptr_t hi = std::min(t.end, r->first + r->second);
+      for (std::uintptr_t at = lo; at < hi;) {
+        std::uintptr_t base = 0;
+        const Mapping* m = mapping_at(s, at, &base);
+        if (m == nullptr || (t.write ? m->writers : m->readers | m->writers) == 0) return at;
+        at = base + m->size;
+      }
+    }
+  }
+  return 0;
+}
+
+void settle_scratch() {
+  State& s = state();
+  std::lock_guard<std::mutex> guard(s.lock);
+  std::lock_guard<std::mutex> running(s.running_lock);
+  std::erase_if(s.scratch, [&](const State::Touch& scratch) {
+    for (const auto& [id, touches] : s.running) {
+      for (const State::Touch& t : touches) {
+        if (t.begin < scratch.end && scratch.begin < t.end) return false;
+      }
+    }
+    // Only what is still reserved and unmapped: a later cuMemMap replaced
+    // the scratch where it mapped, and a cuMemAddressFree unmapped it all.
+    for (std::uintptr_t at = scratch.begin; at < scratch.end;) {
+      std::uintptr_t base = 0;
+      if (const Mapping* m = mapping_at(s, at, &base)) {
+        at = base + m->size;
+        continue;
+      }
+      auto next = s.mappings.lower_bound(at);
+      const std::uintptr_t gap_end = next == s.mappings.end() ? scratch.end : std::min(scratch.end, next->first);
+      for (std::uintptr_t page = at; page < gap_end; page += s.granularity) {
+        if (in_reservation(s, page, s.granularity)) {
+          map_fixed(page, s.granularity, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        }
+      }
+      at = gap_end;
+    }
+    return true;
+  });
+  s.scratch_ranges.store(s.scratch.size());
 }
 
 bool device_reachable(std::uintptr_t address, std::size_t bytes) {

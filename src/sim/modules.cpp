@@ -248,7 +248,7 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
       kernel_fault(CUDA_ERROR_ILLEGAL_ADDRESS, r.begin, "a pack offset outside its stream's payloads");
       return;
     }
-    touches.push_back({r.begin, r.begin + r.span});
+    touches.push_back({r.begin, r.begin + r.span, r.write});
     if (!host_located(r.begin)) {
       traffic.device += r.bytes;
     } else if (r.write) {
@@ -259,7 +259,8 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
   }
   if (!device_may_touch(device, touches)) return;
   {
-    const Running running(std::move(touches));
+    const Running running(std::move(touches), "kernel of tidepool's");
+    if (!running.reachable()) return;
     regions.clear();
     kernel.run(params, grid, &regions, true);
   }

@@ -449,20 +449,37 @@ struct State {
   std::atomic<std::size_t> host_mappings{0};
   std::atomic<std::uint64_t> host_resident_launches{0};
   std::atomic<std::uint64_t> host_resident_graph_copies{0};  // tidepool_sim_host_resident_graph_copies
-  // The kernels and copies running now, by the address ranges they may
-  // touch (a kernel: one byte at each 8-byte word of its arguments; a copy:
-  // its source and destination): a cuMemUnmap of a range one of them
+  // The kernels, copies and sets running now, by the address ranges they
+  // may touch (a kernel: one byte at each 8-byte word of its arguments; a
+  // copy: its source and destination): a cuMemUnmap of a range one of them
   // touches is a fault on a GPU (a page with nothing mapped:
   // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context). The sim counts it
   // and answers every later synchronisation with that error (remap_faults).
+  // `write`: the range is written (a read-only mapping refuses it).
+  // `guessed`: an argument word that may be a pointer the kernel never
+  // follows; an unmap under it still counts, but it does not fault alone.
   struct Touch {
     std::uintptr_t begin;
     std::uintptr_t end;
+    bool write = false;
+    bool guessed = false;
   };
   std::mutex running_lock;
   std::uint64_t next_running = 0;
   std::vector<std::pair<std::uint64_t, std::vector<Touch>>> running;
   std::atomic<std::uint64_t> remap_faults{0};
+  // Ranges unmapped under running work that touches them: backed by
+  // anonymous scratch memory until that work is done, so that its stray
+  // accesses land where nothing reads them instead of killing the process,
+  // then made inaccessible reserved VA again (settle_scratch). Guarded by
+  // `lock`, then `running_lock`; `scratch_ranges` counts them, to be read
+  // without either.
+  std::vector<Touch> scratch;
+  std::atomic<std::size_t> scratch_ranges{0};
+  // Kernels, copies and sets that reached, when they started, reserved VA
+  // with nothing mapped, or a mapping without the access they need: on a
+  // GPU each one faults, sticky as above; the sim skips it and counts it.
+  std::atomic<std::uint64_t> unmapped_faults{0};
   // Kernels that named device memory their device may not reach (another
   // device's, without peer access or an access grant): on a GPU each one
   // faults, sticky as above; the sim skips the kernel and counts it.
@@ -570,18 +587,33 @@ bool any_host_mapped(const std::uint64_t* values, std::size_t count);
 // Whether any byte of [address, address + bytes) lies in VA mapped to
 // host-located physical memory.
 bool host_mapped_in(std::uintptr_t address, std::size_t bytes);
-// Registers the ranges a kernel or copy touches in State::running for as
-// long as it runs.
+// Registers the ranges a kernel, copy or set touches in State::running
+// for as long as it runs, then checks that each is there to touch: a range
+// in reserved VA must be mapped, with access (write access where it is
+// written). Registered first, so that an unmap racing the check is a remap
+// fault either way. `reachable()` false: the work faulted (counted in
+// State::unmapped_faults, the first reported on stderr as `what`) and must
+// not run. On leaving, scratch that covered ranges unmapped under it is
+// made inaccessible again once no running work touches it.
 class Running {
  public:
-  explicit Running(std::vector<State::Touch> touches);
+  Running(std::vector<State::Touch> touches, const char* what);
   ~Running();
   Running(const Running&) = delete;
   Running& operator=(const Running&) = delete;
+  [[nodiscard]] bool reachable() const noexcept { return reachable_; }
 
  private:
   std::uint64_t id_ = 0;
+  bool reachable_ = true;
 };
+// The first address of `touches` (but guessed ones) in reserved VA that is
+// not mapped, or is mapped without the access its touch needs; 0 when none
+// (memory.cpp).
+std::uintptr_t first_unreachable(const std::vector<State::Touch>& touches);
+// Makes the scratch ranges no running work touches inaccessible reserved VA
+// again, where nothing was mapped there since (memory.cpp).
+void settle_scratch();
 // Whether a kernel on `device` may touch everything in `touches` (their
 // first bytes): memory of its own device, host memory, another device's
 // cuMemAlloc memory with peer access enabled, its memory-pool allocations
@@ -591,9 +623,10 @@ class Running {
 bool device_may_touch(int device, const std::vector<State::Touch>& touches);
 // Runs a module kernel's reference on the stream's worker (modules.cpp).
 void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device);
-// CUDA_ERROR_ILLEGAL_ADDRESS once a kernel has faulted (State::remap_faults,
-// State::access_faults), CUDA_ERROR_MISALIGNED_ADDRESS once one has only
-// been misaligned, else `result`: what a synchronisation answers.
+// CUDA_ERROR_ILLEGAL_ADDRESS once work has faulted (State::remap_faults,
+// State::access_faults, State::unmapped_faults), CUDA_ERROR_MISALIGNED_ADDRESS
+// once one has only been misaligned, else `result`: what a synchronisation
+// answers.
 CUresult after_faults(CUresult result);
 // Whether [address, address + bytes) lies inside one allocation or VMM
 // mapping the device can reach: device, pinned host, or mapped memory.

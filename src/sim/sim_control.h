@@ -20,9 +20,9 @@ typedef void (*tidepool_sim_kernel_fn)(void** params, void* user_data);
 /* Makes the `nth` call from now (1 = the next) of the driver function `name`
  * (its exported name, e.g. "cuMemCreate") fail with `result`. */
 void tidepool_sim_inject_fault(const char* name, unsigned nth, CUresult result);
-/* Clears the injected faults and signals, and forgets remap and access
- * faults (tidepool_sim_remap_faults, tidepool_sim_access_faults): for a test
- * that provoked one on purpose. */
+/* Clears the injected faults and signals, and forgets remap, access,
+ * unmapped and misaligned faults (tidepool_sim_remap_faults, ...): for a
+ * test that provoked one on purpose. */
 void tidepool_sim_clear_faults(void);
 /* Makes the `nth` call from now of the driver function `name` raise `signal`
  * in the calling thread (raise(3)) as it enters, outside the sim's own locks,
@@ -133,6 +133,20 @@ uint64_t tidepool_sim_remap_faults(void);
  * the first, and answers synchronisations as after a remap fault. Checked
  * only with more than one device (TIDEPOOL_SIM_DEVICES). */
 uint64_t tidepool_sim_access_faults(void);
+
+/* Kernels, copies, sets and stream memory operations that reached, as they
+ * started, reserved VA (cuMemAddressReserve) with nothing mapped there, or
+ * a mapping without the access they need (cuMemSetAccess; a write needs
+ * read-write): work queued before an unmap that ran after it, say. A
+ * kernel's reach is the range its extent declares
+ * (tidepool_sim_set_kernel_extent), never a pointer among its arguments
+ * alone, which it may not follow. On a GPU
+ * each one faults: the sim skips it, prints one line to stderr at the
+ * first, and answers synchronisations as after a remap fault. A range
+ * unmapped while running work touches it (tidepool_sim_remap_faults) is
+ * scratch memory until that work is done, so the work's stray bytes land
+ * where nothing reads them, never in the process. */
+uint64_t tidepool_sim_unmapped_faults(void);
 
 /* Kernels of tidepool's (the compression kernels the sim runs by
  * reference) launched with an access off its alignment: an unaligned page,

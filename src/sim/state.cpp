@@ -656,6 +656,7 @@ TIDEPOOL_SIM_EXPORT void tidepool_sim_clear_faults(void) {
   s.signals.clear();
   s.remap_faults.store(0);
   s.access_faults.store(0);
+  s.unmapped_faults.store(0);
   s.misaligned_faults.store(0);
 }
 
@@ -721,6 +722,7 @@ TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_copied_bytes(int to_device) {
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_remap_faults(void) { return state().remap_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_access_faults(void) { return state().access_faults.load(); }
+TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_unmapped_faults(void) { return state().unmapped_faults.load(); }
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_misaligned_faults(void) { return state().misaligned_faults.load(); }
 
 TIDEPOOL_SIM_EXPORT std::uint64_t tidepool_sim_host_resident_launches(void) {

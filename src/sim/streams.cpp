@@ -74,6 +74,7 @@
 // counted (tidepool_sim_host_resident_launches) when it runs.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <unordered_set>
 
@@ -1331,29 +1332,44 @@ bool reaches_host_memory(const std::vector<std::uint64_t>& words) {
 
 }  // namespace
 
-Running::Running(std::vector<State::Touch> touches) {
+Running::Running(std::vector<State::Touch> touches, const char* what) {
   State& s = state();
-  std::lock_guard<std::mutex> guard(s.running_lock);
-  id_ = ++s.next_running;
-  s.running.emplace_back(id_, std::move(touches));
+  {
+    std::lock_guard<std::mutex> guard(s.running_lock);
+    id_ = ++s.next_running;
+    s.running.emplace_back(id_, touches);
+  }
+  const std::uintptr_t unreachable = first_unreachable(touches);
+  if (unreachable == 0) return;
+  reachable_ = false;
+  if (s.unmapped_faults.fetch_add(1) == 0) {
+    std::fprintf(stderr,
+                 "tidepool sim: a %s reached %#llx, reserved VA with nothing mapped there or without the access it "
+                 "needs: on a GPU it faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky); the sim skips it\n",
+                 what, static_cast<unsigned long long>(unreachable));
+  }
 }
 
 Running::~Running() {
   State& s = state();
-  std::lock_guard<std::mutex> guard(s.running_lock);
-  std::erase_if(s.running, [&](const auto& r) { return r.first == id_; });
+  {
+    std::lock_guard<std::mutex> guard(s.running_lock);
+    std::erase_if(s.running, [&](const auto& r) { return r.first == id_; });
+  }
+  if (s.scratch_ranges.load() > 0) settle_scratch();
 }
 
 namespace {
 
-// What a running kernel may touch: one byte at each argument word, and the
-// range its extent declares (tidepool_sim_set_kernel_extent), if any.
+// What a running kernel may touch: one byte at each argument word (a
+// guess), and the range its extent declares (tidepool_sim_set_kernel_extent),
+// if any.
 std::vector<State::Touch> kernel_touches(const Kernel& k, const std::vector<void*>& pointers,
                                          const std::vector<std::uint64_t>& words) {
   std::vector<State::Touch> touches;
   touches.reserve(words.size() + 1);
   for (const std::uint64_t w : words) {
-    if (w != 0) touches.push_back({static_cast<std::uintptr_t>(w), static_cast<std::uintptr_t>(w) + 1});
+    if (w != 0) touches.push_back({static_cast<std::uintptr_t>(w), static_cast<std::uintptr_t>(w) + 1, false, true});
   }
   if (k.has_extent && k.extent_pointer < pointers.size() && k.extent_count < pointers.size()) {
     std::uintptr_t base = 0;
@@ -1443,8 +1459,8 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         std::vector<State::Touch> touches = kernel_touches(*k, pointers, words);
         // Judged when it runs too: access granted or taken while it was queued counts.
         if (!device_may_touch(device, touches)) return;
-        const Running running(std::move(touches));
-        k->fn(pointers.data(), k->user_data);
+        const Running running(std::move(touches), "kernel");
+        if (running.reachable()) k->fn(pointers.data(), k->user_data);
       },
       [f, arguments](Node& node) {
         node.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -1518,7 +1534,8 @@ Link link_of(const void* dst, const void* src, int from_host_known = -1) {
 void copy(void* dst, const void* src, std::size_t n, Link link) {
   const auto to = reinterpret_cast<std::uintptr_t>(dst);
   const auto from = reinterpret_cast<std::uintptr_t>(src);
-  const Running running({{to, to + n}, {from, from + n}});
+  const Running running({{to, to + n, true}, {from, from + n, false}}, "copy");
+  if (!running.reachable()) return;
   if (link.counter != nullptr) link.counter->fetch_add(n);
   if (link.counter == nullptr || link.gbps <= 0) {
     std::memmove(dst, src, n);
@@ -1712,7 +1729,9 @@ CUresult set_async(const char* name, void* dst, unsigned char value, std::size_t
       stream,
       [dst, value, n, reached = stream->host_resident_copies] {
         if (host_mapped_in(reinterpret_cast<std::uintptr_t>(dst), n)) reached->fetch_add(1);
-        std::memset(dst, value, n);
+        const auto to = reinterpret_cast<std::uintptr_t>(dst);
+        const Running running({{to, to + n, true}}, "set");
+        if (running.reachable()) std::memset(dst, value, n);
       },
       [dst, value, n](Node& node) {
         node.type = CU_GRAPH_NODE_TYPE_MEMSET;

@@ -274,9 +274,15 @@ int main(int argc, char** argv) {
     PROBE_CHECK(cuCtxSetCurrent(context) == CUDA_SUCCESS);
     PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
   }
-  std::fprintf(stderr, "chaos: %llu wrong words, %d failed calls, %d out of memory\n",
-               static_cast<unsigned long long>(shared.wrong.load()), shared.failed.load(), shared.out_of_memory.load());
+  std::fprintf(stderr,
+               "chaos: %llu wrong words, %d failed calls, %d out of memory; %llu remaps under running work, %llu runs "
+               "reaching unmapped VA\n",
+               static_cast<unsigned long long>(shared.wrong.load()), shared.failed.load(), shared.out_of_memory.load(),
+               static_cast<unsigned long long>(tidepool_sim_remap_faults()),
+               static_cast<unsigned long long>(tidepool_sim_unmapped_faults()));
   PROBE_CHECK(shared.wrong.load() == 0);
+  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  PROBE_CHECK(tidepool_sim_unmapped_faults() == 0);
   PROBE_CHECK(shared.failed.load() == 0);
   return probe::finish("chaos");
 }

@@ -208,14 +208,21 @@ int window_route() {
   expect(cuMemAlloc(&z, 4 * MiB), "cuMemAlloc Z");
   b_done.store(1);
   thread_a.join();
-  tidepool_sim_clear_faults();
+  // Counted before the signal is cleared, which forgets them too.
   expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  const std::uint64_t remaps = tidepool_sim_remap_faults();
+  const std::uint64_t unmapped = tidepool_sim_unmapped_faults();
+  tidepool_sim_clear_faults();
   const std::uint64_t x_wrong = wrong_by_copy(x, kX, 2);
   const std::uint64_t y_wrong = wrong_by_copy(y, kY, 9);
   wrong.fetch_add(x_wrong + y_wrong);
-  std::fprintf(stderr, "window: the gate %s held with A's launch in it; %llu remaps under a running kernel\n",
-               b_held.load() != 0 ? "was" : "was not", static_cast<unsigned long long>(tidepool_sim_remap_faults()));
-  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  std::fprintf(stderr,
+               "window: the gate %s held with A's launch in it; %llu remaps under running work, %llu runs reaching "
+               "unmapped VA\n",
+               b_held.load() != 0 ? "was" : "was not", static_cast<unsigned long long>(remaps),
+               static_cast<unsigned long long>(unmapped));
+  PROBE_CHECK(remaps == 0);
+  PROBE_CHECK(unmapped == 0);
   for (CUdeviceptr p : {x, y, z}) expect(cuMemFree(p), "cuMemFree");
   return verdict("window");
 }
@@ -584,9 +591,11 @@ int peer_route() {
   expect(cuMemFree(x), "cuMemFree X");
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
   expect(cuMemFree(own), "cuMemFree own");
-  std::fprintf(stderr, "peer: %llu remaps under a running kernel\n",
-               static_cast<unsigned long long>(tidepool_sim_remap_faults()));
+  std::fprintf(stderr, "peer: %llu remaps under running work, %llu runs reaching unmapped VA\n",
+               static_cast<unsigned long long>(tidepool_sim_remap_faults()),
+               static_cast<unsigned long long>(tidepool_sim_unmapped_faults()));
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  PROBE_CHECK(tidepool_sim_unmapped_faults() == 0);
   PROBE_CHECK(tidepool_sim_access_faults() == 0);
   return verdict("peer");
 }

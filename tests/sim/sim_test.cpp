@@ -155,6 +155,175 @@ TEST_F(Sim, UnmappingAPageARunningKernelNamesIsAStickyFault) {
   EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
 }
 
+// A "kernel" that fills `count` bytes at `target` with 0x5a once its gate
+// opens, saying first that it has started (it is then running work).
+struct FillArguments {
+  Gate* gate;
+  std::atomic<bool>* started;
+};
+void gated_fill(void** params, void* /*user*/) {
+  const auto* args = *static_cast<FillArguments**>(params[0]);
+  auto* target = *static_cast<unsigned char**>(params[1]);
+  const std::size_t count = *static_cast<std::size_t*>(params[2]);
+  args->started->store(true);
+  args->gate->wait();
+  std::memset(target, 0x5a, count);
+}
+// Registered with its extent declared: `count` bytes from `target`.
+CUfunction gated_fill_kernel() {
+  static const CUfunction f = [] {
+    CUfunction fn = nullptr;
+    const std::size_t sizes[] = {sizeof(FillArguments*), sizeof(void*), sizeof(std::size_t)};
+    EXPECT_EQ(sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel")(&fn, &gated_fill,
+                                                                                                   nullptr, 3, sizes),
+              CUDA_SUCCESS);
+    EXPECT_EQ(sim_control<decltype(&tidepool_sim_set_kernel_extent)>("tidepool_sim_set_kernel_extent")(fn, 1, 2, 1),
+              CUDA_SUCCESS);
+    return fn;
+  }();
+  return f;
+}
+// A kernel that only counts its runs: a pointer among its arguments is
+// never followed.
+void count_runs(void** /*params*/, void* user) { static_cast<std::atomic<int>*>(user)->fetch_add(1); }
+
+// On a GPU, work queued before an unmap that runs after it reaches a page
+// with nothing mapped and faults, sticky for the context; the process lives
+// on. The sim skips each such set, copy, stream write and kernel whose
+// extent reaches the page, writes none of their bytes, and answers
+// synchronisations with CUDA_ERROR_ILLEGAL_ADDRESS. A kernel that only
+// names the page runs, as a mapping without write access takes reads but
+// refuses writes.
+TEST_F(Sim, WorkQueuedBeforeAnUnmapThatRunsAfterItFaultsAndWritesNothing) {
+  const auto unmapped_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");
+  const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  const auto write32 = sim_control<decltype(&::cuStreamWriteValue32_v2)>("cuStreamWriteValue32_v2");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle gone = create_page();
+  map_rw(va, gone);
+  const CUdeviceptr read_only = va + page_;
+  const CUmemGenericAllocationHandle kept = create_page();
+  ASSERT_EQ(api().memMap(read_only, page_, 0, kept, 0), CUDA_SUCCESS);
+  CUmemAccessDesc read{};
+  read.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  read.location.id = 0;
+  read.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+  ASSERT_EQ(api().memSetAccess(read_only, page_, &read, 1), CUDA_SUCCESS);
+  CUdeviceptr out = 0;
+  ASSERT_EQ(api().memAlloc(&out, 2 * 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(out, 0x11, 2 * 4096), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate gate;
+  int cell = 0;
+  ASSERT_EQ(launch_gated_write(stream, &gate, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(va, 0x22, 4096, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memcpyDtoDAsync(out, va, 4096, stream), CUDA_SUCCESS);
+  ASSERT_EQ(write32(stream, va + 64, 7, CU_STREAM_WRITE_VALUE_DEFAULT), CUDA_SUCCESS);
+  Gate open;
+  open.release();
+  std::atomic<bool> started{false};
+  FillArguments fill{&open, &started};
+  FillArguments* fill_arguments = &fill;
+  auto* fill_target = reinterpret_cast<unsigned char*>(va);
+  std::size_t fill_bytes = 4096;
+  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
+  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  std::atomic<int> runs{0};
+  CUfunction counter = nullptr;
+  const std::size_t pointer_size[] = {sizeof(CUdeviceptr)};
+  ASSERT_EQ(sim_control<decltype(&tidepool_sim_register_kernel)>("tidepool_sim_register_kernel")(
+                &counter, &count_runs, &runs, 1, pointer_size),
+            CUDA_SUCCESS);
+  CUdeviceptr named = va;
+  void* named_params[] = {&named};
+  ASSERT_EQ(api().launchKernel(counter, 1, 1, 1, 1, 1, 1, 0, stream, named_params, nullptr), CUDA_SUCCESS);
+  // The read-only page: read by a copy, refused to a set.
+  ASSERT_EQ(api().memcpyDtoDAsync(out + 4096, read_only, 4096, stream), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8Async(read_only, 0x33, 4096, stream), CUDA_SUCCESS);
+
+  ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  gate.release();
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(unmapped_faults(), 5u);  // the set, the copy, the stream write, the fill; the read-only set
+  EXPECT_EQ(remap_faults(), 0u);     // nothing ran on the page when it went
+  EXPECT_FALSE(started.load());
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(cell, 1);
+  std::vector<unsigned char> copied(2 * 4096);
+  std::memcpy(copied.data(), reinterpret_cast<const void*>(out), copied.size());
+  EXPECT_TRUE(std::all_of(copied.begin(), copied.begin() + 4096, [](unsigned char b) { return b == 0x11; }));
+  EXPECT_EQ(std::memcmp(copied.data() + 4096, reinterpret_cast<const void*>(read_only), 4096), 0);
+  EXPECT_EQ(*reinterpret_cast<const unsigned char*>(read_only), copied[4096]);
+
+  clear();
+  EXPECT_EQ(unmapped_faults(), 0u);
+  EXPECT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memUnmap(read_only, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(gone), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(kept), CUDA_SUCCESS);
+  EXPECT_EQ(api().memFree(out), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
+}
+
+// A page unmapped under a running kernel that writes it faults on a GPU;
+// in the sim the kernel's bytes land in scratch memory instead of killing
+// the process, and once it is done the page is inaccessible reserved VA
+// again. A page mapped there afterwards holds none of those bytes.
+TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible) {
+  const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle first = create_page();
+  map_rw(va, first);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate gate;
+  std::atomic<bool> started{false};
+  FillArguments fill{&gate, &started};
+  FillArguments* fill_arguments = &fill;
+  auto* fill_target = reinterpret_cast<unsigned char*>(va);
+  std::size_t fill_bytes = page_;
+  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
+  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  while (!started.load()) std::this_thread::yield();
+  ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(remap_faults(), 1u);
+  gate.release();
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(api().memRelease(first), CUDA_SUCCESS);
+
+  const pid_t child = fork();
+  if (child == 0) {
+    fault_with_default_handler();
+    *reinterpret_cast<volatile char*>(va) = 1;  // must fault: scratch is gone, nothing is mapped
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
+
+  const CUmemGenericAllocationHandle second = create_page();
+  map_rw(va, second);
+  ASSERT_EQ(api().memsetD8(va, 0, page_), CUDA_SUCCESS);
+  clear();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(va);
+  EXPECT_TRUE(std::all_of(bytes, bytes + page_, [](unsigned char b) { return b == 0; }));
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(second), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
 TEST_F(Sim, MappedButNotYetAccessibleFaults) {
   CUdeviceptr va = 0;
   ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
