@@ -524,7 +524,7 @@ util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
   // A fence of the context's streams, as a cudaFree fence: it reorders
   // nothing, so work that waits for the other process (a flag it sets once
   // it has the block) costs it its open when the deadline passes, never the
-  // program's later work or the exporter's thread.
+  // program's later work or an IPC open worker for long.
   order::ContextFence fence;
   std::vector<CUstream> streams;
   std::uint64_t epoch = 0;

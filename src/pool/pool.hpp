@@ -122,7 +122,7 @@ struct PoolStats {
   // Barriers made so that a cudaMalloc-style request could take a block
   // freed in stream order while its stream's work was still queued.
   std::uint64_t handout_barriers = 0;
-  // Host waits (on the IPC exporter's thread) for work queued before a
+  // Host waits (on an IPC open worker) for work queued before a
   // block another process maps came to its owner (hold_for_import).
   std::uint64_t import_waits = 0;
   // Host waits for work still reading a page's old place before a range there could be mapped.

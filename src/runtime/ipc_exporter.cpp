@@ -36,14 +36,23 @@ IpcExporter::~IpcExporter() {
   std::unique_lock<std::mutex> guard(lock_);
   if (thread_ == nullptr) return;
   if (pid_ != ::getpid()) {
-    (void)thread_.release();  // the parent's thread: not in this process
+    // The parent's threads: not in this process.
+    (void)thread_.release();  // NOLINT(bugprone-unused-return-value)
+    (void)work_.release();    // NOLINT(bugprone-unused-return-value)
     return;
   }
+  {
+    std::lock_guard<std::mutex> guard_work(work_->lock);
+    work_->stopping = true;
+  }
+  work_->ready.notify_all();
   const char stop = 1;
   (void)!::write(wake_[1], &stop, 1);
   guard.unlock();
   thread_->join();
-  for (const Connection& c : connections_) ::close(c.fd);
+  // A worker mid-open finishes it first: within open_wait_.
+  for (const auto& worker : work_->workers) worker->join();
+  for (const auto& c : connections_) ::close(c->fd);
   ::close(listener_);
   ::close(wake_[0]);
   ::close(wake_[1]);
@@ -117,7 +126,11 @@ void IpcExporter::forget_after_fork_locked() {
   // The thread and the connections are the parent's; the fds are copies
   // this process must not use to answer for the parent.
   (void)thread_.release();  // NOLINT(bugprone-unused-return-value): not this process's to join
-  for (const Connection& c : connections_) ::close(c.fd);
+  // The workers are the parent's too, and their lock may have been held at
+  // the fork: leave it all behind, untouched.
+  (void)work_.release();  // NOLINT(bugprone-unused-return-value)
+  work_ = std::make_unique<OpenWork>();
+  for (const auto& c : connections_) ::close(c->fd);
   connections_.clear();
   if (listener_ >= 0) ::close(listener_);
   if (wake_[0] >= 0) ::close(wake_[0]);
@@ -160,27 +173,35 @@ void IpcExporter::serve() {
   // channel (opens then fail, holds taken so far stay).
   try {
     std::vector<pollfd> polled;
+    std::vector<Connection*> polled_connections;
     for (;;) {
       polled.clear();
+      polled_connections.clear();
       polled.push_back({wake_[0], POLLIN, 0});
       polled.push_back({listener_, POLLIN, 0});
-      for (const Connection& c : connections_) polled.push_back({c.fd, POLLIN, 0});
+      for (const auto& c : connections_) {
+        if (c->busy) continue;
+        polled.push_back({c->fd, POLLIN, 0});
+        polled_connections.push_back(c.get());
+      }
       if (::poll(polled.data(), polled.size(), -1) < 0) {
         if (errno == EINTR) continue;
         return;
       }
-      if (polled[0].revents != 0) return;
-      if (polled[1].revents != 0) accept_one();
-      // Connections answered in reverse so that ending one (a swap with the
-      // last) leaves those not yet visited in place.
-      for (std::size_t i = polled.size(); i-- > 2;) {
-        if (polled[i].revents == 0) continue;
-        const std::size_t index = i - 2;
-        if (!answer(connections_[index])) {
-          end_connection(connections_[index]);
-          connections_[index] = connections_.back();
-          connections_.pop_back();
+      if (polled[0].revents != 0) {
+        char bytes[64];
+        (void)!::read(wake_[0], bytes, sizeof(bytes));
+        {
+          std::lock_guard<std::mutex> guard_work(work_->lock);
+          if (work_->stopping) return;
         }
+        take_back_finished();
+      }
+      if (polled[1].revents != 0) accept_one();
+      for (std::size_t i = 2; i < polled.size(); ++i) {
+        if (polled[i].revents == 0) continue;
+        Connection* c = polled_connections[i - 2];
+        if (!answer(*c)) drop(c);
       }
     }
   } catch (...) {
@@ -202,18 +223,90 @@ void IpcExporter::accept_one() {
     log_warn("IPC: refused a connection from pid {} (uid {}): not this process's user", peer.pid, peer.uid);
     return;
   }
-  connections_.push_back({fd, {}});
+  auto c = std::make_unique<Connection>();
+  c->fd = fd;
+  connections_.push_back(std::move(c));
 }
 
 bool IpcExporter::answer(Connection& c) {
   ipc::Request request;
   if (!ipc::receive_message(c.fd, &request, sizeof(request))) return false;
-  if (request.kind == ipc::Request::open) return answer_open(c, request);
+  if (request.kind == ipc::Request::open) {
+    // The deadline runs from the request's arrival: this thread reads every
+    // request as it comes, whatever the workers wait on. With no worker to
+    // take it (none could be started), the open is answered here.
+    const auto deadline = std::chrono::steady_clock::now() + open_wait_;
+    return hand_out(c, request, deadline) || answer_open(c, request, deadline);
+  }
   if (request.kind == ipc::Request::close) return answer_close(c, request);
   return false;
 }
 
-bool IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
+bool IpcExporter::hand_out(Connection& c, const ipc::Request& request, std::chrono::steady_clock::time_point deadline) {
+  std::lock_guard<std::mutex> guard_work(work_->lock);
+  if (work_->idle <= work_->jobs.size() && work_->workers.size() < kOpenWorkers) {
+    try {
+      work_->workers.push_back(std::make_unique<std::thread>(util::start_background_thread([this] { work(); })));
+    } catch (...) {
+      if (work_->workers.empty()) return false;
+      log_warn("IPC: could not start another open worker; opens wait for the {} there are", work_->workers.size());
+    }
+  }
+  c.busy = true;
+  work_->jobs.push_back({&c, request, deadline});
+  work_->ready.notify_one();
+  return true;
+}
+
+void IpcExporter::work() {
+  OpenWork& w = *work_;
+  try {
+    for (;;) {
+      OpenJob job;
+      {
+        std::unique_lock<std::mutex> guard(w.lock);
+        w.idle++;
+        w.ready.wait(guard, [&] { return w.stopping || !w.jobs.empty(); });
+        w.idle--;
+        if (w.stopping) return;
+        job = w.jobs.front();
+        w.jobs.pop_front();
+      }
+      const bool keep = answer_open(*job.connection, job.request, job.deadline);
+      {
+        std::lock_guard<std::mutex> guard(w.lock);
+        w.finished.emplace_back(job.connection, keep);
+      }
+      const char done = 2;
+      (void)!::write(wake_[1], &done, 1);
+    }
+  } catch (...) {
+    log_error("IPC: an open worker stopped on an internal error");
+  }
+}
+
+void IpcExporter::take_back_finished() {
+  std::vector<std::pair<Connection*, bool>> finished;
+  {
+    std::lock_guard<std::mutex> guard_work(work_->lock);
+    finished.swap(work_->finished);
+  }
+  for (auto [c, keep] : finished) {
+    c->busy = false;
+    if (!keep) drop(c);
+  }
+}
+
+void IpcExporter::drop(Connection* c) {
+  end_connection(*c);
+  auto it = std::find_if(connections_.begin(), connections_.end(), [&](const auto& kept) { return kept.get() == c; });
+  if (it == connections_.end()) return;
+  *it = std::move(connections_.back());
+  connections_.pop_back();
+}
+
+bool IpcExporter::answer_open(Connection& c, const ipc::Request& request,
+                              std::chrono::steady_clock::time_point deadline) {
   ipc::Reply reply;
   Export e;
   {
@@ -229,10 +322,7 @@ bool IpcExporter::answer_open(Connection& c, const ipc::Request& request) {
   }
   space::AddressSpace::SharedPages pages;
   if (reply.result == CUDA_SUCCESS) {
-    // Within half the importer's wait for this reply, so that a refusal
-    // reaches it as one.
-    const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(ipc::kWaitSeconds) / 2;
-    const util::Status held = e.owner->pool().hold_for_import(e.base, e.buffer_id, &pages, wait_until);
+    const util::Status held = e.owner->pool().hold_for_import(e.base, e.buffer_id, &pages, deadline);
     reply.result = result_of(held);
     std::lock_guard<std::mutex> guard(lock_);
     if (!held) {

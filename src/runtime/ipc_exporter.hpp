@@ -13,18 +13,29 @@
 // bytes reused under it. Pages go out as file descriptors in batches of
 // ipc::kFdsPerMessage, each exported, sent and closed before the next.
 //
+// The channel's thread reads every request; it answers closes itself and
+// hands each open to one of a few open workers, because an open may wait
+// (within `open_wait` of the request's arrival) for the owner's queued work,
+// and one importer's wait must not hold up another's answer, or run its
+// deadline from when a busy thread got to it. A connection whose open is
+// with a worker is not read until the worker gives it back.
+//
 // Thread-safe. After fork() the child shares nothing of the parent's
 // channel: it starts its own on its first export. (A forked child that
 // lives on keeps copies of the sockets: an importer that exits while its
 // forked children live keeps its holds until they exit too.)
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -37,7 +48,12 @@ class Allocator;
 
 class IpcExporter {
  public:
-  explicit IpcExporter(const driver::Api& api) : api_(api) {}
+  // An open waits for the owner's queued work at most half the importer's
+  // own wait for the answer (ipc::kWaitSeconds), so that a refusal reaches
+  // it as one.
+  static constexpr std::chrono::milliseconds kOpenWait{ipc::kWaitSeconds * 1000 / 2};
+  explicit IpcExporter(const driver::Api& api, std::chrono::milliseconds open_wait = kOpenWait)
+      : api_(api), open_wait_(open_wait) {}
   ~IpcExporter();
   IpcExporter(const IpcExporter&) = delete;
   IpcExporter& operator=(const IpcExporter&) = delete;
@@ -70,17 +86,44 @@ class IpcExporter {
   struct Connection {
     int fd = -1;
     std::vector<std::uint64_t> held;  // export ids, one per open not yet closed
+    bool busy = false;                // its open is with a worker, which alone touches it
   };
+  struct OpenJob {
+    Connection* connection = nullptr;
+    ipc::Request request;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  // The open workers and what passes between them and the channel's
+  // thread. On the heap, so that a forked child can leave the parent's
+  // (its lock may have been held at the fork) without touching it.
+  struct OpenWork {
+    std::mutex lock;  // guards the rest; never held while taking lock_ or the other way round
+    std::condition_variable ready;
+    std::deque<OpenJob> jobs;
+    std::vector<std::pair<Connection*, bool>> finished;  // given back: keep the connection?
+    std::vector<std::unique_ptr<std::thread>> workers;
+    std::size_t idle = 0;
+    bool stopping = false;
+  };
+  static constexpr std::size_t kOpenWorkers = 4;
 
   // Starts the socket and its thread; locked.
   util::Status start_locked();
-  // The thread's loop: accepts, answers, and lets go of the holds of
-  // connections that end.
+  // The thread's loop: accepts, reads requests, hands opens out, and lets
+  // go of the holds of connections that end.
   void serve();
   void accept_one();
   // One request of `c`; false when the connection should end.
   bool answer(Connection& c);
-  bool answer_open(Connection& c, const ipc::Request& request);
+  // Queues `c`'s open for a worker, starting one if none is idle; false
+  // when there is no worker to take it.
+  bool hand_out(Connection& c, const ipc::Request& request, std::chrono::steady_clock::time_point deadline);
+  // A worker's loop: answers opens until the exporter stops.
+  void work();
+  // Connections the workers gave back: read again, or ended.
+  void take_back_finished();
+  void drop(Connection* c);
+  bool answer_open(Connection& c, const ipc::Request& request, std::chrono::steady_clock::time_point deadline);
   bool answer_close(Connection& c, const ipc::Request& request);
   // The pages' file descriptors, a batch at a time; false when one could
   // not be made or sent.
@@ -93,11 +136,14 @@ class IpcExporter {
   void forget_after_fork_locked();
 
   const driver::Api& api_;
+  const std::chrono::milliseconds open_wait_;
   mutable std::mutex lock_;
   std::uint64_t channel_ = 0;
   int listener_ = -1;
-  int wake_[2] = {-1, -1};  // a pipe the destructor writes to end the thread
-  int pid_ = 0;             // the process that started the channel
+  // A pipe that wakes the channel's thread: the destructor writes to it to
+  // end the thread, a worker when it gives a connection back.
+  int wake_[2] = {-1, -1};
+  int pid_ = 0;  // the process that started the channel
   // A pointer so that a forked child can drop the parent's without joining it.
   std::unique_ptr<std::thread> thread_;
   std::uint64_t next_id_ = 0;
@@ -105,8 +151,10 @@ class IpcExporter {
   std::unordered_map<std::uint64_t, std::uint64_t> by_buffer_;  // buffer id -> export id
   std::size_t prune_at_ = 64;
   Counters counters_;
-  // Touched only by the thread.
-  std::vector<Connection> connections_;
+  std::unique_ptr<OpenWork> work_ = std::make_unique<OpenWork>();
+  // Touched only by the channel's thread, but for a busy connection, which
+  // its worker has. Pointers stay put while connections come and go.
+  std::vector<std::unique_ptr<Connection>> connections_;
 };
 
 }  // namespace tidepool::runtime

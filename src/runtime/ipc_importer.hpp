@@ -8,8 +8,8 @@
 // the driver's own IPC. The pointer returned is the block's start, as the
 // driver's is the allocation's. Opening the same handle again returns the
 // same pointer, counted; the last close unmaps and tells the exporter, which
-// lets go of the block. One connection per exporting process, kept open:
-// if this process dies, its end tells the exporter to let go.
+// lets go of the block. Each open keeps its own connection to the
+// exporter: if this process dies, its end tells the exporter to let go.
 //
 // Thread-safe: opens and closes are rare, and one lock serialises them,
 // the exchanges with exporters included (an exporter never calls back).

@@ -4,6 +4,7 @@
 // are memfds, so a page's file descriptor shows exactly the bytes another
 // process would map.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,11 +12,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "runtime/allocator.hpp"
 #include "runtime/ipc_exporter.hpp"
 #include "runtime/ipc_importer.hpp"
 #include "support/sim_driver.hpp"
+#include "support/sim_kernels.hpp"
 
 namespace tidepool {
 namespace {
@@ -197,6 +200,116 @@ TEST(SharedBlocks, AChannelDropsGarbageAndGoesOnAnswering) {
   EXPECT_EQ(importer.close(opened), CUDA_SUCCESS);
   EXPECT_EQ(exporter.counters().holds, 0u) << "the close waits for the exporter's word";
   EXPECT_TRUE(allocator->deallocate(block.value(), 0, false).ok());
+}
+
+}  // namespace
+}  // namespace tidepool
+
+namespace tidepool {
+namespace {
+
+// A raw importer's connection to a channel, as another process makes it.
+int connect_to(std::uint64_t channel) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const std::string name = runtime::ipc::channel_name(channel);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, name.data(), name.size());
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
+            0);
+  runtime::ipc::limit_waits(fd);
+  return fd;
+}
+
+bool answered_within(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1;
+}
+
+// An open may wait for the owner's queued work; while two opens wait, the
+// channel still answers a third importer at once (here a forged open, which
+// is refused without waiting). Once the work is done both waiting opens
+// get their pages.
+TEST(SharedBlocks, AnOpenWaitingForTheOwnersWorkHoldsUpNoOtherImporter) {
+  auto allocator = make_allocator();
+  ASSERT_NE(allocator, nullptr);
+  const driver::Api& api = testing::sim_driver().api();
+  ASSERT_EQ(api.ctxSetCurrent(allocator->context()), CUDA_SUCCESS);
+  // Long enough that a channel answering one request at a time could not
+  // answer the third importer before the gate opens.
+  runtime::IpcExporter exporter(api, std::chrono::seconds(60));
+  CUstream writer = nullptr;
+  ASSERT_EQ(api.streamCreate(&writer, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto key = reinterpret_cast<std::uintptr_t>(writer);
+  auto block = allocator->allocate(3 * MiB, 0, false);
+  ASSERT_TRUE(block.ok());
+  // A stream-ordered free under a held write: an open must wait for it.
+  testing::Gate gate;
+  auto written = allocator->allocate(MiB, key, true);
+  ASSERT_TRUE(written.ok());
+  ASSERT_EQ(testing::launch_gated_write(writer, &gate, reinterpret_cast<int*>(written.value()), 1), CUDA_SUCCESS);
+  ASSERT_TRUE(allocator->deallocate(written.value(), key, true).ok());
+  auto made =
+      exporter.export_block(allocator.get(), block.value(), 3 * MiB, buffer_id_of(allocator->pool(), block.value()));
+  ASSERT_TRUE(made.ok());
+  runtime::ipc::Handle handle;
+  ASSERT_TRUE(runtime::ipc::decode(made.value(), &handle));
+  runtime::ipc::Request open;
+  open.kind = runtime::ipc::Request::open;
+  open.export_id = handle.export_id;
+  open.secret[0] = handle.secret[0];
+  open.secret[1] = handle.secret[1];
+
+  const int first = connect_to(handle.channel);
+  const int second = connect_to(handle.channel);
+  ASSERT_TRUE(runtime::ipc::send_message(first, &open, sizeof(open)));
+  ASSERT_TRUE(runtime::ipc::send_message(second, &open, sizeof(open)));
+  EXPECT_FALSE(answered_within(first, 100)) << "the open did not wait for the held write";
+  EXPECT_FALSE(answered_within(second, 0));
+  const int third = connect_to(handle.channel);
+  runtime::ipc::Request forged = open;
+  forged.secret[0] ^= 1;
+  ASSERT_TRUE(runtime::ipc::send_message(third, &forged, sizeof(forged)));
+  runtime::ipc::Reply reply;
+  const bool third_answered =
+      answered_within(third, 5000) && runtime::ipc::receive_message(third, &reply, sizeof(reply));
+  bool gate_was_shut = false;
+  {
+    std::lock_guard<std::mutex> shut(gate.m);
+    gate_was_shut = !gate.open;
+  }
+  EXPECT_TRUE(third_answered) << "the third importer waited behind the others";
+  EXPECT_EQ(reply.result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(gate_was_shut);
+  EXPECT_FALSE(answered_within(first, 0));
+  EXPECT_FALSE(answered_within(second, 0));
+
+  gate.release();
+  for (const int fd : {first, second}) {
+    runtime::ipc::Reply granted;
+    ASSERT_TRUE(runtime::ipc::receive_message(fd, &granted, sizeof(granted)));
+    EXPECT_EQ(granted.result, CUDA_SUCCESS);
+    EXPECT_EQ(granted.block_bytes, 3 * MiB);
+    std::uint32_t batch = 0;
+    std::vector<int> fds;
+    ASSERT_TRUE(runtime::ipc::receive_message(fd, &batch, sizeof(batch), &fds));
+    EXPECT_EQ(fds.size(), granted.page_count);
+    for (const int page : fds) ::close(page);
+  }
+  EXPECT_EQ(exporter.counters().opens, 2u);
+  EXPECT_EQ(exporter.counters().refused, 1u);
+  EXPECT_EQ(exporter.counters().holds, 2u);
+  // Gone importers let go of their holds.
+  for (const int fd : {first, second, third}) ::close(fd);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (exporter.counters().holds != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(exporter.counters().holds, 0u);
+  EXPECT_TRUE(allocator->deallocate(block.value(), 0, false).ok());
+  ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api.streamDestroy(writer), CUDA_SUCCESS);
 }
 
 }  // namespace
