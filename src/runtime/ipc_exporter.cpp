@@ -41,6 +41,7 @@ IpcExporter::~IpcExporter() {
     (void)work_.release();    // NOLINT(bugprone-unused-return-value)
     return;
   }
+  guard.unlock();
   {
     std::lock_guard<std::mutex> guard_work(work_->lock);
     work_->stopping = true;
@@ -48,9 +49,9 @@ IpcExporter::~IpcExporter() {
   work_->ready.notify_all();
   const char stop = 1;
   (void)!::write(wake_[1], &stop, 1);
-  guard.unlock();
   thread_->join();
-  // A worker mid-open finishes it first: within open_wait_.
+  // A worker mid-open finishes it first: within open_wait_ where events
+  // answer the wait, and the send's own time limit (ipc::limit_waits).
   for (const auto& worker : work_->workers) worker->join();
   for (const auto& c : connections_) ::close(c->fd);
   ::close(listener_);
@@ -246,7 +247,16 @@ bool IpcExporter::hand_out(Connection& c, const ipc::Request& request, std::chro
   std::lock_guard<std::mutex> guard_work(work_->lock);
   if (work_->idle <= work_->jobs.size() && work_->workers.size() < kOpenWorkers) {
     try {
-      work_->workers.push_back(std::make_unique<std::thread>(util::start_background_thread([this] { work(); })));
+      // Room first, the thread last: nothing may throw once it runs, or a
+      // joinable thread would be destroyed.
+      work_->workers.reserve(kOpenWorkers);
+      auto& slot = work_->workers.emplace_back(std::make_unique<std::thread>());
+      try {
+        *slot = util::start_background_thread([this] { work(); });
+      } catch (...) {
+        work_->workers.pop_back();
+        throw;
+      }
     } catch (...) {
       if (work_->workers.empty()) return false;
       log_warn("IPC: could not start another open worker; opens wait for the {} there are", work_->workers.size());
@@ -260,28 +270,31 @@ bool IpcExporter::hand_out(Connection& c, const ipc::Request& request, std::chro
 
 void IpcExporter::work() {
   OpenWork& w = *work_;
-  try {
-    for (;;) {
-      OpenJob job;
-      {
-        std::unique_lock<std::mutex> guard(w.lock);
-        w.idle++;
-        w.ready.wait(guard, [&] { return w.stopping || !w.jobs.empty(); });
-        w.idle--;
-        if (w.stopping) return;
-        job = w.jobs.front();
-        w.jobs.pop_front();
-      }
-      const bool keep = answer_open(*job.connection, job.request, job.deadline);
-      {
-        std::lock_guard<std::mutex> guard(w.lock);
-        w.finished.emplace_back(job.connection, keep);
-      }
-      const char done = 2;
-      (void)!::write(wake_[1], &done, 1);
+  for (;;) {
+    OpenJob job;
+    {
+      std::unique_lock<std::mutex> guard(w.lock);
+      w.idle++;
+      w.ready.wait(guard, [&] { return w.stopping || !w.jobs.empty(); });
+      w.idle--;
+      if (w.stopping) return;
+      job = w.jobs.front();
+      w.jobs.pop_front();
     }
-  } catch (...) {
-    log_error("IPC: an open worker stopped on an internal error");
+    // Nothing may escape into the host process: an internal error ends
+    // this open's connection (its holds let go), never the worker.
+    bool keep = false;
+    try {
+      keep = answer_open(*job.connection, job.request, job.deadline);
+    } catch (...) {
+      log_error("IPC: an open failed on an internal error; its connection ends");
+    }
+    {
+      std::lock_guard<std::mutex> guard(w.lock);
+      w.finished.emplace_back(job.connection, keep);
+    }
+    const char done = 2;
+    (void)!::write(wake_[1], &done, 1);
   }
 }
 

@@ -97,7 +97,7 @@ class IpcExporter {
   // thread. On the heap, so that a forked child can leave the parent's
   // (its lock may have been held at the fork) without touching it.
   struct OpenWork {
-    std::mutex lock;  // guards the rest; never held while taking lock_ or the other way round
+    std::mutex lock;  // guards the rest; never held with lock_
     std::condition_variable ready;
     std::deque<OpenJob> jobs;
     std::vector<std::pair<Connection*, bool>> finished;  // given back: keep the connection?

@@ -76,13 +76,16 @@ bool satisfied(T current, T value, unsigned condition) {
 // to sleeps of at most 50 us, so a wait that lasts costs the machine (two
 // cores, shared with the program under test) little. The sim's lock is never
 // held here.
+// `faulted`: the word was unmapped under the wait (Running::hit), which a
+// GPU faults on: the wait ends there.
 template <typename T>
-void wait_until(const T* address, T value, unsigned condition) {
+void wait_until(const T* address, T value, unsigned condition, const std::atomic<bool>& faulted) {
   constexpr unsigned kSpins = 2000;
   constexpr unsigned kYields = 200;
   constexpr auto kLongestSleep = std::chrono::microseconds(50);
   auto sleep = std::chrono::microseconds(1);
   for (unsigned round = 0;; ++round) {
+    if (faulted.load(std::memory_order_relaxed)) return;
     // Acquire: what was written before the value is visible to later work.
     if (satisfied(device_load(address), value, condition)) {
       ordered_after_word(address);
@@ -115,12 +118,11 @@ CUresult wait_value(const char* name, CUstream handle, CUdeviceptr address, T va
   if (condition > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_address(address, sizeof(T)); r != CUDA_SUCCESS) return r;
   const auto* target = reinterpret_cast<const T*>(address);
-  // Checked as it starts, not held: a wait may outlast the mapping it
-  // began on, which a GPU would also fault on.
   return submit(stream,
                 [target, value, condition] {
                   const auto at = reinterpret_cast<std::uintptr_t>(target);
-                  if (Running({{at, at + sizeof(T)}}, "stream wait").reachable()) wait_until(target, value, condition);
+                  const Running running({{at, at + sizeof(T)}}, "stream wait");
+                  if (running.reachable()) wait_until(target, value, condition, running.hit());
                 })
       .result;
 }
@@ -183,14 +185,23 @@ CUresult check_batch_op(const CUstreamBatchMemOpParams& op) {
 // Runs one checked operation on the stream's worker. A flush and a barrier
 // order nothing beyond what the worker's program order already does.
 void run_batch_op(const CUstreamBatchMemOpParams& op) {
-  switch (operation_of(op)) {
+  const unsigned kind = operation_of(op);
+  const bool wait = kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 || kind == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+  const bool write = kind == CU_STREAM_MEM_OP_WRITE_VALUE_32 || kind == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  if (!wait && !write) return;
+  const bool wide = kind == CU_STREAM_MEM_OP_WAIT_VALUE_64 || kind == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  const auto at = static_cast<std::uintptr_t>(wait ? op.waitValue.address : op.writeValue.address);
+  const Running running({{at, at + (wide ? sizeof(cuuint64_t) : sizeof(cuuint32_t)), write}},
+                        wait ? "stream wait" : "stream write");
+  if (!running.reachable()) return;
+  switch (kind) {
     case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       wait_until(reinterpret_cast<const cuuint32_t*>(op.waitValue.address), op.waitValue.value,
-                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH));
+                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH), running.hit());
       return;
     case CU_STREAM_MEM_OP_WAIT_VALUE_64:
       wait_until(reinterpret_cast<const cuuint64_t*>(op.waitValue.address), op.waitValue.value64,
-                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH));
+                 op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH), running.hit());
       return;
     case CU_STREAM_MEM_OP_WRITE_VALUE_32: {
       auto* target = reinterpret_cast<cuuint32_t*>(op.writeValue.address);

@@ -584,8 +584,20 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size)
   // The driver requires every mapping in the range to be gone first.
   auto m = s.mappings.lower_bound(it->first);
   if (m != s.mappings.end() && m->first < it->first + size) return CUDA_ERROR_INVALID_VALUE;
-  ::munmap(reinterpret_cast<void*>(it->first), size);
+  const std::uintptr_t begin = it->first;
   s.reservations.erase(it);
+  {
+    // Scratch that running work still writes stays until that work is
+    // done: the range leaves the process then (settle_scratch).
+    std::lock_guard<std::mutex> running(s.running_lock);
+    const bool in_use = std::any_of(s.scratch.begin(), s.scratch.end(),
+                                    [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
+    if (in_use) {
+      s.freed_under_scratch.push_back({begin, begin + size});
+      return CUDA_SUCCESS;
+    }
+  }
+  ::munmap(reinterpret_cast<void*>(begin), size);
   return CUDA_SUCCESS;
 }
 
@@ -732,14 +744,15 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
     // whose range meets it, would touch a page with nothing mapped: on a
     // GPU it faults.
     std::lock_guard<std::mutex> running(s.running_lock);
-    for (const auto& [id, touches] : s.running) {
-      const bool named = std::any_of(touches.begin(), touches.end(),
+    for (const State::RunningWork& work : s.running) {
+      const bool named = std::any_of(work.touches.begin(), work.touches.end(),
                                      [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
       if (!named) continue;
       under_work = true;
+      work.hit->store(true);
       if (s.remap_faults.fetch_add(1) == 0) {
         std::fprintf(stderr,
-                     "tidepool sim: cuMemUnmap(%#llx, %zu) under a running kernel or copy that touches it: on a GPU "
+                     "tidepool sim: cuMemUnmap(%#llx, %zu) under running work that touches it: on a GPU "
                      "it faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
                      static_cast<unsigned long long>(ptr), size);
       }
@@ -1180,8 +1193,8 @@ void settle_scratch() {
   std::lock_guard<std::mutex> guard(s.lock);
   std::lock_guard<std::mutex> running(s.running_lock);
   std::erase_if(s.scratch, [&](const State::Touch& scratch) {
-    for (const auto& [id, touches] : s.running) {
-      for (const State::Touch& t : touches) {
+    for (const State::RunningWork& work : s.running) {
+      for (const State::Touch& t : work.touches) {
         if (t.begin < scratch.end && scratch.begin < t.end) return false;
       }
     }
@@ -1203,6 +1216,12 @@ void settle_scratch() {
       at = gap_end;
     }
     return true;
+  });
+  std::erase_if(s.freed_under_scratch, [&](const State::Touch& freed) {
+    const bool in_use = std::any_of(s.scratch.begin(), s.scratch.end(),
+                                    [&](const State::Touch& t) { return t.begin < freed.end && freed.begin < t.end; });
+    if (!in_use) ::munmap(reinterpret_cast<void*>(freed.begin), freed.end - freed.begin);
+    return !in_use;
   });
   s.scratch_ranges.store(s.scratch.size());
 }

@@ -449,12 +449,14 @@ struct State {
   std::atomic<std::size_t> host_mappings{0};
   std::atomic<std::uint64_t> host_resident_launches{0};
   std::atomic<std::uint64_t> host_resident_graph_copies{0};  // tidepool_sim_host_resident_graph_copies
-  // The kernels, copies and sets running now, by the address ranges they
-  // may touch (a kernel: one byte at each 8-byte word of its arguments; a
-  // copy: its source and destination): a cuMemUnmap of a range one of them
+  // The work running now (class Running), by the address ranges it may
+  // touch: a kernel's argument words (one byte each) and declared extent, a
+  // reference kernel's regions, a copy's source and destination, a set's or
+  // stream memory operation's target. A cuMemUnmap of a range one of them
   // touches is a fault on a GPU (a page with nothing mapped:
-  // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context). The sim counts it
-  // and answers every later synchronisation with that error (remap_faults).
+  // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context). The sim counts it,
+  // tells the work (`hit`: a wait or a sliced copy stops), and answers every
+  // later synchronisation with that error (remap_faults).
   // `write`: the range is written (a read-only mapping refuses it).
   // `guessed`: an argument word that may be a pointer the kernel never
   // follows; an unmap under it still counts, but it does not fault alone.
@@ -464,9 +466,14 @@ struct State {
     bool write = false;
     bool guessed = false;
   };
+  struct RunningWork {
+    std::uint64_t id = 0;
+    std::vector<Touch> touches;
+    std::atomic<bool>* hit = nullptr;
+  };
   std::mutex running_lock;
   std::uint64_t next_running = 0;
-  std::vector<std::pair<std::uint64_t, std::vector<Touch>>> running;
+  std::vector<RunningWork> running;
   std::atomic<std::uint64_t> remap_faults{0};
   // Ranges unmapped under running work that touches them: backed by
   // anonymous scratch memory until that work is done, so that its stray
@@ -476,6 +483,9 @@ struct State {
   // without either.
   std::vector<Touch> scratch;
   std::atomic<std::size_t> scratch_ranges{0};
+  // Reservations freed (cuMemAddressFree) while scratch in them was still
+  // in use: unmapped from the process once it is not (settle_scratch).
+  std::vector<Touch> freed_under_scratch;
   // Kernels, copies and sets that reached, when they started, reserved VA
   // with nothing mapped, or a mapping without the access they need: on a
   // GPU each one faults, sticky as above; the sim skips it and counts it.
@@ -602,10 +612,14 @@ class Running {
   Running(const Running&) = delete;
   Running& operator=(const Running&) = delete;
   [[nodiscard]] bool reachable() const noexcept { return reachable_; }
+  // Set once a range it touches was unmapped under it: on a GPU it has
+  // faulted, so work that goes on (a wait, a copy in slices) stops.
+  [[nodiscard]] const std::atomic<bool>& hit() const noexcept { return hit_; }
 
  private:
   std::uint64_t id_ = 0;
   bool reachable_ = true;
+  std::atomic<bool> hit_{false};
 };
 // The first address of `touches` (but guessed ones) in reserved VA that is
 // not mapped, or is mapped without the access its touch needs; 0 when none

@@ -62,9 +62,9 @@ CUresult tidepool_sim_register_library_kernel(CUkernel* out, tidepool_sim_kernel
                                               size_t num_params, const size_t* param_sizes);
 /* Declares what kernel `f` touches while it runs beyond the words of its
  * arguments: `count` (parameter `count_param`, a size_t) elements of
- * `element_bytes` from the pointer in parameter `pointer_param`. The remap
- * fault check (tidepool_sim_remap_faults) then sees the whole range, not
- * only the pointer's first byte. */
+ * `element_bytes` from the pointer in parameter `pointer_param`. The fault
+ * checks (tidepool_sim_remap_faults, tidepool_sim_unmapped_faults) then see
+ * the whole range, not only the pointer's first byte. */
 CUresult tidepool_sim_set_kernel_extent(CUfunction f, size_t pointer_param, size_t count_param, size_t element_bytes);
 
 /* Non-zero: cuEventRecord returns only once the event has completed (after
@@ -118,10 +118,12 @@ uint64_t tidepool_sim_host_resident_graph_copies(void);
  * 0 for a handle that names no live stream. */
 uint64_t tidepool_sim_host_resident_copies(CUstream stream);
 
-/* cuMemUnmap calls made while a running kernel named (in an 8-byte word of
- * its arguments) an address in the range unmapped, or a running copy's
- * source or destination met it. On a GPU that kernel or copy would fault;
- * the sim prints one line to stderr at the first, and from then on
+/* cuMemUnmap calls made while running work touched the range unmapped: a
+ * kernel that named an address there (in an 8-byte word of its arguments,
+ * or its declared extent), tidepool's kernels' regions, a copy's source or
+ * destination, a set's or stream memory operation's target. On a GPU that
+ * work would fault; the sim prints one line to stderr at the first, ends a
+ * stream wait or a rate-limited copy there, and from then on
  * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
  * CUDA_ERROR_ILLEGAL_ADDRESS, as the context's sticky error. */
 uint64_t tidepool_sim_remap_faults(void);
@@ -139,13 +141,16 @@ uint64_t tidepool_sim_access_faults(void);
  * a mapping without the access they need (cuMemSetAccess; a write needs
  * read-write): work queued before an unmap that ran after it, say. A
  * kernel's reach is the range its extent declares
- * (tidepool_sim_set_kernel_extent), never a pointer among its arguments
- * alone, which it may not follow. On a GPU
- * each one faults: the sim skips it, prints one line to stderr at the
- * first, and answers synchronisations as after a remap fault. A range
- * unmapped while running work touches it (tidepool_sim_remap_faults) is
- * scratch memory until that work is done, so the work's stray bytes land
- * where nothing reads them, never in the process. */
+ * (tidepool_sim_set_kernel_extent), taken as read, never a pointer among
+ * its arguments alone, which it may not follow. On a GPU each one faults:
+ * the sim skips it, prints one line to stderr at the first, and answers
+ * synchronisations as after a remap fault. A range unmapped while running
+ * work touches it (tidepool_sim_remap_faults) is scratch memory until that
+ * work is done, so the work's stray bytes never land in the process's other
+ * memory (a page mapped there meanwhile may take them, as on a GPU); a
+ * reservation freed meanwhile leaves the process when the work is done.
+ * Not caught: access lowered under running work, and the source a copy
+ * reads on the calling thread (pageable or read at the call). */
 uint64_t tidepool_sim_unmapped_faults(void);
 
 /* Kernels of tidepool's (the compression kernels the sim runs by

@@ -1337,7 +1337,7 @@ Running::Running(std::vector<State::Touch> touches, const char* what) {
   {
     std::lock_guard<std::mutex> guard(s.running_lock);
     id_ = ++s.next_running;
-    s.running.emplace_back(id_, touches);
+    s.running.push_back({id_, touches, &hit_});
   }
   const std::uintptr_t unreachable = first_unreachable(touches);
   if (unreachable == 0) return;
@@ -1354,7 +1354,7 @@ Running::~Running() {
   State& s = state();
   {
     std::lock_guard<std::mutex> guard(s.running_lock);
-    std::erase_if(s.running, [&](const auto& r) { return r.first == id_; });
+    std::erase_if(s.running, [&](const State::RunningWork& r) { return r.id == id_; });
   }
   if (s.scratch_ranges.load() > 0) settle_scratch();
 }
@@ -1556,6 +1556,7 @@ void copy(void* dst, const void* src, std::size_t n, Link link) {
     const std::int64_t due =
         start + static_cast<std::int64_t>(static_cast<double>(duration) * static_cast<double>(i + 1) / kSlices);
     if (const std::int64_t left = due - now_ns(); left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+    if (running.hit().load()) return;  // faulted: the rest never lands
     const std::size_t begin = n * i / kSlices;
     std::memmove(out + begin, in + begin, n * (i + 1) / kSlices - begin);
   }

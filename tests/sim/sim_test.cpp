@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -274,15 +275,16 @@ TEST_F(Sim, WorkQueuedBeforeAnUnmapThatRunsAfterItFaultsAndWritesNothing) {
 
 // A page unmapped under a running kernel that writes it faults on a GPU;
 // in the sim the kernel's bytes land in scratch memory instead of killing
-// the process, and once it is done the page is inaccessible reserved VA
-// again. A page mapped there afterwards holds none of those bytes.
+// the process, never in the page that was mapped there, and once it is
+// done the VA is inaccessible reserved VA again.
 TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible) {
   const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
   CUdeviceptr va = 0;
   ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUmemGenericAllocationHandle first = create_page();
-  map_rw(va, first);
+  const CUmemGenericAllocationHandle page = create_page();
+  map_rw(va, page);
+  std::memset(reinterpret_cast<void*>(va), 0, page_);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   Gate gate;
@@ -298,7 +300,6 @@ TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible
   EXPECT_EQ(remap_faults(), 1u);
   gate.release();
   EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_EQ(api().memRelease(first), CUDA_SUCCESS);
 
   const pid_t child = fork();
   if (child == 0) {
@@ -311,15 +312,71 @@ TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGSEGV);
 
-  const CUmemGenericAllocationHandle second = create_page();
-  map_rw(va, second);
-  ASSERT_EQ(api().memsetD8(va, 0, page_), CUDA_SUCCESS);
-  clear();
-  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  // The page itself never saw the kernel's bytes.
+  map_rw(va, page);
   const auto* bytes = reinterpret_cast<const unsigned char*>(va);
-  EXPECT_TRUE(std::all_of(bytes, bytes + page_, [](unsigned char b) { return b == 0; }));
+  EXPECT_TRUE(std::none_of(bytes, bytes + page_, [](unsigned char b) { return b == 0x5a; }));
+  clear();
   EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
-  EXPECT_EQ(api().memRelease(second), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
+// A reservation freed while work still writes the scratch in it stays in
+// the process until that work is done, then leaves it.
+TEST_F(Sim, AReservationFreedUnderRunningWorkLeavesTheProcessOnceTheWorkIsDone) {
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle page = create_page();
+  map_rw(va, page);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate gate;
+  std::atomic<bool> started{false};
+  FillArguments fill{&gate, &started};
+  FillArguments* fill_arguments = &fill;
+  auto* fill_target = reinterpret_cast<unsigned char*>(va);
+  std::size_t fill_bytes = page_;
+  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
+  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  while (!started.load()) std::this_thread::yield();
+  ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  ASSERT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(::msync(reinterpret_cast<void*>(va), page_, MS_ASYNC), 0) << "the scratch left under running work";
+  gate.release();
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  errno = 0;
+  EXPECT_EQ(::msync(reinterpret_cast<void*>(va), page_, MS_ASYNC), -1) << "the freed range is still in the process";
+  EXPECT_EQ(errno, ENOMEM);
+  clear();
+  EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+// A stream wait on a word unmapped under it faults on a GPU: in the sim the
+// wait ends (the stream goes on, answering with the fault) instead of
+// spinning on scratch or killing the process.
+TEST_F(Sim, AStreamWaitOnAWordUnmappedUnderItEndsWithTheFault) {
+  const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto unmapped_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  const auto wait32 = sim_control<decltype(&::cuStreamWaitValue32_v2)>("cuStreamWaitValue32_v2");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle page = create_page();
+  map_rw(va, page);
+  std::memset(reinterpret_cast<void*>(va), 0, page_);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(wait32(stream, va, 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);  // never written
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));               // the wait is running, most likely
+  ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(remap_faults() + unmapped_faults(), 1u);
+  clear();
+  EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
   EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
 }
