@@ -135,6 +135,25 @@ TEST(SharedBlocks, AFreeOfAHeldBlockWaitsForItsLastHoldAndASecondFreeIsADoubleFr
 namespace tidepool {
 namespace {
 
+// A raw importer's connection to a channel, as another process makes it.
+int connect_to(std::uint64_t channel) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const std::string name = runtime::ipc::channel_name(channel);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, name.data(), name.size());
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
+            0);
+  runtime::ipc::limit_waits(fd);
+  return fd;
+}
+
+bool answered_within(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1;
+}
+
 // A peer that sends garbage (an unknown request, a short one, one with file
 // descriptors attached, or a forged secret) is dropped or refused, and the
 // channel goes on answering the next process. The importer here is this
@@ -154,18 +173,7 @@ TEST(SharedBlocks, AChannelDropsGarbageAndGoesOnAnswering) {
   runtime::ipc::Handle handle;
   ASSERT_TRUE(runtime::ipc::decode(made.value(), &handle));
 
-  const auto connect = [&] {
-    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    const std::string name = runtime::ipc::channel_name(handle.channel);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::memcpy(address.sun_path, name.data(), name.size());
-    EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address),
-                        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
-              0);
-    runtime::ipc::limit_waits(fd);
-    return fd;
-  };
+  const auto connect = [&] { return connect_to(handle.channel); };
   // Each is answered by the end of the connection, or a refusal.
   const std::uint64_t garbage[4] = {99, 1, 2, 3};
   int fd = connect();
@@ -207,25 +215,6 @@ TEST(SharedBlocks, AChannelDropsGarbageAndGoesOnAnswering) {
 
 namespace tidepool {
 namespace {
-
-// A raw importer's connection to a channel, as another process makes it.
-int connect_to(std::uint64_t channel) {
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  const std::string name = runtime::ipc::channel_name(channel);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, name.data(), name.size());
-  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address),
-                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
-            0);
-  runtime::ipc::limit_waits(fd);
-  return fd;
-}
-
-bool answered_within(int fd, int ms) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, ms) == 1;
-}
 
 // An open may wait for the owner's queued work; while two opens wait, the
 // channel still answers a third importer at once (here a forged open, which

@@ -59,6 +59,20 @@ void fault_with_default_handler() {
   sigaction(SIGBUS, &action, nullptr);
 }
 
+// Whether a write of one byte at `address` kills a child process with
+// SIGSEGV, as touching VA with nothing (accessible) mapped does.
+bool a_write_faults(CUdeviceptr address) {
+  const pid_t child = fork();
+  if (child == 0) {
+    fault_with_default_handler();
+    *reinterpret_cast<volatile char*>(address) = 1;
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return false;
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
 class Sim : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,16 +119,7 @@ class Sim : public ::testing::Test {
 TEST_F(Sim, UnmappedReservationFaults) {
   CUdeviceptr va = 0;
   ASSERT_EQ(api().memAddressReserve(&va, 2 * page_, 0, 0, 0), CUDA_SUCCESS);
-  const pid_t child = fork();
-  if (child == 0) {
-    fault_with_default_handler();
-    *reinterpret_cast<volatile char*>(va) = 1;  // must fault: nothing is mapped
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFSIGNALED(status));
-  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
+  EXPECT_TRUE(a_write_faults(va));  // must fault: nothing is mapped
   EXPECT_EQ(api().memAddressFree(va, 2 * page_), CUDA_SUCCESS);
 }
 
@@ -184,6 +189,12 @@ CUfunction gated_fill_kernel() {
   }();
   return f;
 }
+// Launches gated_fill on `bytes` at `target`; `args` must outlive it.
+CUresult launch_gated_fill(CUstream stream, FillArguments* args, CUdeviceptr target, std::size_t bytes) {
+  auto* pointer = reinterpret_cast<unsigned char*>(target);
+  void* params[] = {&args, &pointer, &bytes};
+  return sim_driver().api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+}
 // A kernel that only counts its runs: a pointer among its arguments is
 // never followed.
 void count_runs(void** /*params*/, void* user) { static_cast<std::atomic<int>*>(user)->fetch_add(1); }
@@ -229,11 +240,7 @@ TEST_F(Sim, WorkQueuedBeforeAnUnmapThatRunsAfterItFaultsAndWritesNothing) {
   open.release();
   std::atomic<bool> started{false};
   FillArguments fill{&open, &started};
-  FillArguments* fill_arguments = &fill;
-  auto* fill_target = reinterpret_cast<unsigned char*>(va);
-  std::size_t fill_bytes = 4096;
-  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
-  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_fill(stream, &fill, va, 4096), CUDA_SUCCESS);
   std::atomic<int> runs{0};
   CUfunction counter = nullptr;
   const std::size_t pointer_size[] = {sizeof(CUdeviceptr)};
@@ -290,27 +297,14 @@ TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible
   Gate gate;
   std::atomic<bool> started{false};
   FillArguments fill{&gate, &started};
-  FillArguments* fill_arguments = &fill;
-  auto* fill_target = reinterpret_cast<unsigned char*>(va);
-  std::size_t fill_bytes = page_;
-  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
-  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
   while (!started.load()) std::this_thread::yield();
   ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   EXPECT_EQ(remap_faults(), 1u);
   gate.release();
   EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
 
-  const pid_t child = fork();
-  if (child == 0) {
-    fault_with_default_handler();
-    *reinterpret_cast<volatile char*>(va) = 1;  // must fault: scratch is gone, nothing is mapped
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFSIGNALED(status));
-  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
+  EXPECT_TRUE(a_write_faults(va));  // must fault: scratch is gone, nothing is mapped
 
   // The page itself never saw the kernel's bytes.
   map_rw(va, page);
@@ -336,11 +330,7 @@ TEST_F(Sim, AReservationFreedUnderRunningWorkLeavesTheProcessOnceTheWorkIsDone) 
   Gate gate;
   std::atomic<bool> started{false};
   FillArguments fill{&gate, &started};
-  FillArguments* fill_arguments = &fill;
-  auto* fill_target = reinterpret_cast<unsigned char*>(va);
-  std::size_t fill_bytes = page_;
-  void* fill_params[] = {&fill_arguments, &fill_target, &fill_bytes};
-  ASSERT_EQ(api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, fill_params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
   while (!started.load()) std::this_thread::yield();
   ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   ASSERT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
