@@ -259,7 +259,7 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
   }
   if (!device_may_touch(device, touches)) return;
   {
-    const Running running(std::move(touches), "kernel of tidepool's");
+    const Running running(touches, "kernel of tidepool's");
     if (!running.reachable()) return;
     regions.clear();
     kernel.run(params, grid, &regions, true);

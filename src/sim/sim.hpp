@@ -607,7 +607,7 @@ bool host_mapped_in(std::uintptr_t address, std::size_t bytes);
 // made inaccessible again once no running work touches it.
 class Running {
  public:
-  Running(std::vector<State::Touch> touches, const char* what);
+  Running(const std::vector<State::Touch>& touches, const char* what);
   ~Running();
   Running(const Running&) = delete;
   Running& operator=(const Running&) = delete;

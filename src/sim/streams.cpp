@@ -1332,7 +1332,7 @@ bool reaches_host_memory(const std::vector<std::uint64_t>& words) {
 
 }  // namespace
 
-Running::Running(std::vector<State::Touch> touches, const char* what) {
+Running::Running(const std::vector<State::Touch>& touches, const char* what) {
   State& s = state();
   {
     std::lock_guard<std::mutex> guard(s.running_lock);
@@ -1459,7 +1459,7 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         std::vector<State::Touch> touches = kernel_touches(*k, pointers, words);
         // Judged when it runs too: access granted or taken while it was queued counts.
         if (!device_may_touch(device, touches)) return;
-        const Running running(std::move(touches), "kernel");
+        const Running running(touches, "kernel");
         if (running.reachable()) k->fn(pointers.data(), k->user_data);
       },
       [f, arguments](Node& node) {

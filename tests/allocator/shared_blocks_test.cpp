@@ -49,7 +49,7 @@ TEST(SharedBlocks, TheFileDescriptorsHandedOutAreTheBlocksOwnPages) {
   ASSERT_NE(allocator, nullptr);
   pool::Pool& pool = allocator->pool();
   // A small block first, so the shared one starts inside a page.
-  auto before = allocator->allocate(64 * 1024, 0, false);
+  auto before = allocator->allocate(std::size_t{64} * 1024, 0, false);
   auto shared = allocator->allocate(3 * MiB, 0, false);
   ASSERT_TRUE(before.ok() && shared.ok());
   const std::uintptr_t address = shared.value();
