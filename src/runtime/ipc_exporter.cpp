@@ -247,16 +247,12 @@ bool IpcExporter::hand_out(Connection& c, const ipc::Request& request, std::chro
   std::lock_guard<std::mutex> guard_work(work_->lock);
   if (work_->idle <= work_->jobs.size() && work_->workers.size() < kOpenWorkers) {
     try {
-      // Room first, the thread last: nothing may throw once it runs, or a
-      // joinable thread would be destroyed.
+      // Room first and the thread last: once it runs nothing may throw, or
+      // a joinable thread would be destroyed.
       work_->workers.reserve(kOpenWorkers);
-      auto& slot = work_->workers.emplace_back(std::make_unique<std::thread>());
-      try {
-        *slot = util::start_background_thread([this] { work(); });
-      } catch (...) {
-        work_->workers.pop_back();
-        throw;
-      }
+      auto worker = std::make_unique<std::thread>();
+      *worker = util::start_background_thread([this] { work(); });
+      work_->workers.push_back(std::move(worker));
     } catch (...) {
       if (work_->workers.empty()) return false;
       log_warn("IPC: could not start another open worker; opens wait for the {} there are", work_->workers.size());

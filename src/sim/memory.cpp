@@ -591,7 +591,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size)
     // done: the range leaves the process then (settle_scratch).
     std::lock_guard<std::mutex> running(s.running_lock);
     const bool in_use = std::any_of(s.scratch.begin(), s.scratch.end(),
-                                    [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
+                                    [&](const State::Touch& t) { return t.meets(begin, begin + size); });
     if (in_use) {
       s.freed_under_scratch.push_back({begin, begin + size});
       return CUDA_SUCCESS;
@@ -740,13 +740,12 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   const auto begin = static_cast<std::uintptr_t>(ptr);
   bool under_work = false;
   {
-    // A running kernel that names an address here, or a running copy
-    // whose range meets it, would touch a page with nothing mapped: on a
-    // GPU it faults.
+    // Running work that touches the range would touch a page with nothing
+    // mapped: on a GPU it faults.
     std::lock_guard<std::mutex> running(s.running_lock);
     for (const State::RunningWork& work : s.running) {
       const bool named = std::any_of(work.touches.begin(), work.touches.end(),
-                                     [&](const State::Touch& t) { return t.begin < begin + size && begin < t.end; });
+                                     [&](const State::Touch& t) { return t.meets(begin, begin + size); });
       if (!named) continue;
       under_work = true;
       work.hit->store(true);
@@ -1195,11 +1194,12 @@ void settle_scratch() {
   std::erase_if(s.scratch, [&](const State::Touch& scratch) {
     for (const State::RunningWork& work : s.running) {
       for (const State::Touch& t : work.touches) {
-        if (t.begin < scratch.end && scratch.begin < t.end) return false;
+        if (t.meets(scratch.begin, scratch.end)) return false;
       }
     }
     // Only what is still reserved and unmapped: a later cuMemMap replaced
-    // the scratch where it mapped, and a cuMemAddressFree unmapped it all.
+    // the scratch where it mapped, and a freed reservation leaves the
+    // process below (freed_under_scratch).
     for (std::uintptr_t at = scratch.begin; at < scratch.end;) {
       std::uintptr_t base = 0;
       if (const Mapping* m = mapping_at(s, at, &base)) {
@@ -1219,7 +1219,7 @@ void settle_scratch() {
   });
   std::erase_if(s.freed_under_scratch, [&](const State::Touch& freed) {
     const bool in_use = std::any_of(s.scratch.begin(), s.scratch.end(),
-                                    [&](const State::Touch& t) { return t.begin < freed.end && freed.begin < t.end; });
+                                    [&](const State::Touch& t) { return t.meets(freed.begin, freed.end); });
     if (!in_use) ::munmap(reinterpret_cast<void*>(freed.begin), freed.end - freed.begin);
     return !in_use;
   });

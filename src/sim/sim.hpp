@@ -465,6 +465,7 @@ struct State {
     std::uintptr_t end;
     bool write = false;
     bool guessed = false;
+    [[nodiscard]] bool meets(std::uintptr_t from, std::uintptr_t to) const { return begin < to && from < end; }
   };
   struct RunningWork {
     std::uint64_t id = 0;
