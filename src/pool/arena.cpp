@@ -74,28 +74,35 @@ void Arena::absorb(Block* low, Block* high) {
   blocks_.recycle(high);
 }
 
-// A free neighbour below grows in place in the index (reshape); one above
-// leaves the index and joins the block.
+// Folds a free, mergeable neighbour above `low` into it, out of the index;
+// its bytes (0 when none was folded), which the caller adds to `low`.
+inline std::size_t Arena::absorb_free_next(Block* low) {
+  Block* next = low->next;
+  if (next == nullptr || !next->is_free || !next->in_index || !mergeable(low, next)) return 0;
+  const std::size_t bytes = next->size;
+  index_.erase(next);
+  absorb(low, next);
+  return bytes;
+}
+
+// A free neighbour below stays in the index and grows in place, once
+// however many merge into it (merge_into_below); one above leaves the
+// index and joins.
 void Arena::release(Block* block) {
   block->is_free = true;
-  bool indexed = false;
   if (Block* prev = block->prev; prev != nullptr && prev->is_free && prev->in_index && mergeable(prev, block)) {
-    index_.reshape(prev, prev->address, prev->size + block->size);
-    absorb(prev, block);
-    block = prev;
-    indexed = true;
+    merge_into_below(prev, block);
+    return;
   }
-  if (Block* next = block->next; next != nullptr && next->is_free && next->in_index && mergeable(block, next)) {
-    index_.erase(next);
-    const std::size_t merged = block->size + next->size;
-    absorb(block, next);
-    if (indexed) {
-      index_.reshape(block, block->address, merged);
-    } else {
-      block->size = merged;
-    }
-  }
-  if (!indexed) index_.insert(block);
+  block->size += absorb_free_next(block);
+  index_.insert(block);
+}
+
+void Arena::merge_into_below(Block* prev, Block* block) {
+  std::size_t merged = prev->size + block->size;
+  absorb(prev, block);
+  merged += absorb_free_next(prev);
+  index_.reshape(prev, prev->address, merged);
 }
 
 }  // namespace tidepool::pool

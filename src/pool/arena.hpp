@@ -49,6 +49,8 @@ class Arena {
  private:
   bool mergeable(Block* a, Block* b);
   void absorb(Block* low, Block* high);
+  [[gnu::always_inline]] std::size_t absorb_free_next(Block* low);
+  [[gnu::noinline]] void merge_into_below(Block* prev, Block* block);
 
   int id_;
   BlockStore& blocks_;
