@@ -588,7 +588,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, std::size_t size)
   s.reservations.erase(it);
   {
     // Scratch that running work still writes stays until that work is
-    // done: the range leaves the process then (settle_scratch).
+    // done: the range leaves the process then (settle_under_work).
     std::lock_guard<std::mutex> running(s.running_lock);
     const bool in_use = std::any_of(s.scratch.begin(), s.scratch.end(),
                                     [&](const State::Touch& t) { return t.meets(begin, begin + size); });
@@ -700,6 +700,43 @@ void* map_fixed(std::uintptr_t address, std::size_t size, int flags, int fd, off
   return mapped;
 }
 
+// The protection the host gives a mapping: it stands in for every device,
+// so it may do what any of them may.
+int protection(std::uint64_t readers, std::uint64_t writers) {
+  return writers != 0 ? PROT_READ | PROT_WRITE : (readers != 0 ? PROT_READ : PROT_NONE);
+}
+
+// Running work that touches [begin, end) (with a write, when `writes_only`)
+// has faulted on a GPU once `call` takes the range from under it: each is
+// told (`hit`) and counted in remap_faults, the first reported on stderr.
+// Where any was, the range joins `settle_in` for settle_under_work, in the
+// same hold of running_lock, so that work leaving meanwhile settles it.
+// Whether any was. Under s.lock.
+bool fault_work_under(State& s, std::uintptr_t begin, std::uintptr_t end, bool writes_only, const char* call,
+                      std::vector<State::Touch>* settle_in) {
+  bool under_work = false;
+  std::lock_guard<std::mutex> running(s.running_lock);
+  for (const State::RunningWork& work : s.running) {
+    const bool named = std::any_of(work.touches.begin(), work.touches.end(), [&](const State::Touch& t) {
+      return t.meets(begin, end) && (t.write || !writes_only);
+    });
+    if (!named) continue;
+    under_work = true;
+    work.hit->store(true);
+    if (s.remap_faults.fetch_add(1) == 0) {
+      std::fprintf(stderr,
+                   "tidepool sim: %s(%#llx, %zu) under running work that touches it: on a GPU it faults "
+                   "(CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
+                   call, static_cast<unsigned long long>(begin), static_cast<std::size_t>(end - begin));
+    }
+  }
+  if (under_work) {
+    settle_in->push_back({begin, end});
+    s.unsettled_ranges.store(s.scratch.size() + s.access_kept.size());
+  }
+  return under_work;
+}
+
 }  // namespace
 
 TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::size_t offset,
@@ -738,31 +775,11 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, std::size_t size) {
   auto pieces = covering(s, static_cast<std::uintptr_t>(ptr), size);
   if (pieces.empty()) return CUDA_ERROR_INVALID_VALUE;
   const auto begin = static_cast<std::uintptr_t>(ptr);
-  bool under_work = false;
-  {
-    // Running work that touches the range would touch a page with nothing
-    // mapped: on a GPU it faults.
-    std::lock_guard<std::mutex> running(s.running_lock);
-    for (const State::RunningWork& work : s.running) {
-      const bool named = std::any_of(work.touches.begin(), work.touches.end(),
-                                     [&](const State::Touch& t) { return t.meets(begin, begin + size); });
-      if (!named) continue;
-      under_work = true;
-      work.hit->store(true);
-      if (s.remap_faults.fetch_add(1) == 0) {
-        std::fprintf(stderr,
-                     "tidepool sim: cuMemUnmap(%#llx, %zu) under running work that touches it: on a GPU "
-                     "it faults (CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
-                     static_cast<unsigned long long>(ptr), size);
-      }
-    }
-    if (under_work) {
-      s.scratch.push_back({begin, begin + size});
-      s.scratch_ranges.store(s.scratch.size());
-    }
-  }
+  // Running work that touches the range would touch a page with nothing
+  // mapped: on a GPU it faults.
+  const bool under_work = fault_work_under(s, begin, begin + size, /*writes_only=*/false, "cuMemUnmap", &s.scratch);
   // Back to an inaccessible reservation at the same addresses; under
-  // running work, scratch until it is done (settle_scratch).
+  // running work, scratch until it is done (settle_under_work).
   map_fixed(begin, size, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0,
             under_work ? PROT_READ | PROT_WRITE : PROT_NONE);
   for (auto it : pieces) {
@@ -806,9 +823,16 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
     Mapping& m = it->second;
     const std::uint64_t r = (m.readers & ~named) | readers;
     const std::uint64_t w = (m.writers & ~named) | writers;
-    // The host stands in for every device: it may do what any of them may.
-    const int prot = w != 0 ? PROT_READ | PROT_WRITE : (r != 0 ? PROT_READ : PROT_NONE);
-    if (::mprotect(reinterpret_cast<void*>(it->first), m.size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
+    const int before = protection(m.readers, m.writers);
+    const int prot = protection(r, w);
+    const bool loses_reads = before != PROT_NONE && prot == PROT_NONE;
+    const bool loses_writes = (before & PROT_WRITE) != 0 && (prot & PROT_WRITE) == 0;
+    const std::uintptr_t begin = it->first;
+    // Access taken from running work that needs it: the protection stays
+    // as it was until that work is done (settle_under_work).
+    const bool kept = (loses_reads || loses_writes) &&
+                      fault_work_under(s, begin, begin + m.size, !loses_reads, "cuMemSetAccess", &s.access_kept);
+    if (!kept && ::mprotect(reinterpret_cast<void*>(begin), m.size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
     m.readers = r;
     m.writers = w;
   }
@@ -1187,16 +1211,18 @@ std::uintptr_t first_unreachable(const std::vector<State::Touch>& touches) {
   return 0;
 }
 
-void settle_scratch() {
+void settle_under_work() {
   State& s = state();
   std::lock_guard<std::mutex> guard(s.lock);
   std::lock_guard<std::mutex> running(s.running_lock);
+  const auto touched = [&](const State::Touch& range) {
+    return std::any_of(s.running.begin(), s.running.end(), [&](const State::RunningWork& work) {
+      return std::any_of(work.touches.begin(), work.touches.end(),
+                         [&](const State::Touch& t) { return t.meets(range.begin, range.end); });
+    });
+  };
   std::erase_if(s.scratch, [&](const State::Touch& scratch) {
-    for (const State::RunningWork& work : s.running) {
-      for (const State::Touch& t : work.touches) {
-        if (t.meets(scratch.begin, scratch.end)) return false;
-      }
-    }
+    if (touched(scratch)) return false;
     // Only what is still reserved and unmapped: a later cuMemMap replaced
     // the scratch where it mapped, and a freed reservation leaves the
     // process below (freed_under_scratch).
@@ -1223,7 +1249,20 @@ void settle_scratch() {
     if (!in_use) ::munmap(reinterpret_cast<void*>(freed.begin), freed.end - freed.begin);
     return !in_use;
   });
-  s.scratch_ranges.store(s.scratch.size());
+  // Whatever is mapped there now takes the protection its access list gives
+  // (an unmap since left it inaccessible or scratch: nothing to do).
+  std::erase_if(s.access_kept, [&](const State::Touch& kept) {
+    if (touched(kept)) return false;
+    auto m = s.mappings.upper_bound(kept.begin);
+    if (m != s.mappings.begin()) --m;
+    for (; m != s.mappings.end() && m->first < kept.end; ++m) {
+      if (m->first + m->second.size <= kept.begin) continue;
+      (void)::mprotect(reinterpret_cast<void*>(m->first), m->second.size,
+                       protection(m->second.readers, m->second.writers));
+    }
+    return true;
+  });
+  s.unsettled_ranges.store(s.scratch.size() + s.access_kept.size());
 }
 
 bool device_reachable(std::uintptr_t address, std::size_t bytes) {

@@ -453,10 +453,11 @@ struct State {
   // touch: a kernel's argument words (one byte each) and declared extent, a
   // reference kernel's regions, a copy's source and destination, a set's or
   // stream memory operation's target. A cuMemUnmap of a range one of them
-  // touches is a fault on a GPU (a page with nothing mapped:
-  // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context). The sim counts it,
-  // tells the work (`hit`: a wait or a sliced copy stops), and answers every
-  // later synchronisation with that error (remap_faults).
+  // touches, or a cuMemSetAccess that takes away the access one of them
+  // needs, is a fault on a GPU (CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the
+  // context). The sim counts it, tells the work (`hit`: a wait or a sliced
+  // copy stops), and answers every later synchronisation with that error
+  // (remap_faults).
   // `write`: the range is written (a read-only mapping refuses it).
   // `guessed`: an argument word that may be a pointer the kernel never
   // follows; an unmap under it still counts, but it does not fault alone.
@@ -479,14 +480,20 @@ struct State {
   // Ranges unmapped under running work that touches them: backed by
   // anonymous scratch memory until that work is done, so that its stray
   // accesses land where nothing reads them instead of killing the process,
-  // then made inaccessible reserved VA again (settle_scratch). Guarded by
-  // `lock`, then `running_lock`; `scratch_ranges` counts them, to be read
-  // without either.
+  // then made inaccessible reserved VA again (settle_under_work). Guarded
+  // by `lock`, then `running_lock`.
   std::vector<Touch> scratch;
-  std::atomic<std::size_t> scratch_ranges{0};
   // Reservations freed (cuMemAddressFree) while scratch in them was still
-  // in use: unmapped from the process once it is not (settle_scratch).
+  // in use: unmapped from the process once it is not (settle_under_work).
   std::vector<Touch> freed_under_scratch;
+  // Mappings whose access was taken away under running work that needs it:
+  // their protection stays as it was until that work is done, so that its
+  // stray accesses do not kill the process, then follows the access list
+  // (settle_under_work). Guarded as `scratch`.
+  std::vector<Touch> access_kept;
+  // How many ranges of `scratch` and `access_kept` wait to be settled, to
+  // be read without either lock.
+  std::atomic<std::size_t> unsettled_ranges{0};
   // Kernels, copies and sets that reached, when they started, reserved VA
   // with nothing mapped, or a mapping without the access they need: on a
   // GPU each one faults, sticky as above; the sim skips it and counts it.
@@ -604,8 +611,8 @@ bool host_mapped_in(std::uintptr_t address, std::size_t bytes);
 // written). Registered first, so that an unmap racing the check is a remap
 // fault either way. `reachable()` false: the work faulted (counted in
 // State::unmapped_faults, the first reported on stderr as `what`) and must
-// not run. On leaving, scratch that covered ranges unmapped under it is
-// made inaccessible again once no running work touches it.
+// not run. On leaving, what was unmapped or lost its access under it is
+// settled once no running work touches it (settle_under_work).
 class Running {
  public:
   Running(const std::vector<State::Touch>& touches, const char* what);
@@ -613,8 +620,9 @@ class Running {
   Running(const Running&) = delete;
   Running& operator=(const Running&) = delete;
   [[nodiscard]] bool reachable() const noexcept { return reachable_; }
-  // Set once a range it touches was unmapped under it: on a GPU it has
-  // faulted, so work that goes on (a wait, a copy in slices) stops.
+  // Set once a range it touches was unmapped, or lost the access it needs,
+  // under it: on a GPU it has faulted, so work that goes on (a wait, a copy
+  // in slices) stops.
   [[nodiscard]] const std::atomic<bool>& hit() const noexcept { return hit_; }
 
  private:
@@ -626,9 +634,11 @@ class Running {
 // not mapped, or is mapped without the access its touch needs; 0 when none
 // (memory.cpp).
 std::uintptr_t first_unreachable(const std::vector<State::Touch>& touches);
-// Makes the scratch ranges no running work touches inaccessible reserved VA
-// again, where nothing was mapped there since (memory.cpp).
-void settle_scratch();
+// For the ranges no running work touches any more: scratch becomes
+// inaccessible reserved VA again, where nothing was mapped there since, and
+// a mapping whose access was kept takes the protection its access list
+// gives (memory.cpp).
+void settle_under_work();
 // Whether a kernel on `device` may touch everything in `touches` (their
 // first bytes): memory of its own device, host memory, another device's
 // cuMemAlloc memory with peer access enabled, its memory-pool allocations

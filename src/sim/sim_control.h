@@ -121,8 +121,10 @@ uint64_t tidepool_sim_host_resident_copies(CUstream stream);
 /* cuMemUnmap calls made while running work touched the range unmapped: a
  * kernel that named an address there (in an 8-byte word of its arguments,
  * or its declared extent), tidepool's kernels' regions, a copy's source or
- * destination, a set's or stream memory operation's target. On a GPU that
- * work would fault; the sim prints one line to stderr at the first, ends a
+ * destination, a set's or stream memory operation's target; and
+ * cuMemSetAccess calls that took from such work the access it needs (all
+ * access, or write access from a write; the mapping's protection then
+ * changes once the work is done). On a GPU that work would fault; the sim prints one line to stderr at the first, ends a
  * stream wait or a rate-limited copy there, and from then on
  * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
  * CUDA_ERROR_ILLEGAL_ADDRESS, as the context's sticky error. */

@@ -1356,7 +1356,7 @@ Running::~Running() {
     std::lock_guard<std::mutex> guard(s.running_lock);
     std::erase_if(s.running, [&](const State::RunningWork& r) { return r.id == id_; });
   }
-  if (s.scratch_ranges.load() > 0) settle_scratch();
+  if (s.unsettled_ranges.load() > 0) settle_under_work();
 }
 
 namespace {

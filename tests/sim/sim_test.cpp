@@ -59,19 +59,25 @@ void fault_with_default_handler() {
   sigaction(SIGBUS, &action, nullptr);
 }
 
-// Whether a write of one byte at `address` kills a child process with
-// SIGSEGV, as touching VA with nothing (accessible) mapped does.
-bool a_write_faults(CUdeviceptr address) {
+// Whether a write (or a read) of one byte at `address` kills a child
+// process with SIGSEGV, as touching VA with nothing (accessible) mapped does.
+bool an_access_faults(CUdeviceptr address, bool write) {
   const pid_t child = fork();
   if (child == 0) {
     fault_with_default_handler();
-    *reinterpret_cast<volatile char*>(address) = 1;
+    auto* byte = reinterpret_cast<volatile char*>(address);
+    if (write) {
+      *byte = 1;
+    } else {
+      (void)*byte;
+    }
     _exit(0);
   }
   int status = 0;
   if (waitpid(child, &status, 0) != child) return false;
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
 }
+bool a_write_faults(CUdeviceptr address) { return an_access_faults(address, /*write=*/true); }
 
 class Sim : public ::testing::Test {
  protected:
@@ -103,10 +109,14 @@ class Sim : public ::testing::Test {
   }
   void map_rw(CUdeviceptr at, CUmemGenericAllocationHandle h) {
     ASSERT_EQ(api().memMap(at, page_, 0, h, 0), CUDA_SUCCESS);
+    map_access(at, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  }
+  // Sets device 0's access to the page mapped at `at`.
+  void map_access(CUdeviceptr at, CUmemAccess_flags flags) {
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.flags = flags;
     ASSERT_EQ(api().memSetAccess(at, page_, &access, 1), CUDA_SUCCESS);
   }
 
@@ -343,6 +353,43 @@ TEST_F(Sim, AReservationFreedUnderRunningWorkLeavesTheProcessOnceTheWorkIsDone) 
   clear();
   EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+}
+
+// Access taken away under running work that needs it faults that work on
+// a GPU. In the sim the work goes on where it is (not killing the process),
+// and once it is done the mapping holds to its new access list. (A kernel's
+// extent is taken as read: only taking all access away faults it.)
+TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess) {
+  const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  CUdeviceptr va = 0;
+  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
+  const CUmemGenericAllocationHandle page = create_page();
+  map_rw(va, page);
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Gate gate;
+  std::atomic<bool> started{false};
+  FillArguments fill{&gate, &started};
+  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
+  while (!started.load()) std::this_thread::yield();
+  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  EXPECT_EQ(remap_faults(), 1u) << "the fill's page taken from under it";
+  gate.release();
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_TRUE(an_access_faults(va, /*write=*/false)) << "inaccessible once the work is done";
+  // With no work running, access changes at once and faults nothing.
+  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);
+  EXPECT_FALSE(an_access_faults(va, /*write=*/false));
+  EXPECT_TRUE(a_write_faults(va));
+  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  EXPECT_FALSE(a_write_faults(va));
+  EXPECT_EQ(remap_faults(), 1u);
+  clear();
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
 }
 
 // A stream wait on a word unmapped under it faults on a GPU: in the sim the
