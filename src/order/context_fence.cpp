@@ -6,10 +6,12 @@
 namespace tidepool::order {
 
 ContextFence::Gap ContextFence::record(const driver::Api& api, EventCache& events, StreamRegistry& registry,
-                                       CUcontext context, std::vector<CUstream>* streams, bool known_gap) {
+                                       CUcontext context, std::vector<CUstream>* streams, bool known_gap,
+                                       std::span<const CUstream> own_streams) {
   recorded_ = true;
   streams->assign(1, nullptr);  // the legacy stream first: its event covers every blocking stream
   registry.fence_targets(context, streams, &retired_);
+  streams->insert(streams->end(), own_streams.begin(), own_streams.end());
   const bool unseen = known_gap || !registry.complete() ||
                       std::any_of(retired_.begin(), retired_.end(), [](const auto& r) { return !r->recorded(); });
   if (unseen) {

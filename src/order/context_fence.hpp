@@ -6,7 +6,9 @@
 //     running), so it covers them all;
 //   - one event on each live non-blocking stream the StreamRegistry lists;
 //   - the last event of each destroyed non-blocking stream whose work may
-//     still run (the registry recorded it at the destruction).
+//     still run (the registry recorded it at the destruction);
+//   - one event on each stream of tidepool's own the caller names (a page
+//     mover's copy streams), which the registry does not list.
 // A record reorders nothing and waits for nothing: work that will not
 // finish on its own (a kernel waiting for a flag) leaves the fence
 // unpassed, never a later stream's work held up.
@@ -28,6 +30,7 @@
 #include <cuda.h>
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "driver/driver.hpp"
@@ -53,12 +56,13 @@ class ContextFence {
   ContextFence& operator=(const ContextFence&) = delete;
 
   // Records the fence behind the work queued so far on the streams of
-  // `context` (current), taking events from `events`; `streams` is scratch
-  // space. With `known_gap`, the caller knows of work events cannot cover:
-  // no event is recorded, the destroyed streams are still listed (a
-  // synchronisation settles them) and the fence reads Gap::unseen.
+  // `context` (current) and on `own_streams`, taking events from `events`;
+  // `streams` is scratch space. With `known_gap`, the caller knows of work
+  // events cannot cover: no event is recorded, the destroyed streams are
+  // still listed (a synchronisation settles them) and the fence reads
+  // Gap::unseen.
   Gap record(const driver::Api& api, EventCache& events, StreamRegistry& registry, CUcontext context,
-             std::vector<CUstream>* streams, bool known_gap = false);
+             std::vector<CUstream>* streams, bool known_gap = false, std::span<const CUstream> own_streams = {});
 
   // Only a context synchronisation proves it.
   [[nodiscard]] bool needs_sync() const noexcept { return gap_ != Gap::none; }

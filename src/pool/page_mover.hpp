@@ -47,6 +47,8 @@
 // blocks (the rest are not pinned).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -186,6 +188,9 @@ class PageMover {
   [[nodiscard]] virtual bool orders_uses() const { return false; }
   // The host waits for every copy still bringing pages back.
   virtual void wait_for_copies_in() {}
+  // The streams the mover queues its copies and gates on, which no stream
+  // registry lists: a fence of the context's work records on them too.
+  [[nodiscard]] virtual std::vector<CUstream> own_streams() const { return {}; }
   // The block is being freed: nothing of it is moved or predicted any more.
   virtual void forget(std::uint64_t /*buffer_id*/) {}
 };

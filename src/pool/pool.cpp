@@ -503,15 +503,18 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   }
   Block* block = find();  // the owner may have freed it meanwhile
   if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
-  const space::Reservation& r = *block->segment->reservation;
-  if (mover_ != nullptr && host_pages_in(r, block->address, block->size) > 0) {
+  // Pages on the host come back through copies queued on the mover's
+  // streams: the other process must not read them before those land. The
+  // wait lets the lock go, so the block is looked up again after it, and
+  // its pages asked about again (they may have moved out meanwhile).
+  while (mover_ != nullptr && host_pages_in(*block->segment->reservation, block->address, block->size) > 0) {
     (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, 0);
-    // The pages come back through copies queued on the pool's streams: the
-    // other process must not read them before those land.
-    if (host_pages_in(r, block->address, block->size) == 0 && !synchronize_context()) {
-      return {util::Error::driver_error, "could not wait for the shared block's pages to come back"};
-    }
+    if (host_pages_in(*block->segment->reservation, block->address, block->size) > 0) break;  // no room
+    if (util::Status waited = wait_for_queued_work(guard, wait_until); !waited) return waited;
+    block = find();
+    if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   }
+  const space::Reservation& r = *block->segment->reservation;
   if (util::Status shared = space_.share(r, block->address, block->size, pages); !shared) return shared;
   block->import_holds++;
   return util::Status::success();
@@ -543,8 +546,9 @@ util::Status Pool::wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
     guard.lock();
     epoch = fences_.epoch();
     fence = order::ContextFence{};
-    // A page mover's own copy streams are no streams the registry lists.
-    const Gap gap = fence.record(api_, events_, registry_, context_, &streams, /*known_gap=*/mover_ != nullptr);
+    // A page mover's own copy streams are no streams the registry lists:
+    // the fence names them.
+    const Gap gap = fence.record(api_, events_, registry_, context_, &streams, /*known_gap=*/false, mover_streams_);
     if (gap == Gap::failed) {
       fence.release(api_, events_);
       return {util::Error::driver_error, "could not record a wait for the block's earlier work"};
@@ -639,6 +643,7 @@ void Pool::set_page_mover(PageMover* mover) {
   std::lock_guard<util::SpinLock> guard(lock_);
   mover_ = mover;
   mover_orders_uses_ = mover != nullptr && mover->orders_uses();
+  mover_streams_ = mover != nullptr ? mover->own_streams() : std::vector<CUstream>{};
 }
 
 util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) {

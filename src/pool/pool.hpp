@@ -392,7 +392,7 @@ class Pool {
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
   // hold_for_import's wait for the work queued so far, on every stream of
-  // the context: events polled outside the lock (`guard`, held on entry and
+  // the context and the page mover's own: events polled outside the lock (`guard`, held on entry and
   // on return) until `wait_until`, or, where events cannot answer, a
   // context synchronisation. The pool's context is current.
   util::Status wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
@@ -486,7 +486,8 @@ class Pool {
   std::unique_ptr<PlacementPolicy> policy_;
   order::StreamRegistry& registry_;
   PageMover* mover_ = nullptr;
-  bool mover_orders_uses_ = false;  // mover_->orders_uses(), asked once
+  bool mover_orders_uses_ = false;       // mover_->orders_uses(), asked once
+  std::vector<CUstream> mover_streams_;  // mover_->own_streams(), asked once
   // What the mover may ask about live blocks from inside a call.
   class LiveView final : public LiveBlocks {
    public:

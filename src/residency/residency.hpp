@@ -129,6 +129,7 @@ class Residency final : public pool::PageMover {
   [[nodiscard]] bool orders_uses() const override { return learned_ != nullptr; }
   void forget(std::uint64_t buffer_id) override;
   void wait_for_copies_in() override { transit_->wait_for_copies_in(); }
+  [[nodiscard]] std::vector<CUstream> own_streams() const override { return transit_->streams(); }
 
   // Waits for the copies still in flight (before the pool unmaps its pages).
   void drain();

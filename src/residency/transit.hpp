@@ -131,6 +131,9 @@ class Transit {
   // the first move.
   void set_compressor(Compressor* compressor) noexcept { compressor_ = compressor; }
   [[nodiscard]] CUstream to_device_stream() const noexcept { return to_device_stream_; }
+  // Its three streams (copies out, copies in, gates), for a fence of the
+  // context's work: no stream registry lists them.
+  [[nodiscard]] std::vector<CUstream> streams() const { return {to_host_stream_, to_device_stream_, gate_stream_}; }
 
  private:
   Transit(const driver::Driver& driver, CUcontext context, order::StreamRegistry& streams, std::size_t page_size);

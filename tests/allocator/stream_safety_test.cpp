@@ -32,10 +32,11 @@ using util::MiB;
 
 // An allocator whose registry is fed by the test, as the preload's hooks feed
 // the runtime's, and known complete.
-std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit, bool free_barrier = false) {
+std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit, bool free_barrier = false, bool evict = false) {
   runtime::AllocatorOptions options;
   options.device_limit = limit;
   options.pool.free_barrier = free_barrier;
+  options.evict = evict;
   auto created = runtime::Allocator::create(testing::sim_driver(), options);
   EXPECT_TRUE(created.ok()) << created.status().message();
   if (!created.ok()) return nullptr;
@@ -58,6 +59,11 @@ std::uint64_t host_waits() {
 
 // How long an import may wait for the work queued before it.
 std::chrono::steady_clock::time_point soon() { return std::chrono::steady_clock::now() + std::chrono::seconds(5); }
+
+// Host<->device copies take bytes / gbps of their stream's time (0: at once).
+void set_copy_gbps(double gbps) {
+  testing::sim_control<decltype(&tidepool_sim_set_copy_gbps)>("tidepool_sim_set_copy_gbps")(gbps);
+}
 
 void clear_faults() { testing::sim_control<decltype(&tidepool_sim_clear_faults)>("tidepool_sim_clear_faults")(); }
 
@@ -711,6 +717,88 @@ TEST_F(StreamSafety, AnImportWhoseEarlierWorkOutlastsItsDeadlineIsRefusedAndHold
   EXPECT_EQ(pool.stats().live_bytes, 0u);
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
   destroy_stream(writer);
+}
+
+// With a page mover (eviction on) the wait covers the mover's own copy
+// streams with events too, so the deadline bounds it as well: a context
+// synchronisation would wait for the held write.
+TEST_F(StreamSafety, AnImportUnderAPageMoverWhoseEarlierWorkOutlastsItsDeadlineIsRefused) {
+  allocator_ = make_allocator(64 * MiB, /*free_barrier=*/true, /*evict=*/true);
+  ASSERT_NE(allocator_, nullptr);
+  ASSERT_NE(allocator_->residency(), nullptr) << allocator_->eviction_off_reason();
+  constexpr std::size_t kSize = 2 * MiB;
+  pool::Pool& pool = allocator_->pool();
+  testing::Gate gate;
+  std::thread opener = open_if_still_shut(gate);
+  CUstream writer = nullptr;
+  const bool freed = free_under_a_held_write(kSize, gate, &writer) != 0;
+  // On the writer's stream, in its order: the allocation itself needs no wait.
+  auto second = allocator_->allocate(kSize, reinterpret_cast<std::uintptr_t>(writer), true);
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+  const bool found = freed && second.ok() && pool.find_containing(second.value(), &base, &size, &id);
+  const std::uint64_t waits_before = host_waits();
+  space::AddressSpace::SharedPages pages;
+  const util::Status held = found
+                                ? pool.hold_for_import(second.value(), id, &pages,
+                                                       std::chrono::steady_clock::now() + std::chrono::milliseconds(50))
+                                : util::Status::success();
+  bool gate_was_shut = false;
+  {
+    std::lock_guard<std::mutex> shut(gate.m);
+    gate_was_shut = !gate.open;
+  }
+  const std::uint64_t waits = host_waits() - waits_before;
+  gate.release();
+  opener.join();
+  ASSERT_TRUE(found);
+  EXPECT_TRUE(gate_was_shut) << "the import outwaited the test's own bound";
+  EXPECT_EQ(waits, 0u) << "the host waited";
+  EXPECT_FALSE(held.ok());
+  EXPECT_TRUE(pages.pages.empty());
+  EXPECT_FALSE(pool.release_import_hold(second.value(), id)) << "a refused import held the block";
+  ASSERT_TRUE(allocator_->deallocate(second.value(), 0, false).ok());
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  destroy_stream(writer);
+}
+
+// A block whose pages were moved to the host is brought back for an
+// import, and the import waits for the copies bringing them back (on the
+// mover's own stream) before it hands the pages out.
+TEST_F(StreamSafety, AnImportOfAnEvictedBlockWaitsForItsPagesToComeBack) {
+  constexpr std::size_t kSize = 2 * MiB;
+  allocator_ = make_allocator(2 * kSize, /*free_barrier=*/true, /*evict=*/true);
+  ASSERT_NE(allocator_, nullptr);
+  ASSERT_NE(allocator_->residency(), nullptr) << allocator_->eviction_off_reason();
+  pool::Pool& pool = allocator_->pool();
+  auto shared = allocator_->allocate(kSize, 0, false);
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  std::memset(reinterpret_cast<void*>(shared.value()), 0x6b, kSize);
+  auto other = allocator_->allocate(kSize, 0, false);
+  auto third = allocator_->allocate(kSize, 0, false);  // over the budget: the idle shared block moves out
+  ASSERT_TRUE(other.ok() && third.ok());
+  ASSERT_GT(allocator_->space().host_pages(), 0u);
+  ASSERT_TRUE(allocator_->deallocate(third.value(), 0, false).ok());
+  ASSERT_TRUE(pool.set_device_limit(4 * kSize).ok());  // room to bring it back
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::uint64_t id = 0;
+  ASSERT_TRUE(pool.find_containing(shared.value(), &base, &size, &id));
+  set_copy_gbps(0.05);  // 2 MiB back in about 40 ms
+  space::AddressSpace::SharedPages pages;
+  const util::Status held = pool.hold_for_import(shared.value(), id, &pages, soon());
+  const bool landed = filled_with(shared.value(), kSize, 0x6b);
+  set_copy_gbps(0);
+  ASSERT_TRUE(held.ok()) << held.message();
+  EXPECT_FALSE(pages.pages.empty());
+  EXPECT_EQ(allocator_->space().host_pages(), 0u);
+  EXPECT_TRUE(landed) << "the import handed out pages before their copy back landed";
+  EXPECT_FALSE(pool.release_import_hold(shared.value(), id));  // not freed: the hold just ends
+  ASSERT_TRUE(allocator_->deallocate(shared.value(), 0, false).ok());
+  ASSERT_TRUE(allocator_->deallocate(other.value(), 0, false).ok());
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
 }
 
 // A pool that never took a block back has nothing queued before any owner:
