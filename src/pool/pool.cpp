@@ -505,12 +505,19 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   // Pages on the host come back through copies queued on the mover's
   // streams: the other process must not read them before those land. The
-  // wait lets the lock go, so the block is looked up again after it, and
-  // its pages asked about again (they may have moved out meanwhile).
-  while (mover_ != nullptr && host_pages_in(*block->segment->reservation, block->address, block->size) > 0) {
-    (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, 0);
-    if (host_pages_in(*block->segment->reservation, block->address, block->size) > 0) break;  // no room
-    if (util::Status waited = wait_for_queued_work(guard, wait_until); !waited) return waited;
+  // block is pinned while the wait lets the lock go, so that no eviction
+  // moves its pages out again (and back behind this wait), then looked up
+  // again: its owner may have freed it meanwhile.
+  if (mover_ != nullptr && host_pages_in(*block->segment->reservation, block->address, block->size) > 0) {
+    Block* pinned = block;
+    pinned->pins++;
+    (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, /*own_pins=*/1);
+    // Pages left on the host (no room, or pinned by a submission too) are
+    // shared where they are.
+    const bool moved = host_pages_in(*block->segment->reservation, block->address, block->size) == 0;
+    const util::Status waited = moved ? wait_for_queued_work(guard, wait_until) : util::Status::success();
+    if (pinned->buffer_id == buffer_id && pinned->pins > 0) pinned->pins--;  // as release_pins
+    if (!waited) return waited;
     block = find();
     if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   }

@@ -706,22 +706,28 @@ int protection(std::uint64_t readers, std::uint64_t writers) {
   return writers != 0 ? PROT_READ | PROT_WRITE : (readers != 0 ? PROT_READ : PROT_NONE);
 }
 
-// Running work that touches [begin, end) (with a write, when `writes_only`)
-// has faulted on a GPU once `call` takes the range from under it: each is
-// told (`hit`) and counted in remap_faults, the first reported on stderr.
-// Where any was, the range joins `settle_in` for settle_under_work, in the
-// same hold of running_lock, so that work leaving meanwhile settles it.
-// Whether any was. Under s.lock.
+// `call` takes [begin, end) from under the running work that touches it.
+// Each that needs what was taken (any touch; with `writes_only`, a write)
+// has faulted on a GPU: it is told (`hit`) and counted in remap_faults, the
+// first reported on stderr. (A kernel's extent counts as a read: the sim
+// cannot tell whether it writes.) Where any work touches the range, it
+// joins `settle_in` for settle_under_work, in the same hold of
+// running_lock, so that work leaving meanwhile settles it. Whether any
+// work touches it. Under s.lock.
 bool fault_work_under(State& s, std::uintptr_t begin, std::uintptr_t end, bool writes_only, const char* call,
                       std::vector<State::Touch>* settle_in) {
-  bool under_work = false;
+  bool touched = false;
   std::lock_guard<std::mutex> running(s.running_lock);
   for (const State::RunningWork& work : s.running) {
-    const bool named = std::any_of(work.touches.begin(), work.touches.end(), [&](const State::Touch& t) {
-      return t.meets(begin, end) && (t.write || !writes_only);
-    });
-    if (!named) continue;
-    under_work = true;
+    bool meets = false;
+    bool needs = false;
+    for (const State::Touch& t : work.touches) {
+      if (!t.meets(begin, end)) continue;
+      meets = true;
+      needs = needs || t.write || !writes_only;
+    }
+    touched = touched || meets;
+    if (!needs) continue;
     work.hit->store(true);
     if (s.remap_faults.fetch_add(1) == 0) {
       std::fprintf(stderr,
@@ -730,11 +736,18 @@ bool fault_work_under(State& s, std::uintptr_t begin, std::uintptr_t end, bool w
                    call, static_cast<unsigned long long>(begin), static_cast<std::size_t>(end - begin));
     }
   }
-  if (under_work) {
+  if (touched) {
     settle_in->push_back({begin, end});
     s.unsettled_ranges.store(s.scratch.size() + s.access_kept.size());
   }
-  return under_work;
+  return touched;
+}
+
+// Whether [begin, end) meets a mapping whose protection is kept for
+// running work (State::access_kept). Under s.lock.
+bool access_kept_over(const State& s, std::uintptr_t begin, std::uintptr_t end) {
+  return std::any_of(s.access_kept.begin(), s.access_kept.end(),
+                     [&](const State::Touch& kept) { return kept.meets(begin, end); });
 }
 
 }  // namespace
@@ -828,10 +841,11 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, std::size_t size, c
     const bool loses_reads = before != PROT_NONE && prot == PROT_NONE;
     const bool loses_writes = (before & PROT_WRITE) != 0 && (prot & PROT_WRITE) == 0;
     const std::uintptr_t begin = it->first;
-    // Access taken from running work that needs it: the protection stays
-    // as it was until that work is done (settle_under_work).
-    const bool kept = (loses_reads || loses_writes) &&
-                      fault_work_under(s, begin, begin + m.size, !loses_reads, "cuMemSetAccess", &s.access_kept);
+    // Access taken from under running work: the protection stays as it is
+    // until that work is done (settle_under_work), and only rises meanwhile.
+    const bool touched = (loses_reads || loses_writes) &&
+                         fault_work_under(s, begin, begin + m.size, !loses_reads, "cuMemSetAccess", &s.access_kept);
+    const bool kept = touched || (access_kept_over(s, begin, begin + m.size) && prot != (PROT_READ | PROT_WRITE));
     if (!kept && ::mprotect(reinterpret_cast<void*>(begin), m.size, prot) != 0) return CUDA_ERROR_INVALID_VALUE;
     m.readers = r;
     m.writers = w;

@@ -118,14 +118,15 @@ uint64_t tidepool_sim_host_resident_graph_copies(void);
  * 0 for a handle that names no live stream. */
 uint64_t tidepool_sim_host_resident_copies(CUstream stream);
 
-/* cuMemUnmap calls made while running work touched the range unmapped: a
- * kernel that named an address there (in an 8-byte word of its arguments,
- * or its declared extent), tidepool's kernels' regions, a copy's source or
- * destination, a set's or stream memory operation's target; and
- * cuMemSetAccess calls that took from such work the access it needs (all
- * access, or write access from a write; the mapping's protection then
- * changes once the work is done). On a GPU that work would fault; the sim prints one line to stderr at the first, ends a
- * stream wait or a rate-limited copy there, and from then on
+/* Running work hit by a cuMemUnmap of a range it touched, one count per
+ * work and call: a kernel that named an address there (in an 8-byte word
+ * of its arguments, or its declared extent), tidepool's kernels' regions, a
+ * copy's source or destination, a set's or stream memory operation's
+ * target; and work a cuMemSetAccess took the access it needs from (all
+ * access, or write access from a write; a kernel's extent counts as a
+ * read), the mapping's protection changing once the work is done. On a
+ * GPU that work would fault; the sim prints one line to stderr at the
+ * first, ends a stream wait or a rate-limited copy there, and from then on
  * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
  * CUDA_ERROR_ILLEGAL_ADDRESS, as the context's sticky error. */
 uint64_t tidepool_sim_remap_faults(void);

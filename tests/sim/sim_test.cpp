@@ -356,9 +356,10 @@ TEST_F(Sim, AReservationFreedUnderRunningWorkLeavesTheProcessOnceTheWorkIsDone) 
 }
 
 // Access taken away under running work that needs it faults that work on
-// a GPU. In the sim the work goes on where it is (not killing the process),
-// and once it is done the mapping holds to its new access list. (A kernel's
-// extent is taken as read: only taking all access away faults it.)
+// a GPU. In the sim the work goes on with the protection it started with
+// (not killing the process), and once it is done the mapping holds to its
+// new access list. A kernel's extent counts as a read: taking only write
+// access from it is no fault the sim can see.
 TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess) {
   const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
@@ -368,24 +369,40 @@ TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess)
   map_rw(va, page);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  Gate gate;
-  std::atomic<bool> started{false};
-  FillArguments fill{&gate, &started};
-  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
-  while (!started.load()) std::this_thread::yield();
-  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_NONE);
-  EXPECT_EQ(remap_faults(), 1u) << "the fill's page taken from under it";
-  gate.release();
-  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_TRUE(an_access_faults(va, /*write=*/false)) << "inaccessible once the work is done";
-  // With no work running, access changes at once and faults nothing.
-  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);
-  EXPECT_FALSE(an_access_faults(va, /*write=*/false));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(va);
+  {
+    Gate gate;
+    std::atomic<bool> started{false};
+    FillArguments fill{&gate, &started};
+    ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
+    while (!started.load()) std::this_thread::yield();
+    map_access(va, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    EXPECT_EQ(remap_faults(), 1u) << "the fill's page taken from under it";
+    map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);  // still below what the fill started with
+    gate.release();
+    EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+  EXPECT_FALSE(an_access_faults(va, /*write=*/false)) << "the last access list: read-only";
   EXPECT_TRUE(a_write_faults(va));
-  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-  EXPECT_FALSE(a_write_faults(va));
   EXPECT_EQ(remap_faults(), 1u);
   clear();
+
+  // Write access taken from a kernel whose extent counts as a read.
+  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  std::memset(reinterpret_cast<void*>(va), 0, page_);
+  {
+    Gate gate;
+    std::atomic<bool> started{false};
+    FillArguments fill{&gate, &started};
+    ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
+    while (!started.load()) std::this_thread::yield();
+    map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    gate.release();
+    EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(remap_faults(), 0u);
+  EXPECT_EQ(bytes[page_ - 1], 0x5a) << "the fill ran with the protection it started with";
+  EXPECT_TRUE(a_write_faults(va)) << "read-only once the work is done";
   EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   EXPECT_EQ(api().memRelease(page), CUDA_SUCCESS);
   EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
