@@ -111,6 +111,13 @@ class Sim : public ::testing::Test {
     ASSERT_EQ(api().memMap(at, page_, 0, h, 0), CUDA_SUCCESS);
     map_access(at, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   }
+  // One page reserved and mapped read-write at `*va`.
+  CUmemGenericAllocationHandle mapped_rw_page(CUdeviceptr* va) {
+    EXPECT_EQ(api().memAddressReserve(va, page_, 0, 0, 0), CUDA_SUCCESS);
+    const CUmemGenericAllocationHandle page = create_page();
+    map_rw(*va, page);
+    return page;
+  }
   // Sets device 0's access to the page mapped at `at`.
   void map_access(CUdeviceptr at, CUmemAccess_flags flags) {
     CUmemAccessDesc access{};
@@ -205,6 +212,17 @@ CUresult launch_gated_fill(CUstream stream, FillArguments* args, CUdeviceptr tar
   void* params[] = {&args, &pointer, &bytes};
   return sim_driver().api().launchKernel(gated_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
 }
+// A gated fill held at its gate, running: what start_gated_fill needs.
+struct RunningFill {
+  Gate gate;
+  std::atomic<bool> started{false};
+  FillArguments args{&gate, &started};
+};
+// Launches `fill` on `bytes` at `target` and returns once it is running.
+void start_gated_fill(RunningFill* fill, CUstream stream, CUdeviceptr target, std::size_t bytes) {
+  ASSERT_EQ(launch_gated_fill(stream, &fill->args, target, bytes), CUDA_SUCCESS);
+  while (!fill->started.load()) std::this_thread::yield();
+}
 // A kernel that only counts its runs: a pointer among its arguments is
 // never followed.
 void count_runs(void** /*params*/, void* user) { static_cast<std::atomic<int>*>(user)->fetch_add(1); }
@@ -298,20 +316,15 @@ TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible
   const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
   CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUmemGenericAllocationHandle page = create_page();
-  map_rw(va, page);
+  const CUmemGenericAllocationHandle page = mapped_rw_page(&va);
   std::memset(reinterpret_cast<void*>(va), 0, page_);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  Gate gate;
-  std::atomic<bool> started{false};
-  FillArguments fill{&gate, &started};
-  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
-  while (!started.load()) std::this_thread::yield();
+  RunningFill fill;
+  ASSERT_NO_FATAL_FAILURE(start_gated_fill(&fill, stream, va, page_));
   ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   EXPECT_EQ(remap_faults(), 1u);
-  gate.release();
+  fill.gate.release();
   EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
 
   EXPECT_TRUE(a_write_faults(va));  // must fault: scratch is gone, nothing is mapped
@@ -332,20 +345,15 @@ TEST_F(Sim, AnUnmapUnderRunningWorkLeavesItsWritesInScratchThenTheVaInaccessible
 TEST_F(Sim, AReservationFreedUnderRunningWorkLeavesTheProcessOnceTheWorkIsDone) {
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
   CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUmemGenericAllocationHandle page = create_page();
-  map_rw(va, page);
+  const CUmemGenericAllocationHandle page = mapped_rw_page(&va);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  Gate gate;
-  std::atomic<bool> started{false};
-  FillArguments fill{&gate, &started};
-  ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
-  while (!started.load()) std::this_thread::yield();
+  RunningFill fill;
+  ASSERT_NO_FATAL_FAILURE(start_gated_fill(&fill, stream, va, page_));
   ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
   ASSERT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
   EXPECT_EQ(::msync(reinterpret_cast<void*>(va), page_, MS_ASYNC), 0) << "the scratch left under running work";
-  gate.release();
+  fill.gate.release();
   EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
   errno = 0;
   EXPECT_EQ(::msync(reinterpret_cast<void*>(va), page_, MS_ASYNC), -1) << "the freed range is still in the process";
@@ -364,22 +372,17 @@ TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess)
   const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
   CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUmemGenericAllocationHandle page = create_page();
-  map_rw(va, page);
+  const CUmemGenericAllocationHandle page = mapped_rw_page(&va);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   const auto* bytes = reinterpret_cast<const unsigned char*>(va);
   {
-    Gate gate;
-    std::atomic<bool> started{false};
-    FillArguments fill{&gate, &started};
-    ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
-    while (!started.load()) std::this_thread::yield();
+    RunningFill fill;
+    ASSERT_NO_FATAL_FAILURE(start_gated_fill(&fill, stream, va, page_));
     map_access(va, CU_MEM_ACCESS_FLAGS_PROT_NONE);
     EXPECT_EQ(remap_faults(), 1u) << "the fill's page taken from under it";
     map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);  // still below what the fill started with
-    gate.release();
+    fill.gate.release();
     EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
   }
   EXPECT_FALSE(an_access_faults(va, /*write=*/false)) << "the last access list: read-only";
@@ -391,13 +394,10 @@ TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess)
   map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   std::memset(reinterpret_cast<void*>(va), 0, page_);
   {
-    Gate gate;
-    std::atomic<bool> started{false};
-    FillArguments fill{&gate, &started};
-    ASSERT_EQ(launch_gated_fill(stream, &fill, va, page_), CUDA_SUCCESS);
-    while (!started.load()) std::this_thread::yield();
+    RunningFill fill;
+    ASSERT_NO_FATAL_FAILURE(start_gated_fill(&fill, stream, va, page_));
     map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READ);
-    gate.release();
+    fill.gate.release();
     EXPECT_EQ(api().streamSynchronize(stream), CUDA_SUCCESS);
   }
   EXPECT_EQ(remap_faults(), 0u);
@@ -418,9 +418,7 @@ TEST_F(Sim, AStreamWaitOnAWordUnmappedUnderItEndsWithTheFault) {
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
   const auto wait32 = sim_control<decltype(&::cuStreamWaitValue32_v2)>("cuStreamWaitValue32_v2");
   CUdeviceptr va = 0;
-  ASSERT_EQ(api().memAddressReserve(&va, page_, 0, 0, 0), CUDA_SUCCESS);
-  const CUmemGenericAllocationHandle page = create_page();
-  map_rw(va, page);
+  const CUmemGenericAllocationHandle page = mapped_rw_page(&va);
   std::memset(reinterpret_cast<void*>(va), 0, page_);
   CUstream stream = nullptr;
   ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
