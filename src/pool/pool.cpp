@@ -489,8 +489,22 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
     Block* block = live_.starting_at(address);
     return block == nullptr || block->buffer_id != buffer_id || block->freed_while_shared ? nullptr : block;
   };
-  if (find() == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
+  Block* block = find();
+  if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   driver::ScopedContext scope(api_, context_);
+  // Under a page mover the block is pinned while the wait below lets the
+  // lock go, so that no eviction moves its pages out (or back behind the
+  // wait). Pages on the host come back first, through copies on the mover's
+  // streams that the wait covers; those left there (no room, a
+  // submission's pin) are shared where they are.
+  Block* pinned = nullptr;
+  if (mover_ != nullptr) {
+    pinned = block;
+    pinned->pins++;
+    if (host_pages_in(*block->segment->reservation, block->address, block->size) > 0) {
+      (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, /*own_pins=*/1);
+    }
+  }
   // The block, or pages stitched under it, may have come to its owner while
   // an earlier owner's work (or a page mover's copy) was still queued:
   // ordered after it on this context's streams (a device barrier, the
@@ -498,27 +512,11 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   // process's work. No mark on the block says so (stitched pages carry
   // none), so any free since the last synchronisation counts.
   if (fences_.unsynchronized() || mover_ != nullptr) {
-    if (util::Status waited = wait_for_queued_work(guard, wait_until); !waited) return waited;
-    stats_.import_waits++;
-  }
-  Block* block = find();  // the owner may have freed it meanwhile
-  if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
-  // Pages on the host come back through copies queued on the mover's
-  // streams: the other process must not read them before those land. The
-  // block is pinned while the wait lets the lock go, so that no eviction
-  // moves its pages out again (and back behind this wait), then looked up
-  // again: its owner may have freed it meanwhile.
-  if (mover_ != nullptr && host_pages_in(*block->segment->reservation, block->address, block->size) > 0) {
-    Block* pinned = block;
-    pinned->pins++;
-    (void)bring_back_locked(*block, block->address, block->size, /*stream=*/0, /*own_pins=*/1);
-    // Pages left on the host (no room, or pinned by a submission too) are
-    // shared where they are.
-    const bool moved = host_pages_in(*block->segment->reservation, block->address, block->size) == 0;
-    const util::Status waited = moved ? wait_for_queued_work(guard, wait_until) : util::Status::success();
-    if (pinned->buffer_id == buffer_id && pinned->pins > 0) pinned->pins--;  // as release_pins
+    const util::Status waited = wait_for_queued_work(guard, wait_until);
+    if (pinned != nullptr && pinned->buffer_id == buffer_id && pinned->pins > 0) pinned->pins--;  // as release_pins
     if (!waited) return waited;
-    block = find();
+    stats_.import_waits++;
+    block = find();  // the owner may have freed it meanwhile
     if (block == nullptr) return {util::Error::invalid_value, "the shared block was freed"};
   }
   const space::Reservation& r = *block->segment->reservation;

@@ -392,9 +392,10 @@ class Pool {
   // A context synchronisation (never during a capture): every free so far is safe.
   bool synchronize_context() { return fences_.synchronize(deferred_.capture_in_progress()); }
   // hold_for_import's wait for the work queued so far, on every stream of
-  // the context and the page mover's own: events polled outside the lock (`guard`, held on entry and
-  // on return) until `wait_until`, or, where events cannot answer, a
-  // context synchronisation. The pool's context is current.
+  // the context and the page mover's own: events polled outside the lock
+  // (`guard`, held on entry and on return) until `wait_until`, or, where
+  // events cannot answer, a context synchronisation. The pool's context is
+  // current.
   util::Status wait_for_queued_work(std::unique_lock<util::SpinLock>& guard,
                                     std::chrono::steady_clock::time_point wait_until);
   [[nodiscard]] PoolStats stats_locked(bool with_fragmentation) const;
