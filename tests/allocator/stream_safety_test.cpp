@@ -447,6 +447,8 @@ TEST_F(StreamSafety, AFreeBlockOfADestroyedStreamCountsOnlyItsBackedBytesAsDefer
   const pool::PoolStats after = allocator_->pool().stats();
   gate.release();
   opener.join();
+  // The gated write must be done before `gate` goes out of scope.
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
   ASSERT_EQ(after.free_blocks + 1, before.free_blocks) << "the block did not wait for the destroyed stream's work";
   EXPECT_EQ(after.deferred_bytes, kSize);
   EXPECT_LE(after.deferred_bytes, after.free_bytes) << "deferred bytes counted address space that holds no memory";
