@@ -9,7 +9,8 @@
 // is. A reference kernel takes the grid it was launched with, checks its
 // device may touch the memory it reads and writes, at the alignment of the
 // kernel's loads and stores, and faults as a GPU's kernel would otherwise
-// (CUDA_ERROR_ILLEGAL_ADDRESS or CUDA_ERROR_MISALIGNED_ADDRESS, sticky). Where
+// (CUDA_ERROR_ILLEGAL_ADDRESS or CUDA_ERROR_MISALIGNED_ADDRESS, sticky); the
+// prefixes that say where its payloads lie are checked before they are read. Where
 // a GPU's kernel would write past what it was meant to (a pack whose offsets
 // are not the stream's), the sim cannot tell where those bytes would land:
 // it faults rather than write them. It takes the time a GPU would: its device bytes at
@@ -39,9 +40,18 @@ struct ReferenceRegion {
   std::uint32_t align = 1;  // of the kernel's widest access there: a begin off it faults
   bool stray = false;       // a write the kernel was not meant to make: the sim faults
 };
-// A reference kernel: with `run` false it only lists the regions it would reach.
+// What a call of a reference kernel does. Listing its regions reads the
+// prefixes that place its payloads, which are device-reachable memory like
+// the rest: they are checked before the listing reads them, so that a
+// kernel whose prefix is not mapped faults as on a GPU instead of killing
+// the process.
+enum class Pass {
+  prefixes,  // list only the prefixes the listing reads (reading no memory)
+  regions,   // list every region it would reach (reading the prefixes)
+  run,       // list them, and run
+};
 using ReferenceRun = void (*)(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
-                              bool run);
+                              Pass pass);
 
 namespace {
 
@@ -118,10 +128,11 @@ void report_overrun(const codec::PageTask& task, std::uint32_t chunk) {
 }
 
 // Each kernel lists one region per page and stream it reaches (not one per
-// chunk: each region costs the sim a lookup under its lock); `run` false: it
-// only lists them.
+// chunk: each region costs the sim a lookup under its lock).
 void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
-                            bool run) {
+                            Pass pass) {
+  if (pass == Pass::prefixes) return;  // its regions follow from the launch alone
+  const bool run = pass == Pass::run;
   std::uint32_t stride = 0;
   std::memcpy(&stride, params[1], sizeof(stride));
   for (unsigned page = 0; page < grid[1]; ++page) {
@@ -144,15 +155,16 @@ void reference_count_kernel(void** params, const std::array<unsigned, 3>& grid, 
 }
 
 void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
-                           bool run) {
+                           Pass pass) {
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
     const std::uint32_t chunks = std::min<std::uint32_t>(task.chunks, grid[0]);
     if (chunks == 0) continue;
     const auto c = static_cast<codec::Codec>(task.codec);
     const std::uint32_t prefix = codec::payloads_at(task.chunks);
-    const std::uint32_t end = reference_offset(task.table, chunks);
     regions->push_back({static_cast<std::uintptr_t>(task.table), prefix, prefix, false, 4});
+    if (pass == Pass::prefixes) continue;
+    const std::uint32_t end = reference_offset(task.table, chunks);
     regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
                         std::uint64_t{chunks} * codec::kChunkBytes, false, codec::element_bytes(c)});
     regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, true, 4});
@@ -162,7 +174,7 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
       const bool aligned = *at % 4 == 0;
       regions->push_back({static_cast<std::uintptr_t>(task.stream) + *at, 4, 0, true, aligned ? 1U : 4U, aligned});
     }
-    if (!run) continue;
+    if (pass != Pass::run) continue;
     std::memcpy(reinterpret_cast<void*>(task.stream), reinterpret_cast<const void*>(task.table), prefix);
     std::array<unsigned char, codec::payload_bytes(codec::Codec::zero16, codec::kChunkBytes / 2)> payload{};
     for (std::uint32_t chunk = 0; chunk < chunks; ++chunk) {
@@ -182,12 +194,17 @@ void reference_pack_kernel(void** params, const std::array<unsigned, 3>& grid, s
 }
 
 void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid, std::vector<ReferenceRegion>* regions,
-                             bool run) {
+                             Pass pass) {
   for (unsigned page = 0; page < grid[1]; ++page) {
     const codec::PageTask task = reference_task(params, page);
     const std::uint32_t chunks = std::min<std::uint32_t>(task.chunks, grid[0]);
     if (chunks == 0) continue;
     const auto c = static_cast<codec::Codec>(task.codec);
+    if (pass == Pass::prefixes) {
+      const std::uint32_t prefix = codec::payloads_at(chunks);
+      regions->push_back({static_cast<std::uintptr_t>(task.stream), prefix, prefix, false, 4});
+      continue;
+    }
     const std::uint32_t end = reference_offset(task.stream, chunks);
     regions->push_back({static_cast<std::uintptr_t>(task.stream), end, end, false, 4});
     regions->push_back({static_cast<std::uintptr_t>(task.device), std::uint64_t{chunks} * codec::kChunkBytes,
@@ -199,7 +216,7 @@ void reference_unpack_kernel(void** params, const std::array<unsigned, 3>& grid,
         break;
       }
     }
-    for (std::uint32_t chunk = 0; run && chunk < chunks; ++chunk) {
+    for (std::uint32_t chunk = 0; pass == Pass::run && chunk < chunks; ++chunk) {
       const std::uintptr_t to = task.device + std::uint64_t{chunk} * codec::kChunkBytes;
       const std::uint32_t at = reference_offset(task.stream, chunk);
       const std::uint32_t length = reference_offset(task.stream, chunk + 1) - at;
@@ -232,37 +249,60 @@ struct ReferenceKernel {
   ReferenceRun run = nullptr;
 };
 
-void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device) {
-  const std::int64_t start = now_ns();
-  std::vector<ReferenceRegion> regions;
-  kernel.run(params, grid, &regions, false);
-  std::vector<State::Touch> touches;
-  touches.reserve(regions.size());
-  ReferenceTraffic traffic;
+namespace {
+
+// The touches of `regions`, and the bytes they move into `traffic`; false,
+// with the fault counted, where one is off its alignment or a stray write.
+bool touches_of(const std::vector<ReferenceRegion>& regions, std::vector<State::Touch>* touches,
+                ReferenceTraffic* traffic) {
+  touches->reserve(regions.size());
   for (const ReferenceRegion& r : regions) {
     if (r.align > 1 && r.begin % r.align != 0) {
       kernel_fault(CUDA_ERROR_MISALIGNED_ADDRESS, r.begin, "an access off its alignment");
-      return;
+      return false;
     }
     if (r.stray) {
       kernel_fault(CUDA_ERROR_ILLEGAL_ADDRESS, r.begin, "a pack offset outside its stream's payloads");
-      return;
+      return false;
     }
-    touches.push_back({r.begin, r.begin + r.span, r.write});
+    touches->push_back({r.begin, r.begin + r.span, r.write});
+    if (traffic == nullptr) continue;
     if (!host_located(r.begin)) {
-      traffic.device += r.bytes;
+      traffic->device += r.bytes;
     } else if (r.write) {
-      traffic.to_host += r.bytes;
+      traffic->to_host += r.bytes;
     } else {
-      traffic.to_device += r.bytes;
+      traffic->to_device += r.bytes;
     }
   }
-  if (!device_may_touch(device, touches)) return;
+  return true;
+}
+
+}  // namespace
+
+void run_reference(const ReferenceKernel& kernel, void** params, const std::array<unsigned, 3>& grid, int device) {
+  const std::int64_t start = now_ns();
+  std::vector<ReferenceRegion> regions;
+  kernel.run(params, grid, &regions, Pass::prefixes);
+  std::vector<State::Touch> prefixes;
+  if (!touches_of(regions, &prefixes, nullptr) || !device_may_touch(device, prefixes)) return;
+  ReferenceTraffic traffic;
   {
+    // The prefixes are held from before the listing reads them until the
+    // kernel is done: an unmap meanwhile is a fault, not a read of nothing.
+    std::optional<Running> listing;
+    if (!prefixes.empty()) {
+      listing.emplace(prefixes, "kernel of tidepool's");
+      if (!listing->reachable()) return;
+    }
+    regions.clear();
+    kernel.run(params, grid, &regions, Pass::regions);
+    std::vector<State::Touch> touches;
+    if (!touches_of(regions, &touches, &traffic) || !device_may_touch(device, touches)) return;
     const Running running(touches, "kernel of tidepool's");
     if (!running.reachable()) return;
     regions.clear();
-    kernel.run(params, grid, &regions, true);
+    kernel.run(params, grid, &regions, Pass::run);
   }
   State& s = state();
   s.copied_to_host.fetch_add(traffic.to_host);

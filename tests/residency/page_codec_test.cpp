@@ -170,6 +170,40 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   (void)api.memFree(page);
 }
 
+// An unpack reads its stream's prefix to find where each payload lies. The
+// sim read it before checking that anything was mapped there, so an unpack
+// of a stream whose page had gone killed the process where a GPU's kernel
+// faults. It now faults, and the process lives on.
+TEST_F(PageCodecOnSim, AnUnpackWhoseStreamIsNotMappedFaultsAndWritesNothing) {
+  const driver::Api& api = testing::sim_driver().api();
+  auto unmapped = testing::sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");
+  auto clear = testing::sim_control<void (*)()>("tidepool_sim_clear_faults");
+  ASSERT_NE(unmapped, nullptr);
+  ASSERT_NE(clear, nullptr);
+  constexpr std::size_t kPage = 2 << 20;
+  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  residency::PageCodec& codec = *created.value();
+  CUdeviceptr page = 0;
+  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
+  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 3);
+  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  CUdeviceptr nothing_mapped = 0;
+  ASSERT_EQ(api.memAddressReserve(&nothing_mapped, kPage, 0, 0, 0), CUDA_SUCCESS);
+  clear();
+
+  const residency::PageCodec::Page p{page, nothing_mapped, Codec::zero32, 0};
+  ASSERT_TRUE(codec.unpack(&p, 1, nullptr)) << "the launch is queued; the kernel faults when it runs";
+  EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(unmapped(), 1U);
+  clear();
+  std::vector<unsigned char> after(kPage);
+  ASSERT_EQ(api.memcpyDtoH(after.data(), page, kPage), CUDA_SUCCESS);
+  EXPECT_EQ(after, data) << "a faulting unpack writes nothing";
+  (void)api.memAddressFree(nothing_mapped, kPage);
+  (void)api.memFree(page);
+}
+
 TEST(ZeroCodecFormat, AStreamIsCheckedBeforeItIsTrusted) {
   constexpr std::size_t kPage = 4 * kernels::kChunkBytes;
   const std::vector<unsigned char> page = testing::page_bytes(testing::PageData::half_zero16, kPage, 3);
