@@ -152,8 +152,11 @@ uint64_t tidepool_sim_access_faults(void);
  * work is done, so the work's stray bytes never land in the process's other
  * memory (a page mapped there meanwhile may take them, as on a GPU); a
  * reservation freed meanwhile leaves the process when the work is done.
- * Not caught: access lowered under running work, and the source a copy
- * reads on the calling thread (pageable or read at the call). */
+ * A source the driver reads during the call (a batch copy's
+ * DURING_API_CALL) is checked then: the call answers
+ * CUDA_ERROR_ILLEGAL_ADDRESS and queues nothing. Not caught: memory
+ * outside reserved VA (cuMemAlloc memory after its cuMemFree has left the
+ * process), and pageable host memory, the program's own. */
 uint64_t tidepool_sim_unmapped_faults(void);
 
 /* Kernels of tidepool's (the compression kernels the sim runs by

@@ -1612,7 +1612,18 @@ CUresult tidepool::sim::queue_copy(const std::shared_ptr<Stream>& stream, void* 
   const auto reached = stream->host_resident_copies;
   if ((from_pageable || (read_now && n > 0)) && !wait) {
     const auto* bytes = static_cast<const unsigned char*>(src);
-    auto staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+    std::shared_ptr<const std::vector<unsigned char>> staged;
+    if (from_pageable) {
+      staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+    } else {
+      // Memory the device reads, read by the driver during the call: where
+      // nothing is mapped, that read faults as a GPU's would, and the call
+      // says so; nothing is queued.
+      const auto from = reinterpret_cast<std::uintptr_t>(src);
+      const Running reading({{from, from + n, false}}, "copy's read during the call");
+      if (!reading.reachable()) return CUDA_ERROR_ILLEGAL_ADDRESS;
+      staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+    }
     const bool source_on_host = host_mapped_in(reinterpret_cast<std::uintptr_t>(src), n);
     // The source was read into host memory now; only the destination's side
     // is decided when the copy runs.

@@ -1110,6 +1110,39 @@ TEST_F(SimTransfers, CopyBatchRefusesTheLegacyStreamAndBadAttributesAndNamesTheF
   api().memFree(device);
 }
 
+// A source read "during the API call" is read by the driver before it
+// returns. Where that source is device VA with nothing mapped, the read
+// faults as a GPU's would and the call says which copy failed; the sim read
+// it on the calling thread unchecked and killed the process.
+TEST_F(SimTransfers, CopyBatchReadingAnUnmappedSourceDuringTheCallFaultsAndQueuesNothing) {
+  const auto copy_batch_v1 = entry<CopyBatchV1>("cuMemcpyBatchAsync");
+  const auto unmapped_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");
+  CUdeviceptr device = 0;
+  ASSERT_EQ(api().memAlloc(&device, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api().memsetD8(device, 0, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(nullptr), CUDA_SUCCESS);  // a set returns before it runs
+  CUdeviceptr nothing_mapped = 0;
+  ASSERT_EQ(api().memAddressReserve(&nothing_mapped, page_, 0, 0, 0), CUDA_SUCCESS);
+  std::vector<unsigned char> source(64, 5);
+  CUstream stream = new_stream();
+  CUdeviceptr dsts[] = {device, device + 64};
+  CUdeviceptr srcs[] = {reinterpret_cast<CUdeviceptr>(source.data()), nothing_mapped};
+  std::size_t sizes[] = {64, 64};
+  CUmemcpyAttributes attrs[1] = {};
+  attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+  std::size_t idxs[] = {0};
+  std::size_t failed = 0;
+  EXPECT_EQ(copy_batch_v1(dsts, srcs, sizes, 2, attrs, idxs, 1, &failed, stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(failed, 1u);
+  EXPECT_EQ(unmapped_faults(), 1u);
+  EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS) << "the fault is sticky";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(device);
+  EXPECT_EQ(std::count(bytes + 64, bytes + 128, 0), 64) << "the faulted copy was not queued";
+  api().streamDestroy(stream);
+  api().memAddressFree(nothing_mapped, page_);
+  api().memFree(device);
+}
+
 // --- CUDA arrays ------------------------------------------------------------------------------------------------
 
 using ArrayCreate = decltype(&::cuArrayCreate_v2);
