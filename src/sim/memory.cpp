@@ -731,9 +731,9 @@ bool fault_work_under(State& s, std::uintptr_t begin, std::uintptr_t end, bool w
     work.hit->store(true);
     if (s.remap_faults.fetch_add(1) == 0) {
       std::fprintf(stderr,
-                   "tidepool sim: %s(%#llx, %zu) under running work that touches it: on a GPU it faults "
+                   "tidepool sim: %s(%#llx, %zu) under running work that touches it (a %s): on a GPU it faults "
                    "(CUDA_ERROR_ILLEGAL_ADDRESS, sticky)\n",
-                   call, static_cast<unsigned long long>(begin), static_cast<std::size_t>(end - begin));
+                   call, static_cast<unsigned long long>(begin), static_cast<std::size_t>(end - begin), work.what);
     }
   }
   if (touched) {
@@ -748,6 +748,26 @@ bool fault_work_under(State& s, std::uintptr_t begin, std::uintptr_t end, bool w
 bool access_kept_over(const State& s, std::uintptr_t begin, std::uintptr_t end) {
   return std::any_of(s.access_kept.begin(), s.access_kept.end(),
                      [&](const State::Touch& kept) { return kept.meets(begin, end); });
+}
+
+// A mapping made over [begin, end) while running work touches the range
+// (work that faulted when the range lost its mapping, and goes on): it
+// stays readable and writable for that work, as the scratch it replaces
+// was, until the work is done, then takes the protection its access list
+// gives (none before cuMemSetAccess). Whether any work touches the range.
+// Under s.lock.
+bool keep_access_for_work(State& s, std::uintptr_t begin, std::uintptr_t end) {
+  std::lock_guard<std::mutex> running(s.running_lock);
+  const bool touched = std::any_of(s.running.begin(), s.running.end(), [&](const State::RunningWork& work) {
+    return std::any_of(work.touches.begin(), work.touches.end(),
+                       [&](const State::Touch& t) { return t.meets(begin, end); });
+  });
+  if (!touched) return false;
+  // In the same hold of running_lock as the check: work that leaves
+  // meanwhile still settles it.
+  s.access_kept.push_back({begin, end});
+  s.unsettled_ranges.store(s.scratch.size() + s.access_kept.size());
+  return true;
 }
 
 }  // namespace
@@ -772,8 +792,10 @@ TIDEPOOL_SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, std::size_t size, std::si
     auto prev = std::prev(next);
     if (prev->first + prev->second.size > address) return CUDA_ERROR_ALREADY_MAPPED;
   }
-  void* mapped = map_fixed(address, size, MAP_SHARED, physical->fd, static_cast<off_t>(offset));
-  if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const bool under_work = keep_access_for_work(s, address, address + size);
+  void* mapped = map_fixed(address, size, MAP_SHARED, physical->fd, static_cast<off_t>(offset),
+                           under_work ? PROT_READ | PROT_WRITE : PROT_NONE);
+  if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;  // a kept range with nothing mapped settles as none
   physical->maps++;
   if (!physical->on_device) s.host_mappings.fetch_add(1);
   s.mappings[address] = Mapping{.size = size, .physical = physical, .offset = offset, .buffer_id = ++s.next_buffer_id};

@@ -472,6 +472,7 @@ struct State {
     std::uint64_t id = 0;
     std::vector<Touch> touches;
     std::atomic<bool>* hit = nullptr;
+    const char* what = "";  // for the fault's report
   };
   std::mutex running_lock;
   std::uint64_t next_running = 0;

@@ -1337,7 +1337,7 @@ Running::Running(const std::vector<State::Touch>& touches, const char* what) {
   {
     std::lock_guard<std::mutex> guard(s.running_lock);
     id_ = ++s.next_running;
-    s.running.push_back({id_, touches, &hit_});
+    s.running.push_back({id_, touches, &hit_, what});
   }
   const std::uintptr_t unreachable = first_unreachable(touches);
   if (unreachable == 0) return;

@@ -409,6 +409,42 @@ TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess)
   EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
 }
 
+// A page moved under running work: unmapped (the work faults), then another
+// page mapped at the same VA before the work is done, as a page mover does.
+// The new mapping has no access until cuMemSetAccess, yet the work goes on
+// writing there: the sim kept the scratch's access only until the map, and
+// the work's next write killed the process (the chaos probe, two devices).
+// It now keeps the new mapping writable for the work until it is done, then
+// holds the mapping to its access list.
+TEST_F(Sim, APageMappedUnderWorkThatFaultedOnItsUnmapKeepsItsAccessUntilTheWorkIsDone) {
+  const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
+  const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
+  CUdeviceptr va = 0;
+  const CUmemGenericAllocationHandle first = mapped_rw_page(&va);
+  const CUmemGenericAllocationHandle second = create_page();
+  CUstream stream = nullptr;
+  ASSERT_EQ(api().streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  {
+    RunningFill fill;
+    ASSERT_NO_FATAL_FAILURE(start_gated_fill(&fill, stream, va, page_));
+    ASSERT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+    EXPECT_EQ(remap_faults(), 1u);
+    ASSERT_EQ(api().memMap(va, page_, 0, second, 0), CUDA_SUCCESS);  // no access yet
+    fill.gate.release();                                             // the fill writes the whole page
+    EXPECT_EQ(api().streamSynchronize(stream), CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+  EXPECT_EQ(remap_faults(), 1u) << "the map is no second fault";
+  EXPECT_TRUE(an_access_faults(va, /*write=*/false)) << "no access list yet: inaccessible once the work is done";
+  map_access(va, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  EXPECT_FALSE(an_access_faults(va, /*write=*/true));
+  clear();
+  EXPECT_EQ(api().memUnmap(va, page_), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(first), CUDA_SUCCESS);
+  EXPECT_EQ(api().memRelease(second), CUDA_SUCCESS);
+  EXPECT_EQ(api().streamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(api().memAddressFree(va, page_), CUDA_SUCCESS);
+}
+
 // A stream wait on a word unmapped under it faults on a GPU: in the sim the
 // wait ends (the stream goes on, answering with the fault) instead of
 // spinning on scratch or killing the process.
