@@ -562,13 +562,20 @@ void Runtime::before_launch_pools(CUfunction function, void** params, void** ext
       if (word - begin < length) gather(0, word);
     });
   } else {
+    // Spans overlap (each device's pool reserves its segments wherever the
+    // process's VA has room, between the others'): a word goes to every
+    // pool whose span holds it, and only its owner finds it, pins it and
+    // keeps it from moving under the kernel. Pools past the scanned ones are
+    // asked word by word.
     read = launch_scanner_->for_each_word(function, params, extra, [&](std::uintptr_t word) {
       for (std::size_t i = 0; i < count; ++i) {
-        if (word - spans[i].begin < spans[i].end - spans[i].begin) return gather(i, word);
+        if (word - spans[i].begin < spans[i].end - spans[i].begin) gather(i, word);
       }
       if (!more) return;
       (void)find_allocator([&](Allocator* a) {
-        if (!a->pool().may_own(word)) return false;
+        const bool scanned = std::any_of(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(count),
+                                         [&](const Span& span) { return span.allocator == a; });
+        if (scanned || !a->pool().may_own(word)) return false;
         pool::SubmittedWord one{};
         one.address = word;
         return offer(a, std::span<pool::SubmittedWord>(&one, 1));

@@ -505,6 +505,23 @@ TEST_F(Preload, AnotherDevicesKernelsFindItsBlockInPlaceAndIntact) {
   }
 }
 
+// Each device's pool reserves VA where the process has room, so one pool's
+// span can hold another's blocks. A launch's words went to the first pool
+// whose span held them and no further: a block of the other pool was neither
+// pinned nor brought back, and moved under its kernel (the chaos probe on
+// two devices lost words or remapped a page under a running kernel in about
+// one run of ten).
+TEST_F(Preload, ALaunchFindsItsBlockWhenAnotherDevicesPoolsSpanHoldsIt) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
+  const ProgramRun r = run(PROBE_RACES, "interleaved_spans", "device_limit:16MiB,evict:on,prefetch:launch");
+  EXPECT_EQ(r.status, 42) << r.err;
+  ASSERT_NE(r.err.find("interleaved_spans: X lies between device 0's segments"), std::string::npos)
+      << "the layout this test needs did not arise: " << r.err;
+  EXPECT_NE(r.err.find("interleaved_spans: 0 launches read host pages"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+}
+
 // Memory pools (issue 29): a pool the program made the device's current one
 // serves its cuMemAllocAsync calls, as natively, until it is destroyed;
 // cuMemAllocFromPoolAsync is the driver's; only the default pool's

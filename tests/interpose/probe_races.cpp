@@ -40,6 +40,12 @@
 //   probe_races peer [report-path]
 //     Kernels on device 0 use a block of device 1's pool that device 1's
 //     allocations keep evicting (TIDEPOOL_SIM_DEVICES=2).
+//   probe_races interleaved_spans [report-path]
+//     Device 0's pool reserves its small arena, device 1's pool its large
+//     one, then device 0's pool its large one: device 0's span of VA holds
+//     device 1's blocks. Device 1's kernel naming its block X, which its
+//     allocations evicted, must find X brought back first
+//     (prefetch:launch), as with one device (TIDEPOOL_SIM_DEVICES=2).
 //   probe_races peer_access [report-path]
 //     Kernels on device 1 reach device 0's blocks only while device 1 has
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
@@ -600,6 +606,45 @@ int peer_route() {
   return verdict("peer");
 }
 
+int interleaved_spans_route() {
+  const auto [c0, c1, d1] = two_contexts();
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two per device
+  CUdeviceptr small0 = 0;
+  expect(cuMemAlloc(&small0, 4096), "cuMemAlloc small on device 0");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  CUdeviceptr large0 = 0;
+  expect(cuMemAlloc(&large0, kBlock), "cuMemAlloc large on device 0");
+  const bool between = (x > small0) != (x > large0);
+  std::fprintf(stderr, "interleaved_spans: X %s between device 0's segments\n", between ? "lies" : "does not lie");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  std::vector<CUdeviceptr> others;
+  for (int i = 0; i < 2; ++i) {  // X, the least recent, goes to the host
+    CUdeviceptr p = 0;
+    expect(cuMemAlloc(&p, kBlock), "cuMemAlloc on device 1");
+    expect(k.launch(k.fill, nullptr, p, kBlock, 9), "fill on device 1");
+    others.push_back(p);
+  }
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  const std::uint64_t host_reads_before = tidepool_sim_host_resident_launches();
+  expect(k.launch(k.check, nullptr, x, kBlock, 1), "check X on device 1");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  const std::uint64_t host_reads = tidepool_sim_host_resident_launches() - host_reads_before;
+  std::fprintf(stderr, "interleaved_spans: %llu launches read host pages\n",
+               static_cast<unsigned long long>(host_reads));
+  wrong.fetch_add(wrong_by_copy(x, kBlock, 1));
+  for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
+  expect(cuMemFree(x), "cuMemFree X");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(cuMemFree(large0), "cuMemFree large");
+  expect(cuMemFree(small0), "cuMemFree small");
+  return verdict("interleaved_spans");
+}
+
 // Launches `f` on `block` from the current context and synchronises it:
 // whether the kernel faulted for want of access (the sim's fault count
 // grew; its sticky error is then cleared for the next step).
@@ -773,6 +818,9 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "graph_nodes") == 0) return graph_nodes_route();
   if (std::strcmp(mode, "peer") == 0) return peer_route();
   if (std::strcmp(mode, "peer_access") == 0) return peer_access_route();
-  std::fprintf(stderr, "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access [report-path]\n");
+  if (std::strcmp(mode, "interleaved_spans") == 0) return interleaved_spans_route();
+  std::fprintf(stderr,
+               "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans "
+               "[report-path]\n");
   return 2;
 }
