@@ -704,6 +704,7 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
                         {"learn", "1", ""},
                         {"learn", "2", ""},
                         {"launch", "3", two.c_str(), "16MiB"},
+                        {"learn", "6", two.c_str(), "16MiB"},
                         {"learn", "4", two_with_faults.c_str(), "16MiB"},
                         {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
   for (const Case& c : cases) {
