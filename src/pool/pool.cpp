@@ -784,6 +784,11 @@ void Pool::release_graph_holds(const LaunchedBlock* held, std::size_t count) {
 }
 
 void Pool::release_pins(const Pins& pins) {
+  // A pool a launch asked that owned none of its words holds none of its
+  // pins: no lock.
+  if (std::none_of(pins.pins, pins.pins + pins.count, [this](const Pins::Pin& pin) { return pin.pool == this; })) {
+    return;
+  }
   std::lock_guard<util::SpinLock> guard(lock_);
   for (std::size_t i = 0; i < pins.count; ++i) {
     const Pins::Pin& pin = pins.pins[i];

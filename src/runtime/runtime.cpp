@@ -481,8 +481,10 @@ void Runtime::before_launch(CUfunction function, void** params, void** extra, CU
 
 void Runtime::before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   // The schedule (prefetch:learn) follows the device of the first pool
-  // pointer; pointers into other devices' pools are still marked used and
-  // brought back.
+  // asked that owns a word (pools are asked in the order their spans first
+  // held one: where spans overlap, not always the first pointer's);
+  // pointers into other devices' pools are still marked used and brought
+  // back.
   // Each pool's span, read once per launch: a word outside them all (most
   // words) costs a few compares and no call. The words inside a span are
   // gathered and its pool asked once for them all, under one hold of its

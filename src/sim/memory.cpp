@@ -750,13 +750,15 @@ bool access_kept_over(const State& s, std::uintptr_t begin, std::uintptr_t end) 
                      [&](const State::Touch& kept) { return kept.meets(begin, end); });
 }
 
-// A mapping made over [begin, end) while running work touches the range
-// (work that faulted when the range lost its mapping, and goes on): it
-// stays readable and writable for that work, as the scratch it replaces
-// was, until the work is done, then takes the protection its access list
-// gives (none before cuMemSetAccess). Whether any work touches the range.
-// Under s.lock.
+// A mapping made over scratch, [begin, end) unmapped under running work
+// that goes on: it stays readable and writable for that work, as the
+// scratch it replaces was, until the work is done, then takes the
+// protection its access list gives (none before cuMemSetAccess). Whether
+// it was kept. Under s.lock.
 bool keep_access_for_work(State& s, std::uintptr_t begin, std::uintptr_t end) {
+  if (std::none_of(s.scratch.begin(), s.scratch.end(), [&](const State::Touch& t) { return t.meets(begin, end); })) {
+    return false;
+  }
   std::lock_guard<std::mutex> running(s.running_lock);
   const bool touched = std::any_of(s.running.begin(), s.running.end(), [&](const State::RunningWork& work) {
     return std::any_of(work.touches.begin(), work.touches.end(),

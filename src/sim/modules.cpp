@@ -286,10 +286,10 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
   kernel.run(params, grid, &regions, Pass::prefixes);
   std::vector<State::Touch> prefixes;
   if (!touches_of(regions, &prefixes, nullptr) || !device_may_touch(device, prefixes)) return;
-  ReferenceTraffic traffic;
   {
-    // The prefixes are held from before the listing reads them until the
-    // kernel is done: an unmap meanwhile is a fault, not a read of nothing.
+    // Held while the listing reads them: an unmap meanwhile is a fault,
+    // not a read of nothing. Released before the kernel registers its own
+    // regions (the prefixes among them), so that one unmap is one fault.
     std::optional<Running> listing;
     if (!prefixes.empty()) {
       listing.emplace(prefixes, "kernel of tidepool's");
@@ -297,8 +297,12 @@ void run_reference(const ReferenceKernel& kernel, void** params, const std::arra
     }
     regions.clear();
     kernel.run(params, grid, &regions, Pass::regions);
-    std::vector<State::Touch> touches;
-    if (!touches_of(regions, &touches, &traffic) || !device_may_touch(device, touches)) return;
+    if (listing && listing->hit().load()) return;  // faulted: what it listed was read from scratch
+  }
+  std::vector<State::Touch> touches;
+  ReferenceTraffic traffic;
+  if (!touches_of(regions, &touches, &traffic) || !device_may_touch(device, touches)) return;
+  {
     const Running running(touches, "kernel of tidepool's");
     if (!running.reachable()) return;
     regions.clear();

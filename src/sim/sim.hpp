@@ -487,10 +487,11 @@ struct State {
   // Reservations freed (cuMemAddressFree) while scratch in them was still
   // in use: unmapped from the process once it is not (settle_under_work).
   std::vector<Touch> freed_under_scratch;
-  // Mappings whose access was taken away under running work that needs it:
-  // their protection stays as it was until that work is done, so that its
-  // stray accesses do not kill the process, then follows the access list
-  // (settle_under_work). Guarded as `scratch`.
+  // Mappings whose access was taken away under running work that needs it,
+  // and mappings made over scratch while its work still runs: their
+  // protection stays as it was (read-write, for one over scratch) until
+  // that work is done, so that its stray accesses do not kill the process,
+  // then follows the access list (settle_under_work). Guarded as `scratch`.
   std::vector<Touch> access_kept;
   // How many ranges of `scratch` and `access_kept` wait to be settled, to
   // be read without either lock.
@@ -611,9 +612,11 @@ bool host_mapped_in(std::uintptr_t address, std::size_t bytes);
 // in reserved VA must be mapped, with access (write access where it is
 // written). Registered first, so that an unmap racing the check is a remap
 // fault either way. `reachable()` false: the work faulted (counted in
-// State::unmapped_faults, the first reported on stderr as `what`) and must
-// not run. On leaving, what was unmapped or lost its access under it is
-// settled once no running work touches it (settle_under_work).
+// State::unmapped_faults, the first reported on stderr as `what`, which is
+// kept for a remap fault's report too: a string that outlives the work) and
+// must not run. On leaving, what was unmapped, lost its access or was mapped
+// over scratch under it is settled once no running work touches it
+// (settle_under_work).
 class Running {
  public:
   Running(const std::vector<State::Touch>& touches, const char* what);

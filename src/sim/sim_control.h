@@ -124,7 +124,9 @@ uint64_t tidepool_sim_host_resident_copies(CUstream stream);
  * copy's source or destination, a set's or stream memory operation's
  * target; and work a cuMemSetAccess took the access it needs from (all
  * access, or write access from a write; a kernel's extent counts as a
- * read), the mapping's protection changing once the work is done. On a
+ * read), the mapping's protection changing once the work is done. A page
+ * mapped where such work still runs stays writable for it until it is
+ * done, then holds to its access list. On a
  * GPU that work would fault; the sim prints one line to stderr at the
  * first, ends a stream wait or a rate-limited copy there, and from then on
  * cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize answer
@@ -152,11 +154,13 @@ uint64_t tidepool_sim_access_faults(void);
  * work is done, so the work's stray bytes never land in the process's other
  * memory (a page mapped there meanwhile may take them, as on a GPU); a
  * reservation freed meanwhile leaves the process when the work is done.
- * A source the driver reads during the call (a batch copy's
- * DURING_API_CALL) is checked then: the call answers
- * CUDA_ERROR_ILLEGAL_ADDRESS and queues nothing. Not caught: memory
- * outside reserved VA (cuMemAlloc memory after its cuMemFree has left the
- * process), and pageable host memory, the program's own. */
+ * A source of device-reachable memory the driver reads during the call (a
+ * batch copy's DURING_API_CALL; one into pageable memory waits for the copy
+ * instead) is checked then: the call answers CUDA_ERROR_ILLEGAL_ADDRESS (the
+ * sim's choice: the driver documents none) and that copy is not queued; a
+ * batch's earlier copies are. Not caught: memory outside reserved VA
+ * (cuMemAlloc memory after its cuMemFree has left the process), and
+ * pageable host memory, the program's own. */
 uint64_t tidepool_sim_unmapped_faults(void);
 
 /* Kernels of tidepool's (the compression kernels the sim runs by

@@ -1617,12 +1617,14 @@ CUresult tidepool::sim::queue_copy(const std::shared_ptr<Stream>& stream, void* 
       staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
     } else {
       // Memory the device reads, read by the driver during the call: where
-      // nothing is mapped, that read faults as a GPU's would, and the call
-      // says so; nothing is queued.
+      // nothing is mapped, that read faults as a GPU's would. The driver
+      // documents no answer for it; the sim's choice is that the call says
+      // so and this copy is not queued.
       const auto from = reinterpret_cast<std::uintptr_t>(src);
       const Running reading({{from, from + n, false}}, "copy's read during the call");
       if (!reading.reachable()) return CUDA_ERROR_ILLEGAL_ADDRESS;
       staged = std::make_shared<const std::vector<unsigned char>>(bytes, bytes + n);
+      if (reading.hit().load()) return CUDA_ERROR_ILLEGAL_ADDRESS;  // unmapped while read
     }
     const bool source_on_host = host_mapped_in(reinterpret_cast<std::uintptr_t>(src), n);
     // The source was read into host memory now; only the destination's side

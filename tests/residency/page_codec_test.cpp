@@ -170,10 +170,10 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   (void)api.memFree(page);
 }
 
-// An unpack reads its stream's prefix to find where each payload lies. The
-// sim read it before checking that anything was mapped there, so an unpack
-// of a stream whose page had gone killed the process where a GPU's kernel
-// faults. It now faults, and the process lives on.
+// An unpack reads its stream's prefix to find where each payload lies.
+// Where nothing is mapped there, the kernel faults as a GPU's does
+// (CUDA_ERROR_ILLEGAL_ADDRESS, sticky), writes nothing, and the process
+// lives on.
 TEST_F(PageCodecOnSim, AnUnpackWhoseStreamIsNotMappedFaultsAndWritesNothing) {
   const driver::Api& api = testing::sim_driver().api();
   auto unmapped = testing::sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");

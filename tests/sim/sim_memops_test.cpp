@@ -1112,8 +1112,8 @@ TEST_F(SimTransfers, CopyBatchRefusesTheLegacyStreamAndBadAttributesAndNamesTheF
 
 // A source read "during the API call" is read by the driver before it
 // returns. Where that source is device VA with nothing mapped, the read
-// faults as a GPU's would and the call says which copy failed; the sim read
-// it on the calling thread unchecked and killed the process.
+// faults as a GPU's would, the call says which copy failed, and that copy
+// is not queued; the batch's earlier copies are.
 TEST_F(SimTransfers, CopyBatchReadingAnUnmappedSourceDuringTheCallFaultsAndQueuesNothing) {
   const auto copy_batch_v1 = entry<CopyBatchV1>("cuMemcpyBatchAsync");
   const auto unmapped_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_unmapped_faults");

@@ -412,10 +412,8 @@ TEST_F(Sim, AccessTakenFromRunningWorkFaultsItThenTheMappingHoldsToTheNewAccess)
 // A page moved under running work: unmapped (the work faults), then another
 // page mapped at the same VA before the work is done, as a page mover does.
 // The new mapping has no access until cuMemSetAccess, yet the work goes on
-// writing there: the sim kept the scratch's access only until the map, and
-// the work's next write killed the process (the chaos probe, two devices).
-// It now keeps the new mapping writable for the work until it is done, then
-// holds the mapping to its access list.
+// writing there: the mapping stays writable for that work until it is
+// done, then holds to its access list. The map is no second fault.
 TEST_F(Sim, APageMappedUnderWorkThatFaultedOnItsUnmapKeepsItsAccessUntilTheWorkIsDone) {
   const auto remap_faults = sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults");
   const auto clear = sim_control<void (*)()>("tidepool_sim_clear_faults");
