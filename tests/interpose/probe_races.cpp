@@ -548,6 +548,19 @@ TwoContexts two_contexts() {
   return t;
 }
 
+// Two more blocks of `bytes` on the current device, filled: under a budget
+// of two, the least recent block before them goes to the host.
+std::vector<CUdeviceptr> fill_two_more(const Kernels& k, std::size_t bytes) {
+  std::vector<CUdeviceptr> blocks;
+  for (int i = 0; i < 2; ++i) {
+    CUdeviceptr p = 0;
+    expect(cuMemAlloc(&p, bytes), "cuMemAlloc");
+    expect(k.launch(k.fill, nullptr, p, bytes, 9), "fill");
+    blocks.push_back(p);
+  }
+  return blocks;
+}
+
 // Two devices, one host thread (issue 26, item 5): kernels on device 0 read
 // and write a block of device 1's pool that device 1's allocations evict.
 // Run with TIDEPOOL_SIM_DEVICES=2.
@@ -561,13 +574,7 @@ int peer_route() {
   CUdeviceptr x = 0;
   expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
   expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
-  std::vector<CUdeviceptr> others;
-  for (int i = 0; i < 2; ++i) {  // X, the least recent, goes to the host
-    CUdeviceptr p = 0;
-    expect(cuMemAlloc(&p, kBlock), "cuMemAlloc on device 1");
-    expect(k.launch(k.fill, nullptr, p, kBlock, 9), "fill on device 1");
-    others.push_back(p);
-  }
+  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // X, the least recent, goes to the host
   expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
   // Device 0's kernels reach device 1's memory only with peer access.
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
@@ -622,13 +629,7 @@ int interleaved_spans_route() {
   const bool between = (x > small0) != (x > large0);
   std::fprintf(stderr, "interleaved_spans: X %s between device 0's segments\n", between ? "lies" : "does not lie");
   expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
-  std::vector<CUdeviceptr> others;
-  for (int i = 0; i < 2; ++i) {  // X, the least recent, goes to the host
-    CUdeviceptr p = 0;
-    expect(cuMemAlloc(&p, kBlock), "cuMemAlloc on device 1");
-    expect(k.launch(k.fill, nullptr, p, kBlock, 9), "fill on device 1");
-    others.push_back(p);
-  }
+  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // X, the least recent, goes to the host
   expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
   const std::uint64_t host_reads_before = tidepool_sim_host_resident_launches();
   expect(k.launch(k.check, nullptr, x, kBlock, 1), "check X on device 1");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "support/codec_roundtrip.hpp"
@@ -18,10 +19,31 @@ using kernels::Codec;
 
 class PageCodecOnSim : public testing::WithPrimaryContext {
  protected:
+  static constexpr std::size_t kPage = 2 << 20;
+
   void SetUp() override {
     testing::WithPrimaryContext::SetUp();
     if (kernels::image().empty()) GTEST_SKIP() << "built without nvcc: no kernels";
   }
+  void TearDown() override {
+    if (page_ != 0) (void)testing::sim_driver().api().memFree(page_);
+    testing::WithPrimaryContext::TearDown();
+  }
+  // A codec of kPage pages, and a device page (page_) holding half-zero
+  // words drawn from `seed` (data_).
+  void make_codec_and_page(std::uint32_t seed) {
+    auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    codec_ = std::move(created.value());
+    const driver::Api& api = testing::sim_driver().api();
+    ASSERT_EQ(api.memAlloc(&page_, kPage), CUDA_SUCCESS);
+    data_ = testing::page_bytes(testing::PageData::half_zero32, kPage, seed);
+    ASSERT_EQ(api.memcpyHtoD(page_, data_.data(), kPage), CUDA_SUCCESS);
+  }
+
+  std::unique_ptr<residency::PageCodec> codec_;
+  CUdeviceptr page_ = 0;
+  std::vector<unsigned char> data_;
 };
 
 TEST_F(PageCodecOnSim, KernelsMakeTheReferenceStreamsAndUnpackThemOn2MiBPages) {
@@ -63,26 +85,20 @@ TEST_F(PageCodecOnSim, PackedBytesCrossTheBusAtTheCopyBandwidthAndCountAsCopied)
   auto copied = testing::sim_control<std::uint64_t (*)(int)>("tidepool_sim_copied_bytes");
   ASSERT_NE(set_gbps, nullptr);
   ASSERT_NE(copied, nullptr);
-  constexpr std::size_t kPage = 2 << 20;
-  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  residency::PageCodec& codec = *created.value();
-  CUdeviceptr page = 0;
-  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
-  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 5);
-  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(make_codec_and_page(5));
+  residency::PageCodec& codec = *codec_;
   void* host = nullptr;
   ASSERT_EQ(api.memHostAlloc(&host, kernels::max_stream_bytes(codec.chunks()), CU_MEMHOSTALLOC_DEVICEMAP),
             CUDA_SUCCESS);
   CUdeviceptr stream_at = 0;
   ASSERT_EQ(api.memHostGetDevicePointer(&stream_at, host, 0), CUDA_SUCCESS);
-  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_TRUE(codec.count(&page_, 1, 1, nullptr));
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
   const std::uint32_t length = codec.plan(0, Codec::zero32);
   EXPECT_LT(length, kPage * 6 / 10) << "half the words zero: a little over half the bytes";
   set_gbps(1);  // 1 GB/s: a millisecond a megabyte
   const std::uint64_t before = copied(0);
-  const residency::PageCodec::Page p{page, stream_at, Codec::zero32, 0};
+  const residency::PageCodec::Page p{page_, stream_at, Codec::zero32, 0};
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(codec.pack(&p, 1, nullptr));
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
@@ -91,7 +107,6 @@ TEST_F(PageCodecOnSim, PackedBytesCrossTheBusAtTheCopyBandwidthAndCountAsCopied)
   EXPECT_EQ(copied(0) - before, length) << "the stream's bytes, and no more, crossed to the host";
   EXPECT_GE(ms, static_cast<double>(length) / 1e6 * 0.9) << "the pack took the bus's time for its bytes";
   (void)api.memFreeHost(host);
-  (void)api.memFree(page);
 }
 
 // A GPU faults on a kernel's access off its alignment, and a pack trusts
@@ -107,14 +122,8 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   ASSERT_NE(misaligned, nullptr);
   ASSERT_NE(access, nullptr);
   ASSERT_NE(clear, nullptr);
-  constexpr std::size_t kPage = 2 << 20;
-  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  residency::PageCodec& codec = *created.value();
-  CUdeviceptr page = 0;
-  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
-  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 1);
-  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(make_codec_and_page(1));
+  residency::PageCodec& codec = *codec_;
   const std::size_t room = kernels::max_stream_bytes(codec.chunks());
   void* host = nullptr;
   ASSERT_EQ(api.memHostAlloc(&host, room + 8, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
@@ -126,13 +135,13 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   };
   std::memset(host, 0xA5, room + 8);
 
-  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_TRUE(codec.count(&page_, 1, 1, nullptr));
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
   (void)codec.plan(0, Codec::zero32);
-  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));  // over the prefix just planned
+  ASSERT_TRUE(codec.count(&page_, 1, 1, nullptr));  // over the prefix just planned
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
   const std::uint64_t faults_before = misaligned() + access();
-  const residency::PageCodec::Page p{page, stream_at, Codec::zero32, 0};
+  const residency::PageCodec::Page p{page_, stream_at, Codec::zero32, 0};
   ASSERT_TRUE(codec.pack(&p, 1, nullptr)) << "the launch is queued; the kernel faults when it runs";
   EXPECT_NE(api.ctxSynchronize(), CUDA_SUCCESS) << "the fault is the context's sticky error";
   EXPECT_EQ(misaligned() + access(), faults_before + 1);
@@ -142,7 +151,7 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   // Planned from the last count, a stream placed off a 4-byte word faults
   // as misaligned; at the word, the same pack makes the reference stream.
   (void)codec.plan(0, Codec::zero32);
-  const residency::PageCodec::Page off_word{page, stream_at + 2, Codec::zero32, 0};
+  const residency::PageCodec::Page off_word{page_, stream_at + 2, Codec::zero32, 0};
   ASSERT_TRUE(codec.pack(&off_word, 1, nullptr));
   EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_MISALIGNED_ADDRESS);
   EXPECT_EQ(misaligned(), 1U);
@@ -150,15 +159,15 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   clear();
   ASSERT_TRUE(codec.pack(&p, 1, nullptr));
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
-  const std::vector<unsigned char> expected = testing::reference_stream(data, Codec::zero32);
+  const std::vector<unsigned char> expected = testing::reference_stream(data_, Codec::zero32);
   EXPECT_EQ(std::memcmp(host, expected.data(), expected.size()), 0);
 
   // Counted over again on a page of zeros, the offsets are 0: on a word
   // but before the payloads, a stray write (illegal address), not a
   // misaligned one.
   std::memset(host, 0xA5, room + 8);
-  ASSERT_EQ(api.memsetD8(page, 0, kPage), CUDA_SUCCESS);
-  ASSERT_TRUE(codec.count(&page, 1, 1, nullptr));
+  ASSERT_EQ(api.memsetD8(page_, 0, kPage), CUDA_SUCCESS);
+  ASSERT_TRUE(codec.count(&page_, 1, 1, nullptr));
   ASSERT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
   ASSERT_TRUE(codec.pack(&p, 1, nullptr));
   EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -167,7 +176,6 @@ TEST_F(PageCodecOnSim, APackWhoseTableWasCountedOverFaultsAndWritesNothing) {
   EXPECT_TRUE(untouched());
   clear();
   (void)api.memFreeHost(host);
-  (void)api.memFree(page);
 }
 
 // An unpack reads its stream's prefix to find where each payload lies.
@@ -180,28 +188,21 @@ TEST_F(PageCodecOnSim, AnUnpackWhoseStreamIsNotMappedFaultsAndWritesNothing) {
   auto clear = testing::sim_control<void (*)()>("tidepool_sim_clear_faults");
   ASSERT_NE(unmapped, nullptr);
   ASSERT_NE(clear, nullptr);
-  constexpr std::size_t kPage = 2 << 20;
-  auto created = residency::PageCodec::create(testing::sim_driver(), context_, kPage);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  residency::PageCodec& codec = *created.value();
-  CUdeviceptr page = 0;
-  ASSERT_EQ(api.memAlloc(&page, kPage), CUDA_SUCCESS);
-  const std::vector<unsigned char> data = testing::page_bytes(testing::PageData::half_zero32, kPage, 3);
-  ASSERT_EQ(api.memcpyHtoD(page, data.data(), kPage), CUDA_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(make_codec_and_page(3));
+  residency::PageCodec& codec = *codec_;
   CUdeviceptr nothing_mapped = 0;
   ASSERT_EQ(api.memAddressReserve(&nothing_mapped, kPage, 0, 0, 0), CUDA_SUCCESS);
   clear();
 
-  const residency::PageCodec::Page p{page, nothing_mapped, Codec::zero32, 0};
+  const residency::PageCodec::Page p{page_, nothing_mapped, Codec::zero32, 0};
   ASSERT_TRUE(codec.unpack(&p, 1, nullptr)) << "the launch is queued; the kernel faults when it runs";
   EXPECT_EQ(api.ctxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT_EQ(unmapped(), 1U);
   clear();
   std::vector<unsigned char> after(kPage);
-  ASSERT_EQ(api.memcpyDtoH(after.data(), page, kPage), CUDA_SUCCESS);
-  EXPECT_EQ(after, data) << "a faulting unpack writes nothing";
+  ASSERT_EQ(api.memcpyDtoH(after.data(), page_, kPage), CUDA_SUCCESS);
+  EXPECT_EQ(after, data_) << "a faulting unpack writes nothing";
   (void)api.memAddressFree(nothing_mapped, kPage);
-  (void)api.memFree(page);
 }
 
 TEST(ZeroCodecFormat, AStreamIsCheckedBeforeItIsTrusted) {
