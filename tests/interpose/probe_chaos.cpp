@@ -14,7 +14,9 @@
 // PROBE_OPS (operations per thread, default 300) size the run, PROBE_SIZES=small
 // makes blocks that share pages with their neighbours; with
 // PROBE_DEVICES=2 the threads take the devices in turn (each thread's blocks
-// on its own device).
+// on its own device); with PROBE_PEER=1 as well, every device has peer
+// access to the other, and a third of a thread's blocks are allocated on the
+// other device (cudaFree-style) and used from its own.
 // stderr's last line: "chaos: W wrong words, F failed calls, O out of memory".
 #include <cuda.h>
 
@@ -65,6 +67,7 @@ enum class StreamKind { legacy, blocking, non_blocking, per_thread };
 
 struct Shared {
   bool small = false;
+  bool peer = false;
   std::vector<CUcontext> contexts;  // one per device, workers spread over them
   CUfunction fill = nullptr;
   CUfunction check = nullptr;
@@ -77,6 +80,7 @@ struct OwnedBlock {
   CUdeviceptr address = 0;
   std::size_t bytes = 0;
   Expected expected;
+  bool on_peer = false;  // allocated on the other device
 };
 
 class Worker {
@@ -140,8 +144,11 @@ class Worker {
     const std::size_t* sizes = shared_.small ? kSmall : kLarge;
     b.bytes = sizes[rng_() % 4];
     if (rng_() % 2 != 0) b.bytes += 4096;
-    const bool ordered = rng_() % 2 == 0;
+    b.on_peer = shared_.peer && rng_() % 3 == 0;
+    const bool ordered = !b.on_peer && rng_() % 2 == 0;
+    if (b.on_peer) expect(cuCtxSetCurrent(peer_context()));
     const CUresult r = ordered ? cuMemAllocAsync(&b.address, b.bytes, async_stream()) : cuMemAlloc(&b.address, b.bytes);
+    if (b.on_peer) expect(cuCtxSetCurrent(context_));
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       shared_.out_of_memory.fetch_add(1);
       return;
@@ -216,7 +223,12 @@ class Worker {
   void free_block(std::size_t index) {
     const OwnedBlock b = blocks_[index];
     blocks_.erase(blocks_.begin() + static_cast<std::ptrdiff_t>(index));
-    expect(rng_() % 2 == 0 ? cuMemFreeAsync(b.address, async_stream()) : cuMemFree(b.address));
+    const bool ordered = !b.on_peer && rng_() % 2 == 0;
+    expect(ordered ? cuMemFreeAsync(b.address, async_stream()) : cuMemFree(b.address));
+  }
+
+  [[nodiscard]] CUcontext peer_context() const {
+    return shared_.contexts[0] == context_ ? shared_.contexts[1] : shared_.contexts[0];
   }
 
   Shared& shared_;
@@ -245,12 +257,19 @@ int main(int argc, char** argv) {
   Shared shared;
   const char* sizes = std::getenv("PROBE_SIZES");
   shared.small = sizes != nullptr && std::strcmp(sizes, "small") == 0;
+  shared.peer = devices == 2 && env_int("PROBE_PEER", 0) != 0;
   for (int d = 0; d < devices; ++d) {
     CUdevice device = 0;
     CUcontext context = nullptr;
     PROBE_CHECK(cuDeviceGet(&device, d) == CUDA_SUCCESS);
     PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
     shared.contexts.push_back(context);
+  }
+  if (shared.peer) {
+    for (int d = 0; d < 2; ++d) {
+      PROBE_CHECK(cuCtxSetCurrent(shared.contexts[static_cast<std::size_t>(d)]) == CUDA_SUCCESS);
+      PROBE_CHECK(cuCtxEnablePeerAccess(shared.contexts[static_cast<std::size_t>(1 - d)], 0) == CUDA_SUCCESS);
+    }
   }
   const std::size_t fill_sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t)};
   const std::size_t check_sizes[] = {sizeof(void*), sizeof(std::size_t), sizeof(std::uint32_t), sizeof(bool),
