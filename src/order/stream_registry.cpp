@@ -135,8 +135,42 @@ bool StreamRegistry::first_context_is(CUcontext context) {
 }
 
 void StreamRegistry::made_current(CUcontext context) {
-  if (context == nullptr || first_context_is(context)) return;
-  if (legacy_only() || in_order_outstanding_.load(std::memory_order_acquire)) several_contexts();
+  if (context == nullptr) return;
+  context_seen(context);
+  if (first_context_is(context)) return;
+  if (legacy_only() || in_order_outstanding_.load(std::memory_order_acquire)) {
+    several_contexts();
+  } else {
+    several_contexts_seen_.store(true, std::memory_order_release);  // all several_contexts() has left to do
+  }
+}
+
+void StreamRegistry::context_seen(CUcontext context) {
+  const auto known = [&] {
+    const std::size_t count = context_count_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (contexts_[i].load(std::memory_order_relaxed) == context) return true;
+    }
+    return false;
+  };
+  if (context == nullptr || known()) return;
+  std::lock_guard<std::mutex> guard(contexts_lock_);
+  const std::size_t count = context_count_.load(std::memory_order_relaxed);
+  if (known() || count == kMaxContexts) return;
+  contexts_[count].store(context, std::memory_order_relaxed);
+  context_count_.store(count + 1, std::memory_order_release);
+}
+
+bool StreamRegistry::wait_for_contexts_but(CUcontext except) {
+  bool all = true;
+  const std::size_t count = context_count_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < count; ++i) {
+    CUcontext context = contexts_[i].load(std::memory_order_relaxed);
+    if (context == except) continue;
+    driver::ScopedContext scope(api_, context);
+    if (capture_in_progress(context) || api_.ctxSynchronize() != CUDA_SUCCESS) all = false;
+  }
+  return all;
 }
 
 bool StreamRegistry::record_for_in_order_barriers(CUcontext context, Barrier* barrier) {

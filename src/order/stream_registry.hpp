@@ -32,6 +32,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -126,6 +127,19 @@ class StreamRegistry {
   // the first such context, or the first a barrier was made in, is the one
   // legacy_only speaks of; any other calls several_contexts().
   void made_current(CUcontext context);
+  // A context whose work may reach a pool's memory (a pool's own, one the
+  // program made current), for wait_for_contexts_but. The first
+  // kMaxContexts are kept.
+  void context_seen(CUcontext context);
+  static constexpr std::size_t kMaxContexts = 32;
+  // The host waits for the work queued so far in every context seen but
+  // `except`: what a cudaFree-style free must wait for once several
+  // contexts may reach the pool's memory, since neither a device barrier
+  // nor a fence orders another context's work (native cudaFree waits for
+  // every device). A context with a capture in progress is not
+  // synchronised, which would invalidate the capture: false then, as when a
+  // synchronisation fails.
+  bool wait_for_contexts_but(CUcontext except);
 
   // What a cudaFree fence of `context` must cover beyond the legacy stream:
   // the live non-blocking streams, and the destroyed streams whose work may
@@ -225,6 +239,10 @@ class StreamRegistry {
   // Guarded by creation_lock_, which orders barriers, in order or queued,
   // against created().
   std::unordered_map<CUcontext, Barrier> barriers_;
+  // context_seen(): read without a lock, appended under contexts_lock_.
+  std::array<std::atomic<CUcontext>, kMaxContexts> contexts_{};
+  std::atomic<std::size_t> context_count_{0};
+  std::mutex contexts_lock_;
   mutable std::mutex lock_;
   std::unordered_map<CUstream, Entry> streams_;
   std::vector<std::shared_ptr<RetiredStream>> retired_;

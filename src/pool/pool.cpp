@@ -472,7 +472,7 @@ void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool
   // here: a free does not wait for the device. Under a complete registry
   // they go back behind a device barrier, which needs no fence: the free
   // makes no driver call at all.
-  if (!options_.free_barrier || barrier_failed_ || !registry_.complete()) {
+  if (!frees_behind_barrier() || barrier_failed_ || !registry_.complete()) {
     driver::ScopedContext scope(api_, context_);
     deferred_.fence_when_idle();
   }

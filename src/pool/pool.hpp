@@ -431,6 +431,12 @@ class Pool {
   // where none can be made (a capture, an incomplete registry, more streams
   // than a barrier covers, a failed driver call).
   bool barrier_for_handout();
+  // Whether cudaFree-style frees go back behind a device barrier, with no
+  // fence: only while one context can reach the pool's memory. A barrier
+  // orders its own context's streams alone, and a block handed out behind
+  // one may be used from another context (a peer device, a copy on another
+  // device's stream) while the work before its free still runs.
+  [[nodiscard]] bool frees_behind_barrier() const noexcept { return options_.free_barrier && registry_.one_context(); }
   // What a stream-ordered request's stitching may ask for (null: none).
   [[nodiscard]] BarrierMaker* stitching_barriers(bool ordered) noexcept {
     return ordered && mover_ == nullptr && options_.free_barrier ? &stitch_barrier_ : nullptr;

@@ -27,7 +27,7 @@ using order::stream_keys::is_per_thread_key;
 using order::stream_keys::stream_key;
 
 bool Pool::promote_deferred_behind_barrier() {
-  if (!options_.free_barrier || deferred_.empty()) return false;
+  if (!frees_behind_barrier() || deferred_.empty()) return false;
   // While barriers fail (a capture, too many streams), frees are fenced as
   // they come (deallocate), so that promotions without a wait find them done.
   const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
@@ -96,7 +96,7 @@ bool Pool::barrier_for_handout() {
   // puts them back too, so that no promotion makes another. (A handout
   // barrier is made only without a page mover, as promotions are, here
   // with no record behind it.)
-  if (options_.free_barrier && !deferred_.empty()) release_deferred_behind(epoch);
+  if (frees_behind_barrier() && !deferred_.empty()) release_deferred_behind(epoch);
   return true;
 }
 

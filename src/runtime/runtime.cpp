@@ -424,7 +424,10 @@ Allocator* Runtime::create_allocator(int device) {
   in_order_[static_cast<std::size_t>(index)].store(allocator, std::memory_order_release);
   created_.store(index + 1, std::memory_order_release);
   allocators_[device].store(allocator, std::memory_order_release);
-  if (index > 0 && streams_ != nullptr) streams_->several_contexts();
+  if (streams_ != nullptr) {
+    streams_->context_seen(allocator->context());
+    if (index > 0) streams_->several_contexts();
+  }
   return allocator;
 }
 
@@ -828,6 +831,13 @@ Allocator* Runtime::owner_of(std::uintptr_t address) {
 }
 
 util::Status Runtime::deallocate(std::uintptr_t address, std::uintptr_t stream, bool ordered) {
+  if (!ordered && streams_ != nullptr && !streams_->one_context()) {
+    // Another context's work on the block (a peer's kernels, a copy on
+    // another device's stream) is in no order with this pool's barriers or
+    // fences: the free waits for it, as native cudaFree waits for every
+    // device. Outside any pool's lock: a gate in that context may need one.
+    if (const Allocator* owner = owner_of(address)) (void)streams_->wait_for_contexts_but(owner->context());
+  }
   util::Status answer(util::Error::invalid_value, "pointer is not a live tidepool allocation");
   (void)find_allocator([&](Allocator* a) {
     if (!a->pool().may_own(address)) return false;

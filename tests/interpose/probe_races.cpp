@@ -46,6 +46,11 @@
 //     device 1's blocks. Device 1's kernel naming its block X, which its
 //     allocations evicted, must find X brought back first
 //     (prefetch:launch), as with one device (TIDEPOOL_SIM_DEVICES=2).
+//   probe_races peer_free [report-path]
+//     Device 0's kernel writes device 1's block X slowly, through peer
+//     access, when X is freed cudaFree-style; device 1 then takes a block of
+//     X's size and sets it. The free waits for device 0's kernel, as native
+//     cudaFree does: the new block keeps what was set (TIDEPOOL_SIM_DEVICES=2).
 //   probe_races peer_access [report-path]
 //     Kernels on device 1 reach device 0's blocks only while device 1 has
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
@@ -62,6 +67,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -646,6 +652,36 @@ int interleaved_spans_route() {
   return verdict("interleaved_spans");
 }
 
+int peer_free_route() {
+  const auto [c0, c1, d1] = two_contexts();
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;
+  expect(cuCtxEnablePeerAccess(c1, 0), "cuCtxEnablePeerAccess");  // device 0 reaches device 1's memory
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(k.launch(k.slow, nullptr, x, kBlock, 5), "slow fill of X from device 0");
+  expect(cuMemFree(x), "cuMemFree X");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  CUdeviceptr y = 0;
+  expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
+  expect(cuMemsetD8(y, 0x33, kBlock), "cuMemsetD8 Y");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  std::vector<unsigned char> host(kBlock);
+  expect(cuMemcpyDtoH(host.data(), y, kBlock), "cuMemcpyDtoH Y");
+  const auto overwritten =
+      static_cast<std::uint64_t>(std::count_if(host.begin(), host.end(), [](unsigned char b) { return b != 0x33; }));
+  std::fprintf(stderr, "peer_free: Y %s X; %llu bytes of Y overwritten\n", y == x ? "took" : "did not take",
+               static_cast<unsigned long long>(overwritten));
+  wrong.fetch_add(overwritten);
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  expect(cuMemFree(y), "cuMemFree Y");
+  return verdict("peer_free");
+}
+
 // Launches `f` on `block` from the current context and synchronises it:
 // whether the kernel faulted for want of access (the sim's fault count
 // grew; its sticky error is then cleared for the next step).
@@ -820,8 +856,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "peer") == 0) return peer_route();
   if (std::strcmp(mode, "peer_access") == 0) return peer_access_route();
   if (std::strcmp(mode, "interleaved_spans") == 0) return interleaved_spans_route();
-  std::fprintf(stderr,
-               "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans "
-               "[report-path]\n");
+  if (std::strcmp(mode, "peer_free") == 0) return peer_free_route();
+  std::fprintf(
+      stderr,
+      "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free "
+      "[report-path]\n");
   return 2;
 }
