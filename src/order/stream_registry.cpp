@@ -112,7 +112,14 @@ void StreamRegistry::several_contexts() {
 
 void StreamRegistry::several_contexts_locked() {
   legacy_only_.store(false, std::memory_order_release);
-  several_contexts_seen_.store(true, std::memory_order_release);
+  if (!several_contexts_seen_.exchange(true, std::memory_order_acq_rel)) {
+    // Blocks put back behind a queued barrier go to any request at once,
+    // and from now on that may be another context's, whose work the barrier
+    // does not order: the host waits once for each context's newest one.
+    for (auto& [context, barrier] : barriers_) {
+      if (!barrier.made_in_order && barrier.after != nullptr) host_waits_for_the_barrier(context, barrier.after);
+    }
+  }
   if (!in_order_outstanding_.load(std::memory_order_acquire)) return;
   // Blocks those barriers gave back go to any work at once, whatever ended
   // legacy_only before (a per-thread stream, a blocking stream: both follow
@@ -138,11 +145,7 @@ void StreamRegistry::made_current(CUcontext context) {
   if (context == nullptr) return;
   context_seen(context);
   if (first_context_is(context)) return;
-  if (legacy_only() || in_order_outstanding_.load(std::memory_order_acquire)) {
-    several_contexts();
-  } else {
-    several_contexts_seen_.store(true, std::memory_order_release);  // all several_contexts() has left to do
-  }
+  if (one_context() || legacy_only() || in_order_outstanding_.load(std::memory_order_acquire)) several_contexts();
 }
 
 void StreamRegistry::context_seen(CUcontext context) {
@@ -162,14 +165,23 @@ void StreamRegistry::context_seen(CUcontext context) {
 }
 
 bool StreamRegistry::wait_for_contexts_but(CUcontext except) {
+  CUcontext previous = nullptr;
+  if (api_.ctxGetCurrent(&previous) != CUDA_SUCCESS) return false;
   bool all = true;
+  CUcontext current = previous;
   const std::size_t count = context_count_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < count; ++i) {
     CUcontext context = contexts_[i].load(std::memory_order_relaxed);
     if (context == except) continue;
-    driver::ScopedContext scope(api_, context);
+    // Made current, or skipped: never the wrong context synchronised.
+    if (context != current && api_.ctxSetCurrent(context) != CUDA_SUCCESS) {
+      all = false;
+      continue;
+    }
+    current = context;
     if (capture_in_progress(context) || api_.ctxSynchronize() != CUDA_SUCCESS) all = false;
   }
+  if (current != previous) (void)api_.ctxSetCurrent(previous);
   return all;
 }
 

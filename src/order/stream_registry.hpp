@@ -123,9 +123,12 @@ class StreamRegistry {
   // Whether several_contexts() was ever called: until then all work that
   // can reach a pool's memory is queued in its own context.
   [[nodiscard]] bool one_context() const noexcept { return !several_contexts_seen_.load(std::memory_order_acquire); }
-  // The program made `context` current (cuCtxSetCurrent, cuCtxPushCurrent):
-  // the first such context, or the first a barrier was made in, is the one
-  // legacy_only speaks of; any other calls several_contexts().
+  // The program made `context` current (cuCtxSetCurrent, cuCtxPushCurrent),
+  // or a pool was made in it: the first such context, or the first a
+  // barrier was made in, is the one legacy_only speaks of; any other calls
+  // several_contexts(), whose first call waits for each context's newest
+  // queued barrier (blocks put back behind it may now go to another
+  // context's work).
   void made_current(CUcontext context);
   // A context whose work may reach a pool's memory (a pool's own, one the
   // program made current), for wait_for_contexts_but. The first
@@ -137,8 +140,9 @@ class StreamRegistry {
   // contexts may reach the pool's memory, since neither a device barrier
   // nor a fence orders another context's work (native cudaFree waits for
   // every device). A context with a capture in progress is not
-  // synchronised, which would invalidate the capture: false then, as when a
-  // synchronisation fails.
+  // synchronised, which would invalidate the capture, nor one that cannot
+  // be made current (destroyed: cuCtxDestroy is not hooked): false then, as
+  // when a synchronisation fails, and the free goes on without that wait.
   bool wait_for_contexts_but(CUcontext except);
 
   // What a cudaFree fence of `context` must cover beyond the legacy stream:

@@ -425,7 +425,9 @@ Allocator* Runtime::create_allocator(int device) {
   created_.store(index + 1, std::memory_order_release);
   allocators_[device].store(allocator, std::memory_order_release);
   if (streams_ != nullptr) {
-    streams_->context_seen(allocator->context());
+    // The pool's context is one the program's work may be queued in; one
+    // other than the program's first (a context it created) makes two.
+    streams_->made_current(allocator->context());
     if (index > 0) streams_->several_contexts();
   }
   return allocator;
