@@ -912,6 +912,16 @@ TEST_F(Residency, EvictionsRunBesideFreesAndAllocationsOnOtherThreads) {
         return;
       }
       allocator_->stream_created(stream);
+      // As the preload's hooks do: the block is pinned while its launch is
+      // on its way to the driver, so that no other thread's move takes it
+      // between a gate's join and its wait (the residency rule).
+      const auto pinned = [&](std::uintptr_t block, const auto& launch) {
+        pool::Pins pins;
+        (void)allocator_->use_in_copy(block, stream, &pins, pool::Pool::OnHost::read_there);
+        const CUresult launched = launch();
+        allocator_->release_pins(pins);
+        return launched;
+      };
       std::mt19937 random(static_cast<unsigned>(t));
       std::vector<std::pair<std::uintptr_t, std::uint32_t>> mine;
       constexpr std::size_t kBytes = 4 * MiB;
@@ -920,17 +930,23 @@ TEST_F(Residency, EvictionsRunBesideFreesAndAllocationsOnOtherThreads) {
           auto got = allocator_->allocate(kBytes, 0, false);
           if (!got.ok()) continue;  // the budget may be short at a moment: every other block kept resident
           const auto seed = static_cast<std::uint32_t>(t * 1000 + step);
-          if (launch_fill(stream, got.value(), kBytes, seed) != CUDA_SUCCESS) failures++;
+          if (pinned(got.value(), [&] { return launch_fill(stream, got.value(), kBytes, seed); }) != CUDA_SUCCESS) {
+            failures++;
+          }
           mine.emplace_back(got.value(), seed);
         } else {
           const std::size_t i = random() % mine.size();
-          if (launch_check(stream, mine[i].first, kBytes, mine[i].second) != CUDA_SUCCESS) failures++;
-          if (!allocator_->deallocate(mine[i].first, 0, false).ok()) failures++;
+          const std::uintptr_t block = mine[i].first;  // not a binding: the lambda captures it
+          const std::uint32_t seed = mine[i].second;
+          if (pinned(block, [&] { return launch_check(stream, block, kBytes, seed); }) != CUDA_SUCCESS) failures++;
+          if (!allocator_->deallocate(block, 0, false).ok()) failures++;
           mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(i));
         }
       }
-      for (auto& [p, seed] : mine) {
-        if (launch_check(stream, p, kBytes, seed) != CUDA_SUCCESS) failures++;
+      for (const auto& entry : mine) {
+        const std::uintptr_t p = entry.first;
+        const std::uint32_t seed = entry.second;
+        if (pinned(p, [&] { return launch_check(stream, p, kBytes, seed); }) != CUDA_SUCCESS) failures++;
         if (!allocator_->deallocate(p, 0, false).ok()) failures++;
       }
       if (api().streamSynchronize(stream) != CUDA_SUCCESS) failures++;
