@@ -37,7 +37,9 @@
 // kernels name are held on the device for as long as the graph exists
 // (Block::graph_holds), and each launch of it pins them as a launch does.
 // Blocks another device's submissions name are held on the device for good
-// (Block::peer_held): no gate of this pool orders that device's streams.
+// (Block::peer_held): no gate of this pool orders that device's streams, so
+// the first such submission also waits, on the host, for the copies that
+// brought the block's pages back (at its allocation, on a hint).
 // No move synchronises the context while a capture is in progress, and no
 // gate touches a capturing stream: the pages stay where they are instead.
 // Outside the rule: kernels that reach pool memory through pointers held in

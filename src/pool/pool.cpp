@@ -710,6 +710,7 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   Block* block = live_.at(word->address);
   if (block == nullptr) return false;
   live_.mark_used(block);
+  const bool first_peer_use = on_host == OnHost::bring_back_for_peer && !block->peer_held;
   if (on_host == OnHost::bring_back_for_peer) block->peer_held = true;
   bool pinned = pins->holds(block->buffer_id);
   word->pinned_block = false;
@@ -726,10 +727,16 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   word->block = LaunchedBlock{block->address, block->buffer_id, block->last_use};
   if (mover_ == nullptr) return true;
   if (mover_orders_uses_) mover_->before_use(block->buffer_id, stream);
-  if (space_.host_pages() == 0) return true;
   space::Reservation& r = *block->segment->reservation;
-  word->host_pages = host_pages_in(r, block->address, block->size);
-  if (word->host_pages == 0) return true;
+  word->host_pages = space_.host_pages() == 0 ? 0 : host_pages_in(r, block->address, block->size);
+  if (word->host_pages == 0) {
+    // Pages brought back before another device first names the block (at
+    // its allocation, on a hint, for this pool's own launches) are filled
+    // behind a gate of this pool's streams only: that device's stream must
+    // find the bytes in place before it is queued.
+    if (first_peer_use) mover_->wait_for_copies_in();
+    return true;
+  }
   if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
     driver::ScopedContext scope(api_, context_);
     (void)bring_back_locked(*block, block->address, block->size, stream, own_pins);

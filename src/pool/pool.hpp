@@ -229,7 +229,9 @@ class Pool {
   // bring_back_for_launch); or stay there and are read there (read_there).
   // bring_back_for_peer: the submission is another device's, which no gate
   // of this pool orders: the pages come back now, the host waits for their
-  // copies, and the block is never evicted again (Block::peer_held).
+  // copies (and, at the block's first such submission, for any copy still
+  // bringing pages back), and the block is never evicted again
+  // (Block::peer_held).
   // `host_pages` receives how many of its pages were on the host,
   // `still_on_host` how many stayed there (no room, another submission's
   // pin, or not brought back yet). False when no live block holds

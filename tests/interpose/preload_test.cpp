@@ -539,6 +539,29 @@ TEST_F(Preload, ACudaFreeWaitsForAnotherDevicesWorkOnTheBlock) {
   }
 }
 
+// A block handed out over host pages of a freed block: the pages come back
+// through copies behind a gate of its device's streams only. Another
+// device's kernel that writes the block at once, through peer access, runs
+// after those copies and keeps what it wrote, with every prefetch mode.
+// Before, the copies landed over it (slow copies make them last).
+TEST_F(Preload, AnotherDevicesFirstKernelOnABlockRunsAfterTheCopiesThatBroughtItsPagesBack) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 TIDEPOOL_SIM_COPY_GBPS=1 ";
+  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
+    SCOPED_TRACE(prefetch);
+    const ProgramRun r =
+        run(PROBE_RACES, "peer_after_bring_back", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    ASSERT_NE(r.err.find("peer_after_bring_back: Y took X"), std::string::npos)
+        << "the layout this test needs did not arise: " << r.err;
+    EXPECT_NE(r.err.find("; 0 words of Y wrong"), std::string::npos) << r.err;
+    ASSERT_TRUE(r.whole.is_object()) << r.err;
+    ASSERT_EQ(r.whole["devices"].size(), 1U) << "device 0 allocates nothing: " << r.whole.dump();
+    EXPECT_EQ(r.whole["devices"][0].value("device", -1), 1);
+    EXPECT_GE(r.whole["devices"][0].value("evicted_bytes", 0L), 8L << 20) << "X went to the host before its free";
+  }
+}
+
 // Memory pools (issue 29): a pool the program made the device's current one
 // serves its cuMemAllocAsync calls, as natively, until it is destroyed;
 // cuMemAllocFromPoolAsync is the driver's; only the default pool's
@@ -714,6 +737,7 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
   const std::string faults =
       "TIDEPOOL_SIM_FAULTS=cuStreamWaitValue32_v2:7:2,cuMemMap:30:2,cuMemCreate:12:2,cuEventRecord:40:2 ";
   const std::string two_with_faults = two + faults;
+  const std::string two_with_peers = two + "PROBE_PEER=1 ";
   const Case cases[] = {{"off", "1", ""},
                         {"off", "2", ""},
                         {"launch", "1", ""},
@@ -723,6 +747,8 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
                         {"launch", "3", two.c_str(), "16MiB"},
                         {"learn", "6", two.c_str(), "16MiB"},
                         {"learn", "4", two_with_faults.c_str(), "16MiB"},
+                        {"launch", "3", two_with_peers.c_str(), "16MiB"},
+                        {"off", "5", two_with_peers.c_str(), "16MiB"},
                         {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string("prefetch:") + c.mode + ", seed " + c.seed + ", " + c.env);

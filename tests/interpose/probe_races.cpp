@@ -51,6 +51,13 @@
 //     access, when X is freed cudaFree-style; device 1 then takes a block of
 //     X's size and sets it. The free waits for device 0's kernel, as native
 //     cudaFree does: the new block keeps what was set (TIDEPOOL_SIM_DEVICES=2).
+//   probe_races peer_after_bring_back [report-path]
+//     Device 1's block X goes to the host and is freed; device 1 hands out
+//     a block of its size, Y, over X's host pages, which come back through
+//     a gate of device 1's streams. Device 0's kernel then writes Y at once,
+//     through peer access: it must run after the copies that brought the
+//     pages back, not be overwritten by them (TIDEPOOL_SIM_DEVICES=2, slow
+//     copies).
 //   probe_races peer_access [report-path]
 //     Kernels on device 1 reach device 0's blocks only while device 1 has
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
@@ -682,6 +689,34 @@ int peer_free_route() {
   return verdict("peer_free");
 }
 
+int peer_after_bring_back_route() {
+  const auto [c0, c1, d1] = two_contexts();
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;                         // the budget (conf) holds two per device
+  expect(cuCtxEnablePeerAccess(c1, 0), "cuCtxEnablePeerAccess");  // device 0 reaches device 1's memory
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // X, the least recent, goes to the host
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  expect(cuMemFree(x), "cuMemFree X");
+  CUdeviceptr y = 0;
+  expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  expect(k.launch(k.fill, nullptr, y, kBlock, 2), "fill Y from device 0");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  const std::uint64_t y_wrong = wrong_by_copy(y, kBlock, 2);
+  std::fprintf(stderr, "peer_after_bring_back: Y %s X; %llu words of Y wrong\n", y == x ? "took" : "did not take",
+               static_cast<unsigned long long>(y_wrong));
+  wrong.fetch_add(y_wrong);
+  for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
+  expect(cuMemFree(y), "cuMemFree Y");
+  return verdict("peer_after_bring_back");
+}
+
 // Launches `f` on `block` from the current context and synchronises it:
 // whether the kernel faulted for want of access (the sim's fault count
 // grew; its sticky error is then cleared for the next step).
@@ -857,9 +892,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "peer_access") == 0) return peer_access_route();
   if (std::strcmp(mode, "interleaved_spans") == 0) return interleaved_spans_route();
   if (std::strcmp(mode, "peer_free") == 0) return peer_free_route();
+  if (std::strcmp(mode, "peer_after_bring_back") == 0) return peer_after_bring_back_route();
   std::fprintf(
       stderr,
-      "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free "
-      "[report-path]\n");
+      "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free|"
+      "peer_after_bring_back [report-path]\n");
   return 2;
 }
