@@ -283,6 +283,75 @@ TEST_F(OrderTest, ASecondContextMadeCurrentWaitsOnceForBarriersMadeInOrder) {
   ASSERT_EQ(api().devicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
+// What a cudaFree-style free waits for once several contexts may reach a
+// pool: the work queued so far in every context seen but the pool's own,
+// with the caller's context current again afterwards. A context that can
+// no longer be made current (destroyed) is skipped, and said so, while the
+// others are still waited for.
+TEST_F(OrderTest, WaitingForOtherContextsWaitsForEachContextSeenButTheOneNamed) {
+  CUcontext other = testing::second_device_context();
+  if (other == nullptr) GTEST_SKIP() << "needs TIDEPOOL_SIM_DEVICES >= 2";
+  using CtxCreate = CUresult (*)(CUcontext*, unsigned, CUdevice);
+  using CtxDestroy = CUresult (*)(CUcontext);
+  const auto create = testing::sim_control<CtxCreate>("cuCtxCreate_v2");
+  const auto destroy = testing::sim_control<CtxDestroy>("cuCtxDestroy_v2");
+  // Each context's legacy stream holds a write until the gate opens: the
+  // other context's after 50 ms, this one's after 2 s, so that a wait for
+  // this context shows as its write landed rather than as a hang.
+  const auto wait_with_work_held = [&](StreamRegistry& registry, int value, int* here, int* there) {
+    testing::Gate held_here;
+    testing::Gate held_there;
+    EXPECT_EQ(testing::launch_gated_write(nullptr, &held_here, here, value), CUDA_SUCCESS);
+    {
+      driver::ScopedContext scope(api(), other);
+      EXPECT_EQ(testing::launch_gated_write(nullptr, &held_there, there, value), CUDA_SUCCESS);
+    }
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      held_there.release();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1950));
+      held_here.release();
+    });
+    const bool all = registry.wait_for_contexts_but(context_);
+    EXPECT_EQ(*there, value) << "the other context's work was not waited for";
+    EXPECT_EQ(*here, 0) << "the named context was waited for";
+    CUcontext current = nullptr;
+    EXPECT_EQ(api().ctxGetCurrent(&current), CUDA_SUCCESS);
+    EXPECT_EQ(current, context_) << "the caller's context is not current again";
+    opener.join();
+    EXPECT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    *here = 0;
+    return all;
+  };
+  int here = 0;
+  int there = 0;
+  {
+    StreamRegistry registry(api());
+    registry.set_complete(true);
+    registry.made_current(context_);
+    EXPECT_TRUE(registry.one_context());
+    EXPECT_TRUE(registry.wait_for_contexts_but(context_)) << "nothing else to wait for";
+    registry.made_current(other);
+    EXPECT_FALSE(registry.one_context());
+    EXPECT_TRUE(wait_with_work_held(registry, 1, &here, &there));
+  }
+  {
+    // A context of the program's, seen and then destroyed before the other
+    // device's: skipped, and the answer says so; the other is still waited for.
+    StreamRegistry registry(api());
+    registry.set_complete(true);
+    registry.made_current(context_);
+    CUcontext made = nullptr;
+    ASSERT_EQ(create(&made, 0, 0), CUDA_SUCCESS);
+    registry.context_seen(made);
+    ASSERT_EQ(destroy(made), CUDA_SUCCESS);
+    ASSERT_EQ(api().ctxSetCurrent(context_), CUDA_SUCCESS);
+    registry.made_current(other);
+    EXPECT_FALSE(wait_with_work_held(registry, 2, &here, &there)) << "a destroyed context was not reported skipped";
+  }
+  ASSERT_EQ(api().devicePrimaryCtxRelease(1), CUDA_SUCCESS);
+}
+
 // A kernel launched with programmatic stream serialization may begin before
 // the kernel ahead of it has finished: the legacy stream's order stops being
 // a barrier, and the barriers already made in it get a record between the
