@@ -59,6 +59,10 @@ class LiveSet {
   // used at or after `spared_from` (0: none spared), and holding a whole page
   // of its own. In segment and address order.
   void eviction_candidates(std::uint64_t spared_from, std::vector<EvictionCandidate>* out) const;
+  // Device pages of blocks that would be candidates but for a submission's
+  // pin: room that comes free for eviction once those submissions are
+  // queued.
+  [[nodiscard]] std::size_t pinned_device_pages() const;
 
  private:
   const Segments& segments_;

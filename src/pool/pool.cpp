@@ -84,12 +84,15 @@ util::Result<std::uintptr_t> Pool::allocate(std::size_t size, std::uintptr_t str
   rounded = util::align_up(policy_->round(rounded), options_.small_alignment);
   const std::uintptr_t key = ordered ? stream_key(stream) : kNoPendingWork;
 
-  std::lock_guard<util::SpinLock> guard(lock_);
+  std::unique_lock<util::SpinLock> guard(lock_);
   if (ordered && !fences_.cached(key)) {
     if (util::Status known = fences_.check(key); !known) return known;
   }
   util::Status error;
   Block* block = allocate_locked(arena_id, rounded, key, ordered, &error);
+  if (block == nullptr && mover_ != nullptr && error.error() == util::Error::out_of_memory) {
+    block = allocate_after_pins(guard, arena_id, rounded, key, ordered, &error);
+  }
   if (block == nullptr) {
     stats_.ooms++;
     size_classes_.failed(size);
@@ -130,6 +133,43 @@ Block* Pool::place(Arena& arena, std::size_t rounded, std::uintptr_t stream, boo
     Block* block = try_place(arena, rounded, stream, ordered, error, miss);
     if (block != nullptr || !miss->fence_failed || unsafe_.size() >= kMaxSetAside) return block;
   }
+}
+
+Block* Pool::allocate_after_pins(std::unique_lock<util::SpinLock>& guard, int arena_id, std::size_t rounded,
+                                 std::uintptr_t stream, bool ordered, util::Status* error) {
+  // Pins last only while a submission is on its way to the driver: the
+  // blocks they hold can be evicted soon after, so a request short of room
+  // only because of them waits rather than fail, as it would not natively.
+  // Bounded: a pin held while the device waits for this thread would
+  // otherwise hold it for good.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point give_up_at = Clock::now() + std::chrono::milliseconds(options_.pin_wait_ms);
+  Block* block = nullptr;
+  bool counted = false;
+  const std::size_t needed = util::round_up(rounded, space_.page_size()) / space_.page_size();
+  const auto pins_in_the_way = [&] {
+    const std::size_t pinned = live_.pinned_device_pages();
+    return pinned > 0 && pinned + evictable_device_pages() + space_.available_pages() >= needed;
+  };
+  while (block == nullptr && error->error() == util::Error::out_of_memory && pins_in_the_way()) {
+    const std::uint64_t seen = room_changes_.load(std::memory_order_acquire);
+    if (!counted) {
+      stats_.pin_waits++;
+      counted = true;
+    }
+    guard.unlock();
+    auto pause = std::chrono::microseconds(20);
+    bool released = false;
+    while (!released && Clock::now() < give_up_at) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+      released = room_changes_.load(std::memory_order_acquire) != seen;
+    }
+    guard.lock();
+    if (!released) break;
+    block = allocate_locked(arena_id, rounded, stream, ordered, error);
+  }
+  return block;
 }
 
 Block* Pool::climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error) {
@@ -431,6 +471,7 @@ util::Status Pool::deallocate(std::uintptr_t address, std::uintptr_t stream, boo
 
 void Pool::take_back_locked(Block* block, std::uintptr_t key, bool ordered, bool settled) {
   stats_.frees++;
+  room_changed();
   stats_.live_bytes -= block->requested;
   stats_.handed_out_bytes -= block->size;
   size_classes_.freed(block->requested);
@@ -803,7 +844,7 @@ void Pool::release_pins(const Pins& pins) {
     // Freed since (another thread's free: the pin went with it, and a free
     // or recycled block has another buffer id).
     auto* block = static_cast<Block*>(pin.block);
-    if (block->buffer_id == pin.buffer_id && block->pins > 0) block->pins--;
+    if (block->buffer_id == pin.buffer_id && block->pins > 0 && --block->pins == 0) room_changed();
   }
 }
 

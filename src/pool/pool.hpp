@@ -90,6 +90,10 @@ struct PoolOptions {
   // cudaFree frees go back behind a device barrier rather than after a host
   // wait (see the rules above). TIDEPOOL_CONF's free_barrier.
   bool free_barrier = true;
+  // Out of room under eviction while other threads' submissions pin live
+  // blocks (a synchronous copy holds its pin until the device has done
+  // it): how long an allocation waits for those pins to go before failing.
+  std::uint32_t pin_wait_ms = 1000;
 };
 
 struct PoolStats {
@@ -125,6 +129,9 @@ struct PoolStats {
   // Host waits (on an IPC open worker) for work queued before a
   // block another process maps came to its owner (hold_for_import).
   std::uint64_t import_waits = 0;
+  // Allocations that found no room but in blocks other threads' submissions
+  // pinned, and waited for those pins to go (PoolOptions::pin_wait_ms).
+  std::uint64_t pin_waits = 0;
   // Host waits for work still reading a page's old place before a range there could be mapped.
   std::uint64_t pending_page_waits = 0;
   // Requests placed on a backed block instead, rather than wait for that.
@@ -352,6 +359,11 @@ class Pool {
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
+  // allocate_locked again each time a pin goes (or a block is freed), while
+  // the room lacking is in pinned blocks, for at most pin_wait_ms; `guard`
+  // is let go meanwhile.
+  Block* allocate_after_pins(std::unique_lock<util::SpinLock>& guard, int arena_id, std::size_t rounded,
+                             std::uintptr_t stream, bool ordered, util::Status* error);
   Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
   // Why a placement attempt found no block, for the ladder's next rung.
   // try_place writes all of it whenever it fails (its status goes to
@@ -546,6 +558,12 @@ class Pool {
   std::uint64_t spared_from_ = 0;
 
   mutable util::SpinLock lock_;
+  // Bumped, under lock_, each time a block's last pin goes or a block is
+  // freed; read without it by allocate_after_pins while it waits.
+  std::atomic<std::uint64_t> room_changes_{0};
+  void room_changed() noexcept {  // under lock_, the only writer: a plain store
+    room_changes_.store(room_changes_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
   order::EventCache events_;
   order::BarrierFences barrier_fences_{api_, events_};  // when the work before recent device barriers finished
   DeferredFrees deferred_;                              // cudaFree-semantics frees awaiting a fence

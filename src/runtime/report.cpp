@@ -208,6 +208,7 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["eviction"] = d.eviction;
   out["evictions"] = r.evictions;
   out["evicted_bytes"] = r.evicted_bytes;
+  out["pin_waits"] = s.pin_waits;
   out["peak_evicted_bytes"] = r.peak_evicted_bytes;
   out["host_resident_bytes"] = r.host_resident_bytes;
   out["prefetches"] = r.prefetches;

@@ -217,6 +217,7 @@ class Residency : public ::testing::Test {
     options.residency.learn = learn;
     options.residency.compress = compress != residency::CompressMode::off ? compress : forced_compression();
     options.residency.host_cache_bytes = host_cache;
+    options.pool.pin_wait_ms = pin_wait_ms_;
     auto created = runtime::Allocator::create(testing::sim_driver(), options);
     ASSERT_TRUE(created.ok()) << created.status().message();
     allocator_ = std::move(created.value());
@@ -424,6 +425,7 @@ class Residency : public ::testing::Test {
   std::unique_ptr<driver::ScopedContext> scope_;
   CUstream stream_ = nullptr;
   std::atomic<std::uint64_t> errors_{0};
+  std::uint32_t pin_wait_ms_ = pool::PoolOptions{}.pin_wait_ms;  // make() reads it
 };
 
 TEST_F(Residency, LiveDataFourTimesTheBudgetStaysIntactTouchedByKernels) {
@@ -899,6 +901,64 @@ TEST_F(Residency, AFullHostCacheIsACleanOutOfMemoryAndLosesNothing) {
 // Device memory is written and read only by device work (kernels here), as
 // on a real GPU, where the host cannot touch it directly: the gate orders
 // each move against every stream's work, whichever thread queued it.
+// An allocation short of room only because other threads' submissions pin
+// the live blocks (a synchronous copy holds its pin until the device has
+// done it) waits for a pin to go and then evicts, rather than fail as it
+// would not natively. Pins that never go leave it failing once
+// pin_wait_ms has passed, with nothing lost.
+TEST_F(Residency, AnAllocationShortOfRoomOnlyForPinnedBlocksWaitsForThePinsToGo) {
+  pin_wait_ms_ = 200;
+  make(16 * MiB);
+  constexpr std::size_t kBytes = 8 * MiB;  // the budget holds two
+  const auto allocated = [&](std::uint32_t seed) {
+    auto got = allocator_->allocate(kBytes, 0, false);
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    const std::uintptr_t block = got.ok() ? got.value() : 0;
+    if (block != 0) {
+      EXPECT_EQ(fill(block, kBytes, seed), CUDA_SUCCESS);
+    }
+    return block;
+  };
+  const std::uintptr_t x = allocated(1);
+  const std::uintptr_t y = allocated(2);
+  ASSERT_TRUE(x != 0 && y != 0);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+
+  pool::Pins pins;  // two submissions on their way to the driver, as the hooks pin them
+  (void)allocator_->use_in_copy(x, stream_, &pins, pool::Pool::OnHost::read_there);
+  (void)allocator_->use_in_copy(y, stream_, &pins, pool::Pool::OnHost::read_there);
+  ASSERT_EQ(pins.count, 2u);
+  std::thread submitted([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    allocator_->release_pins(pins);
+  });
+  const std::uintptr_t z = allocated(3);
+  submitted.join();
+  ASSERT_NE(z, 0u) << "the allocation failed rather than wait for the pins";
+  EXPECT_EQ(allocator_->pool().stats().pin_waits, 1u);
+  EXPECT_GT(allocator_->residency()->stats().evictions, 0u);
+
+  // Every live block pinned, for good: the allocation waits, then fails.
+  pool::Pins held;
+  for (const std::uintptr_t block : {x, y, z}) {
+    (void)allocator_->use_in_copy(block, stream_, &held, pool::Pool::OnHost::read_there);
+  }
+  const std::uint64_t ooms = allocator_->pool().stats().ooms;
+  auto refused = allocator_->allocate(kBytes, 0, false);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().error(), util::Error::out_of_memory);
+  EXPECT_EQ(allocator_->pool().stats().pin_waits, 2u);
+  EXPECT_EQ(allocator_->pool().stats().ooms, ooms + 1);
+  allocator_->release_pins(held);
+
+  EXPECT_EQ(check(x, kBytes, 1), CUDA_SUCCESS);
+  EXPECT_EQ(check(y, kBytes, 2), CUDA_SUCCESS);
+  EXPECT_EQ(check(z, kBytes, 3), CUDA_SUCCESS);
+  ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+  for (const std::uintptr_t block : {x, y, z}) EXPECT_TRUE(allocator_->deallocate(block, 0, false).ok());
+}
+
 TEST_F(Residency, EvictionsRunBesideFreesAndAllocationsOnOtherThreads) {
   make(16 * MiB);
   std::atomic<int> failures{0};

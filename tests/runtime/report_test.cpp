@@ -89,6 +89,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "eviction",
                           "evictions",
                           "evicted_bytes",
+                          "pin_waits",
                           "prefetches",
                           "prefetched_bytes",
                           "host_resident_launches",
