@@ -142,32 +142,42 @@ Block* Pool::allocate_after_pins(std::unique_lock<util::SpinLock>& guard, int ar
   // only because of them waits rather than fail, as it would not natively.
   // Bounded: a pin held while the device waits for this thread would
   // otherwise hold it for good.
+  if (options_.pin_wait_ms == 0) return nullptr;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point give_up_at = Clock::now() + std::chrono::milliseconds(options_.pin_wait_ms);
-  Block* block = nullptr;
-  bool counted = false;
   const std::size_t needed = util::round_up(rounded, space_.page_size()) / space_.page_size();
-  const auto pins_in_the_way = [&] {
+  // Pages that pins hold and that would make the room lacking; 0 when the
+  // room is short for another reason (pins or not, the request fails).
+  const auto pinned_in_the_way = [&]() -> std::size_t {
     const std::size_t pinned = live_.pinned_device_pages();
-    return pinned > 0 && pinned + evictable_device_pages() + space_.available_pages() >= needed;
+    const std::size_t unpinned = evictable_device_pages() + space_.available_pages();
+    return pinned > 0 && unpinned < needed && pinned + unpinned >= needed ? pinned : 0;
   };
-  while (block == nullptr && error->error() == util::Error::out_of_memory && pins_in_the_way()) {
+  Block* block = nullptr;
+  std::size_t pinned = pinned_in_the_way();
+  if (pinned == 0) return nullptr;
+  stats_.pin_waits++;
+  while (block == nullptr && pinned > 0) {
     const std::uint64_t seen = room_changes_.load(std::memory_order_acquire);
-    if (!counted) {
-      stats_.pin_waits++;
-      counted = true;
-    }
     guard.unlock();
     auto pause = std::chrono::microseconds(20);
-    bool released = false;
-    while (!released && Clock::now() < give_up_at) {
+    bool changed = false;
+    bool last_try = false;
+    while (!changed && !last_try) {
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
-      released = room_changes_.load(std::memory_order_acquire) != seen;
+      changed = room_changes_.load(std::memory_order_acquire) != seen;
+      last_try = Clock::now() >= give_up_at;
     }
     guard.lock();
-    if (!released) break;
+    const std::size_t host_before = space_.host_pages();
     block = allocate_locked(arena_id, rounded, stream, ordered, error);
+    if (block != nullptr || last_try || error->error() != util::Error::out_of_memory) break;
+    // A pin went and still nothing moved: the room is short for another
+    // reason now (the host cache full, a capture refusing moves).
+    const std::size_t now = pinned_in_the_way();
+    if (now < pinned && space_.host_pages() == host_before) break;
+    pinned = now;
   }
   return block;
 }
@@ -554,7 +564,9 @@ util::Status Pool::hold_for_import(std::uintptr_t address, std::uint64_t buffer_
   // none), so any free since the last synchronisation counts.
   if (fences_.unsynchronized() || mover_ != nullptr) {
     const util::Status waited = wait_for_queued_work(guard, wait_until);
-    if (pinned != nullptr && pinned->buffer_id == buffer_id && pinned->pins > 0) pinned->pins--;  // as release_pins
+    if (pinned != nullptr && pinned->buffer_id == buffer_id && pinned->pins > 0 && --pinned->pins == 0) {
+      room_changed();  // as release_pins
+    }
     if (!waited) return waited;
     stats_.import_waits++;
     block = find();  // the owner may have freed it meanwhile

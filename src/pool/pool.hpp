@@ -359,9 +359,9 @@ class Pool {
        const PoolOptions& options, std::unique_ptr<PlacementPolicy> policy);
 
   Block* allocate_locked(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);
-  // allocate_locked again each time a pin goes (or a block is freed), while
-  // the room lacking is in pinned blocks, for at most pin_wait_ms; `guard`
-  // is let go meanwhile.
+  // allocate_locked again each time a pin goes (or a block is freed), and
+  // once more when pin_wait_ms has passed, while the room lacking is held
+  // by pinned blocks; `guard` is let go meanwhile.
   Block* allocate_after_pins(std::unique_lock<util::SpinLock>& guard, int arena_id, std::size_t rounded,
                              std::uintptr_t stream, bool ordered, util::Status* error);
   Block* climb_ladder(int arena_id, std::size_t rounded, std::uintptr_t stream, bool ordered, util::Status* error);

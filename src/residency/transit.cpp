@@ -88,6 +88,7 @@ void Transit::open(std::uint32_t generation) noexcept {
 }
 
 bool Transit::fill(CUdeviceptr to, const space::HostPage& from, CUstream stream) {
+  if (stream == to_device_stream_) ++fills_queued_;
   if (compressor_ != nullptr) return compressor_->fill(to, from, stream);
   return api_.memcpyDtoDAsync(to, from.staging, page_size_, stream) == CUDA_SUCCESS;
 }

@@ -118,9 +118,13 @@ class Transit {
     (void)api_.streamWaitEvent(reinterpret_cast<CUstream>(stream), done, 0);
   }
   void wait_for(CUevent done) const { (void)api_.eventSynchronize(done); }
-  void wait_for_copies_in() const {
+  // The host waits for every fill queued so far (none queued since the
+  // last wait: no driver call).
+  void wait_for_copies_in() {
+    if (fills_waited_ == fills_queued_) return;
+    const std::uint64_t target = fills_queued_;
     driver::ScopedContext scope(api_, context_);
-    (void)api_.streamSynchronize(to_device_stream_);
+    if (api_.streamSynchronize(to_device_stream_) == CUDA_SUCCESS) fills_waited_ = target;
   }
   // Host pages whose outgoing copies have finished, ready for the cache.
   // `wait`: wait for all of them.
@@ -186,6 +190,10 @@ class Transit {
   void time_copies(CUevent start, CUevent end, std::uint64_t bytes, bool to_host);
   // Queues the bytes of host page `from` into device page `to`.
   bool fill(CUdeviceptr to, const space::HostPage& from, CUstream stream);
+  // Fills queued on the host-to-device stream, and how many of them
+  // wait_for_copies_in last saw finish (under the pool's lock, as every call).
+  std::uint64_t fills_queued_ = 0;
+  std::uint64_t fills_waited_ = 0;
   // Whether a to_host batch goes through the compressor (its moves' `host` is null).
   [[nodiscard]] bool compressing(const std::vector<PageMove>& moves) const noexcept {
     return compressor_ != nullptr && !moves.empty() && moves.front().host == nullptr;

@@ -800,10 +800,14 @@ void Runtime::graph_destroying(CUgraphExec exec) {
   for (const GraphHolds::Held& h : graph_holds_.take(exec)) h.owner->pool().release_graph_holds(&h.block, 1);
 }
 
-int Runtime::launching_device(CUstream stream) {
+int Runtime::launching_device(CUstream stream, bool kernels) {
   // Without a second pool or a peer, a kernel of another device cannot
-  // reach a pool block: it would fault.
-  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0) return -1;
+  // reach a pool block: it would fault. A copy can, from the stream of a
+  // device without a pool, which only a second context can be.
+  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0 &&
+      (kernels || streams_ == nullptr || streams_->one_context())) {
+    return -1;
+  }
   const driver::Api& api = driver_->api();
   CUcontext context = nullptr;
   CUgreenCtx green = nullptr;

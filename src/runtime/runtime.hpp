@@ -236,10 +236,12 @@ class Runtime {
   // it did not reach, as a launch whose parameters cannot be read may.
   void scan_failed() noexcept;
   // The device `stream` (a handle as the hooks pass it) runs on; -1 when it
-  // cannot be told, or when no other device can reach a pool (one pool, and
-  // no peer access to it): then every submission that names a block is its
-  // device's. One driver call for a pool's own context, a few for another.
-  int launching_device(CUstream stream);
+  // cannot be told, or when no other device can reach a pool: for kernels
+  // (`kernels`), one pool and no peer access to it; for copies and sets,
+  // which reach any device's memory without peer access, also no context
+  // but the pool's ever seen. Then every submission that names a block is
+  // its device's. One driver call for a pool's own context, a few for another.
+  int launching_device(CUstream stream, bool kernels);
   // before_launch with one pool in the process (a process per GPU, the
   // common case): its span in registers, no per-pool bookkeeping.
   [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
@@ -260,7 +262,7 @@ class Runtime {
     bool other_than(const Allocator* a) {
       if (kernels_ && a->space().peers() == 0) return false;  // no other device's kernel can reach it
       if (!asked_) {
-        launching_ = runtime_.launching_device(stream_);
+        launching_ = runtime_.launching_device(stream_, kernels_);
         asked_ = true;
       }
       return launching_ >= 0 && a->device() != launching_;

@@ -562,6 +562,28 @@ TEST_F(Preload, AnotherDevicesFirstKernelOnABlockRunsAfterTheCopiesThatBroughtIt
   }
 }
 
+// A copy queued on the stream of a device without a pool reaches device
+// 0's block as a peer's would (copies need no peer access), and no gate of
+// device 0 orders that stream: the block is held where it was when the copy
+// was queued, rather than evicted under it, in every prefetch mode. Before,
+// with one pool and no peer access, the copy counted as device 0's own.
+TEST_F(Preload, ACopyOnAnotherDevicesStreamKeepsItsBlockWhereItWasThoughThatDeviceHasNoPool) {
+  time_limit_s_ = 60;
+  extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
+  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
+    SCOPED_TRACE(prefetch);
+    const ProgramRun r =
+        run(PROBE_RACES, "copy_from_poolless_device", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find("copy_from_poolless_device: 0 copies reached host pages, 0 words copied wrong"),
+              std::string::npos)
+        << r.err;
+    ASSERT_TRUE(r.whole.is_object()) << r.err;
+    ASSERT_EQ(r.whole["devices"].size(), 1U) << "device 1 allocates nothing: " << r.whole.dump();
+    EXPECT_GE(r.whole["devices"][0].value("evicted_bytes", 0L), 8L << 20) << "no room was taken under the copy";
+  }
+}
+
 // Memory pools (issue 29): a pool the program made the device's current one
 // serves its cuMemAllocAsync calls, as natively, until it is destroyed;
 // cuMemAllocFromPoolAsync is the driver's; only the default pool's

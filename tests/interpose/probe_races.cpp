@@ -58,6 +58,14 @@
 //     through peer access: it must run after the copies that brought the
 //     pages back, not be overwritten by them (TIDEPOOL_SIM_DEVICES=2, slow
 //     copies).
+//   probe_races copy_from_poolless_device [report-path]
+//     Device 1, which has no pool, queues a copy of device 0's block X to
+//     pinned host memory on its own stream, behind a slow kernel (copies
+//     reach any device's memory without peer access), while device 0's
+//     allocations need room and evict. No gate of device 0 orders device
+//     1's stream: X must be held where it was when the copy was queued (the
+//     sim counts the stream's copies that reached host pages), and the host
+//     copy reads what X held (TIDEPOOL_SIM_DEVICES=2).
 //   probe_races peer_access [report-path]
 //     Kernels on device 1 reach device 0's blocks only while device 1 has
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
@@ -717,6 +725,47 @@ int peer_after_bring_back_route() {
   return verdict("peer_after_bring_back");
 }
 
+int copy_from_poolless_device_route() {
+  const auto [c0, c1, d1] = two_contexts();
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  void* host = nullptr;
+  void* scratch = nullptr;  // the slow kernel's, on the host: device 1 gets no pool
+  expect(cuMemAllocHost(&host, kBlock), "cuMemAllocHost");
+  expect(cuMemAllocHost(&scratch, 4096), "cuMemAllocHost");
+  CUstream stream = nullptr;
+  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate on device 1");
+  expect(k.launch(k.slow, stream, reinterpret_cast<CUdeviceptr>(scratch), 4096, 7), "slow kernel on device 1");
+  expect(cuMemcpyDtoHAsync(host, x, kBlock, stream), "cuMemcpyDtoHAsync of X on device 1");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // room taken before the copy runs
+  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize on device 1");
+  const std::uint64_t host_reads = tidepool_sim_host_resident_copies(stream);
+  const auto* words = static_cast<const std::uint32_t*>(host);
+  std::uint64_t copied_wrong = 0;
+  for (std::size_t i = 0; host != nullptr && i < kBlock / 4; ++i)
+    copied_wrong += words[i] != word_pattern(1, i) ? 1 : 0;
+  std::fprintf(stderr, "copy_from_poolless_device: %llu copies reached host pages, %llu words copied wrong\n",
+               static_cast<unsigned long long>(host_reads), static_cast<unsigned long long>(copied_wrong));
+  wrong.fetch_add(copied_wrong);
+  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  if (host != nullptr) expect(cuMemFreeHost(host), "cuMemFreeHost");
+  if (scratch != nullptr) expect(cuMemFreeHost(scratch), "cuMemFreeHost");
+  expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
+  wrong.fetch_add(wrong_by_copy(x, kBlock, 1));
+  for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
+  expect(cuMemFree(x), "cuMemFree X");
+  return verdict("copy_from_poolless_device");
+}
+
 // Launches `f` on `block` from the current context and synchronises it:
 // whether the kernel faulted for want of access (the sim's fault count
 // grew; its sticky error is then cleared for the next step).
@@ -893,9 +942,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "interleaved_spans") == 0) return interleaved_spans_route();
   if (std::strcmp(mode, "peer_free") == 0) return peer_free_route();
   if (std::strcmp(mode, "peer_after_bring_back") == 0) return peer_after_bring_back_route();
+  if (std::strcmp(mode, "copy_from_poolless_device") == 0) return copy_from_poolless_device_route();
   std::fprintf(
       stderr,
       "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free|"
-      "peer_after_bring_back [report-path]\n");
+      "peer_after_bring_back|copy_from_poolless_device [report-path]\n");
   return 2;
 }
