@@ -173,11 +173,10 @@ Block* Pool::allocate_after_pins(std::unique_lock<util::SpinLock>& guard, int ar
     const std::size_t host_before = space_.host_pages();
     block = allocate_locked(arena_id, rounded, stream, ordered, error);
     if (block != nullptr || last_try || error->error() != util::Error::out_of_memory) break;
-    // A pin went and still nothing moved: the room is short for another
-    // reason now (the host cache full, a capture refusing moves).
-    const std::size_t now = pinned_in_the_way();
-    if (now < pinned && space_.host_pages() == host_before) break;
-    pinned = now;
+    // Unpinned pages could have moved and none did: the room is short for
+    // another reason (the host cache full, a capture refusing moves).
+    if (evictable_device_pages() > 0 && space_.host_pages() == host_before) break;
+    pinned = pinned_in_the_way();
   }
   return block;
 }

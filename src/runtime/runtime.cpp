@@ -443,8 +443,8 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
   if (begin >= end) return;
   auto counts = launch_counts_.mine();
   counts.add(kLaunchesScanned);
-  // No other device's pool and no peer access: every launch that names a
-  // block is this pool's device's (see launching_device).
+  // One pool, no peer access, one context: every launch that names a block
+  // is this pool's context's (see launching_place).
   using OnHost = pool::Pool::OnHost;
   const OnHost on_host = bring_back_at_launch_ ? OnHost::bring_back_later : OnHost::read_there;
   std::array<pool::SubmittedWord, 32> words;  // trivial: only the gathered are set
@@ -475,7 +475,8 @@ void Runtime::before_launch_one_pool(Allocator* a, CUfunction function, void** p
 
 void Runtime::before_launch(CUfunction function, void** params, void** extra, CUstream stream, Submission* s) {
   if (launch_scanner_ == nullptr) return;
-  if (created_.load(std::memory_order_acquire) == 1 && peer_pairs_.load(std::memory_order_acquire) == 0) {
+  if (created_.load(std::memory_order_acquire) == 1 && peer_pairs_.load(std::memory_order_acquire) == 0 &&
+      (streams_ == nullptr || streams_->one_context())) {
     if (Allocator* only = in_order_[0].load(std::memory_order_acquire)) {
       before_launch_one_pool(only, function, params, extra, stream, s);
       return;
@@ -800,13 +801,13 @@ void Runtime::graph_destroying(CUgraphExec exec) {
   for (const GraphHolds::Held& h : graph_holds_.take(exec)) h.owner->pool().release_graph_holds(&h.block, 1);
 }
 
-int Runtime::launching_device(CUstream stream, bool kernels) {
-  // Without a second pool or a peer, a kernel of another device cannot
-  // reach a pool block: it would fault. A copy can, from the stream of a
-  // device without a pool, which only a second context can be.
-  if (created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0 &&
-      (kernels || streams_ == nullptr || streams_->one_context())) {
-    return -1;
+Runtime::StreamPlace Runtime::launching_place(CUstream stream) {
+  // One context all along (no second pool, no peer, no context the program
+  // made or made current): every stream is the pools' own context's.
+  if (streams_ != nullptr
+          ? streams_->one_context()
+          : created_.load(std::memory_order_acquire) < 2 && peer_pairs_.load(std::memory_order_acquire) == 0) {
+    return {};
   }
   const driver::Api& api = driver_->api();
   CUcontext context = nullptr;
@@ -816,16 +817,16 @@ int Runtime::launching_device(CUstream stream, bool kernels) {
   if (api.streamGetCtx == nullptr ||
       api.streamGetCtx(stream == CU_STREAM_PER_THREAD ? nullptr : stream, &context, &green) != CUDA_SUCCESS ||
       context == nullptr) {
-    return -1;
+    return {};
   }
   // A pool's own (primary) context names its device at no cost; another
   // context (one the program made, or a device without a pool) is asked.
   if (const Allocator* own = find_allocator([&](Allocator* a) { return a->context() == context; })) {
-    return own->device();
+    return {context, own->device()};
   }
   driver::ScopedContext scope(api, context);
   CUdevice device = -1;
-  return api.ctxGetDevice(&device) == CUDA_SUCCESS ? device : -1;
+  return {context, api.ctxGetDevice(&device) == CUDA_SUCCESS ? device : -1};
 }
 
 void Runtime::after_submission(const Submission& s) {

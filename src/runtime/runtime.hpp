@@ -235,21 +235,25 @@ class Runtime {
   // A scan above stopped partway (it threw): the submission may name blocks
   // it did not reach, as a launch whose parameters cannot be read may.
   void scan_failed() noexcept;
-  // The device `stream` (a handle as the hooks pass it) runs on; -1 when it
-  // cannot be told, or when no other device can reach a pool: for kernels
-  // (`kernels`), one pool and no peer access to it; for copies and sets,
-  // which reach any device's memory without peer access, also no context
-  // but the pool's ever seen. Then every submission that names a block is
-  // its device's. One driver call for a pool's own context, a few for another.
-  int launching_device(CUstream stream, bool kernels);
-  // before_launch with one pool in the process (a process per GPU, the
-  // common case): its span in registers, no per-pool bookkeeping.
+  // The context `stream` (a handle as the hooks pass it) queues work in,
+  // and its device; a null context when it cannot be told, or when the
+  // process has only ever had one context (then every submission that names
+  // a block is the pool's own context's). One driver call for a pool's own
+  // context, a few for another.
+  struct StreamPlace {
+    CUcontext context = nullptr;
+    int device = -1;
+  };
+  StreamPlace launching_place(CUstream stream);
+  // before_launch with one pool and one context in the process (a process
+  // per GPU, the common case): its span in registers, no per-pool
+  // bookkeeping.
   [[gnu::noinline]] void before_launch_one_pool(Allocator* a, CUfunction function, void** params, void** extra,
                                                 CUstream stream, Submission* s);
   // before_launch with several pools: each pool's words gathered apart.
   [[gnu::noinline]] void before_launch_pools(CUfunction function, void** params, void** extra, CUstream stream,
                                              Submission* s);
-  // launching_device(), asked once, when a submission first names a pool
+  // launching_place(), asked once, when a submission first names a pool
   // block.
   class LaunchingDevice {
    public:
@@ -258,14 +262,18 @@ class Runtime {
     // the devices that may touch it); copies reach any device's memory.
     LaunchingDevice(Runtime& runtime, CUstream stream, bool kernels)
         : runtime_(runtime), stream_(stream), kernels_(kernels) {}
-    // Whether `a` is another device's pool than the submission's.
+    // Whether the submission's context is another than `a`'s, whose gates
+    // order only its own context's streams: another device's (through peer
+    // access, or a copy), or another context on `a`'s device.
     bool other_than(const Allocator* a) {
-      if (kernels_ && a->space().peers() == 0) return false;  // no other device's kernel can reach it
       if (!asked_) {
-        launching_ = runtime_.launching_device(stream_, kernels_);
+        place_ = runtime_.launching_place(stream_);
         asked_ = true;
       }
-      return launching_ >= 0 && a->device() != launching_;
+      if (place_.context == nullptr || place_.context == a->context()) return false;
+      // Without peer access only a context on its own device reaches it.
+      if (kernels_ && a->space().peers() == 0) return place_.device == a->device();
+      return true;
     }
 
    private:
@@ -273,7 +281,7 @@ class Runtime {
     CUstream stream_;
     bool kernels_;
     bool asked_ = false;
-    int launching_ = -1;
+    StreamPlace place_;
   };
   // CUDA graphs under eviction (see graph_holds.hpp): an instantiation's
   // kernel nodes are scanned and their blocks held on the device until the

@@ -584,6 +584,25 @@ TEST_F(Preload, ACopyOnAnotherDevicesStreamKeepsItsBlockWhereItWasThoughThatDevi
   }
 }
 
+// A context the program creates on the pool's own device reaches the
+// pool's blocks with no peer access, and no gate of the pool's (primary)
+// context orders its streams: a kernel queued there holds its block where
+// it was, rather than the block being evicted under it, in every prefetch
+// mode. Before, with one pool, every launch counted as the pool's own.
+TEST_F(Preload, AKernelInAContextTheProgramCreatedKeepsItsBlockWhereItWas) {
+  time_limit_s_ = 60;
+  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
+    SCOPED_TRACE(prefetch);
+    const ProgramRun r =
+        run(PROBE_RACES, "created_context", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
+    EXPECT_EQ(r.status, 42) << r.err;
+    EXPECT_NE(r.err.find("created_context: 0 launches read host pages"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
+    ASSERT_TRUE(r.report.is_object()) << r.err;
+    EXPECT_GE(r.report.value("evicted_bytes", 0L), 8L << 20) << "no room was taken under the kernel";
+  }
+}
+
 // Memory pools (issue 29): a pool the program made the device's current one
 // serves its cuMemAllocAsync calls, as natively, until it is destroyed;
 // cuMemAllocFromPoolAsync is the driver's; only the default pool's

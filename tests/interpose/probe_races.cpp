@@ -66,6 +66,12 @@
 //     1's stream: X must be held where it was when the copy was queued (the
 //     sim counts the stream's copies that reached host pages), and the host
 //     copy reads what X held (TIDEPOOL_SIM_DEVICES=2).
+//   probe_races created_context [report-path]
+//     A context the program creates on device 0 queues a kernel that reads
+//     the pool's block X, behind a slow kernel, while the pool (in device
+//     0's primary context) needs room and evicts. The pool's gates order
+//     only its own context's streams: X must be held where it was when the
+//     kernel was queued (the sim counts kernel runs that read host pages).
 //   probe_races peer_access [report-path]
 //     Kernels on device 1 reach device 0's blocks only while device 1 has
 //     peer access to device 0: before cuCtxEnablePeerAccess they fault, then
@@ -766,6 +772,43 @@ int copy_from_poolless_device_route() {
   return verdict("copy_from_poolless_device");
 }
 
+int created_context_route() {
+  probe::make_context_current();
+  CUcontext primary = nullptr;
+  PROBE_CHECK(cuCtxGetCurrent(&primary) == CUDA_SUCCESS);
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  CUcontext mine = nullptr;
+  expect(cuCtxCreate(&mine, nullptr, 0, 0), "cuCtxCreate on device 0");
+  void* scratch = nullptr;  // the slow kernel's, on the host
+  expect(cuMemAllocHost(&scratch, 4096), "cuMemAllocHost");
+  CUstream stream = nullptr;
+  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate in the created context");
+  const std::uint64_t host_reads_before = tidepool_sim_host_resident_launches();
+  expect(k.launch(k.slow, stream, reinterpret_cast<CUdeviceptr>(scratch), 4096, 7), "slow kernel");
+  expect(k.launch(k.check, stream, x, kBlock, 1), "check X in the created context");
+  expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
+  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // room taken before the check runs
+  expect(cuCtxSetCurrent(mine), "cuCtxSetCurrent created");
+  expect(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  const std::uint64_t host_reads = tidepool_sim_host_resident_launches() - host_reads_before;
+  std::fprintf(stderr, "created_context: %llu launches read host pages\n", static_cast<unsigned long long>(host_reads));
+  PROBE_CHECK(tidepool_sim_remap_faults() == 0);
+  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  if (scratch != nullptr) expect(cuMemFreeHost(scratch), "cuMemFreeHost");
+  expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
+  expect(cuCtxDestroy(mine), "cuCtxDestroy");
+  expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
+  wrong.fetch_add(wrong_by_copy(x, kBlock, 1));
+  for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
+  expect(cuMemFree(x), "cuMemFree X");
+  return verdict("created_context");
+}
+
 // Launches `f` on `block` from the current context and synchronises it:
 // whether the kernel faulted for want of access (the sim's fault count
 // grew; its sticky error is then cleared for the next step).
@@ -943,9 +986,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "peer_free") == 0) return peer_free_route();
   if (std::strcmp(mode, "peer_after_bring_back") == 0) return peer_after_bring_back_route();
   if (std::strcmp(mode, "copy_from_poolless_device") == 0) return copy_from_poolless_device_route();
+  if (std::strcmp(mode, "created_context") == 0) return created_context_route();
   std::fprintf(
       stderr,
       "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free|"
-      "peer_after_bring_back|copy_from_poolless_device [report-path]\n");
+      "peer_after_bring_back|copy_from_poolless_device|created_context [report-path]\n");
   return 2;
 }
