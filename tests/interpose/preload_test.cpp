@@ -87,6 +87,18 @@ class Preload : public ::testing::Test {
     return at == std::string::npos ? -1 : std::stol(r.err.substr(at + key.size() + 1));
   }
 
+  // Runs probe_races `mode` preloaded under a 16 MiB budget with eviction,
+  // once in each prefetch mode, expecting it to pass, and `check` on each run.
+  template <typename Check>
+  void races_in_every_prefetch_mode(const char* mode, const Check& check) {
+    for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
+      SCOPED_TRACE(prefetch);
+      const ProgramRun r = run(PROBE_RACES, mode, (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
+      EXPECT_EQ(r.status, 42) << r.err;
+      check(r);
+    }
+  }
+
   // Runs with and without the preload and checks what must not change.
   ProgramRun both(const std::string& program, const std::string& mode, ProgramRun* without = nullptr,
                   const char* conf = "") {
@@ -547,11 +559,7 @@ TEST_F(Preload, ACudaFreeWaitsForAnotherDevicesWorkOnTheBlock) {
 TEST_F(Preload, AnotherDevicesFirstKernelOnABlockRunsAfterTheCopiesThatBroughtItsPagesBack) {
   time_limit_s_ = 60;
   extra_env_ = "TIDEPOOL_SIM_DEVICES=2 TIDEPOOL_SIM_COPY_GBPS=1 ";
-  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
-    SCOPED_TRACE(prefetch);
-    const ProgramRun r =
-        run(PROBE_RACES, "peer_after_bring_back", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
-    EXPECT_EQ(r.status, 42) << r.err;
+  races_in_every_prefetch_mode("peer_after_bring_back", [](const ProgramRun& r) {
     ASSERT_NE(r.err.find("peer_after_bring_back: Y took X"), std::string::npos)
         << "the layout this test needs did not arise: " << r.err;
     EXPECT_NE(r.err.find("; 0 words of Y wrong"), std::string::npos) << r.err;
@@ -559,7 +567,7 @@ TEST_F(Preload, AnotherDevicesFirstKernelOnABlockRunsAfterTheCopiesThatBroughtIt
     ASSERT_EQ(r.whole["devices"].size(), 1U) << "device 0 allocates nothing: " << r.whole.dump();
     EXPECT_EQ(r.whole["devices"][0].value("device", -1), 1);
     EXPECT_GE(r.whole["devices"][0].value("evicted_bytes", 0L), 8L << 20) << "X went to the host before its free";
-  }
+  });
 }
 
 // A copy queued on the stream of a device without a pool reaches device
@@ -570,18 +578,14 @@ TEST_F(Preload, AnotherDevicesFirstKernelOnABlockRunsAfterTheCopiesThatBroughtIt
 TEST_F(Preload, ACopyOnAnotherDevicesStreamKeepsItsBlockWhereItWasThoughThatDeviceHasNoPool) {
   time_limit_s_ = 60;
   extra_env_ = "TIDEPOOL_SIM_DEVICES=2 ";
-  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
-    SCOPED_TRACE(prefetch);
-    const ProgramRun r =
-        run(PROBE_RACES, "copy_from_poolless_device", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
-    EXPECT_EQ(r.status, 42) << r.err;
+  races_in_every_prefetch_mode("copy_from_poolless_device", [](const ProgramRun& r) {
     EXPECT_NE(r.err.find("copy_from_poolless_device: 0 copies reached host pages, 0 words copied wrong"),
               std::string::npos)
         << r.err;
     ASSERT_TRUE(r.whole.is_object()) << r.err;
     ASSERT_EQ(r.whole["devices"].size(), 1U) << "device 1 allocates nothing: " << r.whole.dump();
     EXPECT_GE(r.whole["devices"][0].value("evicted_bytes", 0L), 8L << 20) << "no room was taken under the copy";
-  }
+  });
 }
 
 // A context the program creates on the pool's own device reaches the
@@ -591,16 +595,12 @@ TEST_F(Preload, ACopyOnAnotherDevicesStreamKeepsItsBlockWhereItWasThoughThatDevi
 // mode. Before, with one pool, every launch counted as the pool's own.
 TEST_F(Preload, AKernelInAContextTheProgramCreatedKeepsItsBlockWhereItWas) {
   time_limit_s_ = 60;
-  for (const char* prefetch : {"prefetch:off", "prefetch:launch", "prefetch:learn"}) {
-    SCOPED_TRACE(prefetch);
-    const ProgramRun r =
-        run(PROBE_RACES, "created_context", (std::string("device_limit:16MiB,evict:on,") + prefetch).c_str());
-    EXPECT_EQ(r.status, 42) << r.err;
+  races_in_every_prefetch_mode("created_context", [](const ProgramRun& r) {
     EXPECT_NE(r.err.find("created_context: 0 launches read host pages"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("0 wrong words, 0 failed calls"), std::string::npos) << r.err;
     ASSERT_TRUE(r.report.is_object()) << r.err;
     EXPECT_GE(r.report.value("evicted_bytes", 0L), 8L << 20) << "no room was taken under the kernel";
-  }
+  });
 }
 
 // Memory pools (issue 29): a pool the program made the device's current one

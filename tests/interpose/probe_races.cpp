@@ -588,6 +588,22 @@ std::vector<CUdeviceptr> fill_two_more(const Kernels& k, std::size_t bytes) {
   return blocks;
 }
 
+// Block X of `bytes` on the current device, filled with seed 1, then two
+// more: under a budget of two, X, the least recent, goes to the host. The
+// device is idle again afterwards.
+struct EvictedX {
+  CUdeviceptr x = 0;
+  std::vector<CUdeviceptr> others;
+};
+EvictedX evicted_x(const Kernels& k, std::size_t bytes) {
+  EvictedX e;
+  expect(cuMemAlloc(&e.x, bytes), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, e.x, bytes, 1), "fill X");
+  e.others = fill_two_more(k, bytes);
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  return e;
+}
+
 // Two devices, one host thread (issue 26, item 5): kernels on device 0 read
 // and write a block of device 1's pool that device 1's allocations evict.
 // Run with TIDEPOOL_SIM_DEVICES=2.
@@ -598,11 +614,7 @@ int peer_route() {
   CUdeviceptr own = 0;
   expect(cuMemAlloc(&own, kBlock), "cuMemAlloc on device 0");  // so that device 0 has a pool too
   expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
-  CUdeviceptr x = 0;
-  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
-  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
-  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // X, the least recent, goes to the host
-  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  const auto [x, others] = evicted_x(k, kBlock);
   // Device 0's kernels reach device 1's memory only with peer access.
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
   expect(cuCtxEnablePeerAccess(c1, 0), "cuCtxEnablePeerAccess");
@@ -709,11 +721,7 @@ int peer_after_bring_back_route() {
   constexpr std::size_t kBlock = 8 * MiB;                         // the budget (conf) holds two per device
   expect(cuCtxEnablePeerAccess(c1, 0), "cuCtxEnablePeerAccess");  // device 0 reaches device 1's memory
   expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
-  CUdeviceptr x = 0;
-  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
-  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
-  const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // X, the least recent, goes to the host
-  expect(cuCtxSynchronize(), "cuCtxSynchronize 1");
+  const auto [x, others] = evicted_x(k, kBlock);
   expect(cuMemFree(x), "cuMemFree X");
   CUdeviceptr y = 0;
   expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
@@ -731,22 +739,45 @@ int peer_after_bring_back_route() {
   return verdict("peer_after_bring_back");
 }
 
+// Block X of `bytes` on the current device, filled with seed 1, the device
+// idle again.
+CUdeviceptr filled_x(const Kernels& k, std::size_t bytes) {
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, bytes), "cuMemAlloc X");
+  expect(k.launch(k.fill, nullptr, x, bytes, 1), "fill X");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  return x;
+}
+
+// A non-blocking stream of the current context with a slow kernel queued
+// first (over pinned host memory, so that no pool is asked for any): work
+// queued on it next runs some 16 ms later.
+struct SlowStream {
+  CUstream stream = nullptr;
+  void* scratch = nullptr;
+};
+SlowStream slow_stream(const Kernels& k) {
+  SlowStream s;
+  expect(cuMemAllocHost(&s.scratch, 4096), "cuMemAllocHost");
+  expect(cuStreamCreate(&s.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  expect(k.launch(k.slow, s.stream, reinterpret_cast<CUdeviceptr>(s.scratch), 4096, 7), "slow kernel");
+  return s;
+}
+void destroy(const SlowStream& s) {
+  expect(cuStreamDestroy(s.stream), "cuStreamDestroy");
+  if (s.scratch != nullptr) expect(cuMemFreeHost(s.scratch), "cuMemFreeHost");
+}
+
 int copy_from_poolless_device_route() {
   const auto [c0, c1, d1] = two_contexts();
   const Kernels k;
   constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two
-  CUdeviceptr x = 0;
-  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
-  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
-  expect(cuCtxSynchronize(), "cuCtxSynchronize 0");
+  const CUdeviceptr x = filled_x(k, kBlock);
   expect(cuCtxSetCurrent(c1), "cuCtxSetCurrent 1");
   void* host = nullptr;
-  void* scratch = nullptr;  // the slow kernel's, on the host: device 1 gets no pool
   expect(cuMemAllocHost(&host, kBlock), "cuMemAllocHost");
-  expect(cuMemAllocHost(&scratch, 4096), "cuMemAllocHost");
-  CUstream stream = nullptr;
-  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate on device 1");
-  expect(k.launch(k.slow, stream, reinterpret_cast<CUdeviceptr>(scratch), 4096, 7), "slow kernel on device 1");
+  const SlowStream slow = slow_stream(k);  // device 1 gets no pool
+  CUstream stream = slow.stream;
   expect(cuMemcpyDtoHAsync(host, x, kBlock, stream), "cuMemcpyDtoHAsync of X on device 1");
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
   const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // room taken before the copy runs
@@ -762,9 +793,8 @@ int copy_from_poolless_device_route() {
                static_cast<unsigned long long>(host_reads), static_cast<unsigned long long>(copied_wrong));
   wrong.fetch_add(copied_wrong);
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
-  expect(cuStreamDestroy(stream), "cuStreamDestroy");
+  destroy(slow);
   if (host != nullptr) expect(cuMemFreeHost(host), "cuMemFreeHost");
-  if (scratch != nullptr) expect(cuMemFreeHost(scratch), "cuMemFreeHost");
   expect(cuCtxSetCurrent(c0), "cuCtxSetCurrent 0");
   wrong.fetch_add(wrong_by_copy(x, kBlock, 1));
   for (CUdeviceptr p : others) expect(cuMemFree(p), "cuMemFree");
@@ -778,18 +808,12 @@ int created_context_route() {
   PROBE_CHECK(cuCtxGetCurrent(&primary) == CUDA_SUCCESS);
   const Kernels k;
   constexpr std::size_t kBlock = 8 * MiB;  // the budget (conf) holds two
-  CUdeviceptr x = 0;
-  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
-  expect(k.launch(k.fill, nullptr, x, kBlock, 1), "fill X");
-  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  const CUdeviceptr x = filled_x(k, kBlock);
   CUcontext mine = nullptr;
   expect(cuCtxCreate(&mine, nullptr, 0, 0), "cuCtxCreate on device 0");
-  void* scratch = nullptr;  // the slow kernel's, on the host
-  expect(cuMemAllocHost(&scratch, 4096), "cuMemAllocHost");
-  CUstream stream = nullptr;
-  expect(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate in the created context");
   const std::uint64_t host_reads_before = tidepool_sim_host_resident_launches();
-  expect(k.launch(k.slow, stream, reinterpret_cast<CUdeviceptr>(scratch), 4096, 7), "slow kernel");
+  const SlowStream slow = slow_stream(k);
+  CUstream stream = slow.stream;
   expect(k.launch(k.check, stream, x, kBlock, 1), "check X in the created context");
   expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
   const std::vector<CUdeviceptr> others = fill_two_more(k, kBlock);  // room taken before the check runs
@@ -798,8 +822,7 @@ int created_context_route() {
   const std::uint64_t host_reads = tidepool_sim_host_resident_launches() - host_reads_before;
   std::fprintf(stderr, "created_context: %llu launches read host pages\n", static_cast<unsigned long long>(host_reads));
   PROBE_CHECK(tidepool_sim_remap_faults() == 0);
-  expect(cuStreamDestroy(stream), "cuStreamDestroy");
-  if (scratch != nullptr) expect(cuMemFreeHost(scratch), "cuMemFreeHost");
+  destroy(slow);
   expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
   expect(cuCtxDestroy(mine), "cuCtxDestroy");
   expect(cuCtxSetCurrent(primary), "cuCtxSetCurrent primary");
