@@ -55,8 +55,8 @@ void copy_set(CUresult r, CUgraphExec exec, const CUDA_MEMCPY3D& copy) noexcept 
 
 template <typename Call>
 CUresult guarded_graph_launch(CUgraphExec exec, CUstream stream, Call&& call) {
-  tidepool::interpose::submitting_on(stream);
-  if (!tidepool::interpose::guarding()) return call();
+  const tidepool::interpose::SubmittingOn on(stream);
+  if (!tidepool::interpose::guarding()) return on.queue(call);
   tidepool::runtime::Runtime& rt = tidepool::runtime::Runtime::get();
   tidepool::runtime::Submission submission;
   try {
@@ -65,7 +65,7 @@ CUresult guarded_graph_launch(CUgraphExec exec, CUstream stream, Call&& call) {
     // What was pinned before the throw is released below all the same.
     rt.scan_failed();
   }
-  const CUresult r = call();
+  const CUresult r = on.queue(call);
   rt.after_submission(submission);
   return r;
 }

@@ -16,18 +16,38 @@ namespace tidepool::interpose {
 // Whether submissions are guarded at all: one load and a compare when not.
 inline bool guarding() { return serving() && runtime::Runtime::get().guards_submissions(); }
 
-// Every submission names its stream before it is queued; on the legacy
-// stream, two compares. The first on another stream ends the pools'
-// legacy-order barriers (order/stream_registry.hpp, legacy_only).
-inline void submitting_on(CUstream stream) {
-  if (stream != nullptr && stream != CU_STREAM_LEGACY) runtime::Runtime::get().stream_used(stream);
-}
+// Every submission names its stream before anything else, catches up with
+// the barriers its stream was left behind right before the driver call, and
+// says when that call has returned; on the legacy stream, two compares
+// each. The first on another stream ends the pools' legacy-order barriers
+// (order/stream_registry.hpp, legacy_only); the catch-up and the mark for
+// the next barrier's join are order/stream_followers.hpp's.
+class SubmittingOn {
+ public:
+  explicit SubmittingOn(CUstream stream)
+      : stream_(stream),
+        slot_(stream != nullptr && stream != CU_STREAM_LEGACY ? runtime::Runtime::get().stream_used(stream)
+                                                              : nullptr) {}
+  ~SubmittingOn() { runtime::Runtime::stream_submitted(slot_); }
+  SubmittingOn(const SubmittingOn&) = delete;
+  SubmittingOn& operator=(const SubmittingOn&) = delete;
+  // The driver call comes next: nothing else is queued for this submission.
+  template <typename Call>
+  CUresult queue(Call&& call) const {
+    if (slot_ != nullptr) runtime::Runtime::get().stream_catching_up(stream_, slot_);
+    return call();
+  }
+
+ private:
+  CUstream stream_;
+  order::StreamFollowers::Slot* slot_;
+};
 
 // A launch of `function` with these arguments on `stream`.
 template <typename Call>
 CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstream stream, Call&& call) {
-  submitting_on(stream);
-  if (!guarding()) return call();
+  const SubmittingOn on(stream);
+  if (!guarding()) return on.queue(call);
   runtime::Runtime& rt = runtime::Runtime::get();
   runtime::Submission submission;
   try {
@@ -35,7 +55,7 @@ CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstre
   } catch (...) {
     rt.scan_failed();
   }
-  const CUresult r = call();
+  const CUresult r = on.queue(call);
   rt.after_submission(submission);
   return r;
 }
@@ -43,8 +63,8 @@ CUresult guarded_launch(CUfunction function, void** params, void** extra, CUstre
 // A copy or set touching device addresses `first` and `second` (0: none).
 template <typename Call>
 CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stream, Call&& call) {
-  submitting_on(stream);
-  if (!guarding()) return call();
+  const SubmittingOn on(stream);
+  if (!guarding()) return on.queue(call);
   runtime::Runtime& rt = runtime::Runtime::get();
   runtime::Submission submission;
   try {
@@ -52,7 +72,7 @@ CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stre
   } catch (...) {
     rt.scan_failed();
   }
-  const CUresult r = call();
+  const CUresult r = on.queue(call);
   rt.after_submission(submission);
   return r;
 }
@@ -61,8 +81,8 @@ CUresult guarded_submission(CUdeviceptr first, CUdeviceptr second, CUstream stre
 // calls visit(first, second) with the device addresses of each operation.
 template <typename Each, typename Call>
 CUresult guarded_batch(CUstream stream, Each&& each, Call&& call) {
-  submitting_on(stream);
-  if (!guarding()) return call();
+  const SubmittingOn on(stream);
+  if (!guarding()) return on.queue(call);
   runtime::Runtime& rt = runtime::Runtime::get();
   runtime::Submission submission;
   try {
@@ -72,7 +92,7 @@ CUresult guarded_batch(CUstream stream, Each&& each, Call&& call) {
   } catch (...) {
     rt.scan_failed();
   }
-  const CUresult r = call();
+  const CUresult r = on.queue(call);
   rt.after_submission(submission);
   return r;
 }

@@ -6,6 +6,8 @@
 //   event_cache.hpp      events kept for reuse
 //   stream_registry.hpp  every stream of the process, the device barrier and
 //                        gate, retired streams' last events
+//   stream_followers.hpp the idle streams a barrier leaves to catch up with it
+//                        at their next submission
 //   barrier_fences.hpp   when the work before recent device barriers finished
 //   context_fence.hpp    a point in a context's stream order, as events on
 //                        every stream (and why they cover all its work)
@@ -20,5 +22,6 @@
 #include "order/event_cache.hpp"
 #include "order/free_fences.hpp"
 #include "order/stream_fences.hpp"
+#include "order/stream_followers.hpp"
 #include "order/stream_keys.hpp"
 #include "order/stream_registry.hpp"

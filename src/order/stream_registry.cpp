@@ -50,8 +50,11 @@ void StreamRegistry::created(CUstream stream) {
   // stream, so it starts behind the barrier instead. (A blocking one waits
   // for the legacy stream, which is behind it.)
   if (!entry.non_blocking) return;
+  // Whatever follows leaves it behind the newest barrier (or the host waited
+  // for that); a stream met late may have work queued already: unjoined.
+  Barrier& newest = barriers_[entry.context];
+  (void)followers_.track(stream, entry.context, &newest.generation, newest.generation.load(std::memory_order_relaxed));
   auto barrier = barriers_.find(entry.context);
-  if (barrier == barriers_.end()) return;
   // Barriers made by the legacy stream's order left no event: the barrier to
   // start behind is a record of the legacy stream's work so far. Later
   // barriers queue theirs (legacy_only no longer holds).
@@ -207,22 +210,51 @@ CUevent StreamRegistry::barrier_event(CUevent* slot) {
 bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUstream* ends_on)>& on_legacy) {
   if (!complete() || api_.streamWaitEvent == nullptr) return false;
   std::lock_guard<std::mutex> creations(creation_lock_);
-  std::vector<CUstream> non_blocking;
-  std::vector<std::shared_ptr<RetiredStream>> retired;
-  fence_targets(context, &non_blocking, &retired);
-  if (non_blocking.size() > kMaxBarrierStreams) return false;
+  std::vector<CUstream>& streams = gate_streams_;
+  std::vector<StreamFollowers::Slot*>& slots = gate_slots_;
+  std::vector<std::shared_ptr<RetiredStream>>& retired = gate_retired_;
+  streams.clear();
+  slots.clear();
+  retired.clear();
+  fence_targets(context, &streams, &retired);
+  // A followed stream with nothing queued since its last join needs no join;
+  // after a barrier it needs no wait either, until its next submission. A
+  // gate's moves concern live blocks that any stream may be about to use:
+  // every stream waits for it now.
+  const bool follows = follows_submissions_.load(std::memory_order_acquire);
+  const bool lazy = follows && !on_legacy;
+  std::size_t joins = 0;
+  std::size_t waits = 0;
+  for (CUstream s : streams) {
+    StreamFollowers::Slot* slot = follows ? followers_.find(s) : nullptr;
+    slots.push_back(slot);
+    const bool joined = slot != nullptr && !slot->unjoined.load(std::memory_order_acquire);
+    joins += joined ? 0 : 1;
+    waits += lazy && slot != nullptr ? 0 : 1;
+  }
+  if (std::max(joins, waits) > kMaxBarrierStreams) return false;
   // A record or wait on a capturing stream (or on the legacy stream while a
-  // blocking one captures) would join or break the capture.
+  // blocking one captures) would join or break the capture. (A stream that
+  // is neither joined nor waited on now is asked at its catch-up.)
   if (driver::capturing(api_, nullptr)) return false;
-  for (CUstream s : non_blocking) {
-    if (driver::capturing(api_, s)) return false;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const bool touched = slots[i] == nullptr || !lazy || slots[i]->unjoined.load(std::memory_order_acquire);
+    if (touched && driver::capturing(api_, streams[i])) return false;
   }
   Barrier& barrier = barriers_[context];
-  if (barrier.joins.size() < non_blocking.size()) barrier.joins.resize(non_blocking.size(), nullptr);
-  for (std::size_t i = 0; i < non_blocking.size(); ++i) {
-    CUevent join = barrier_event(&barrier.joins[i]);
-    if (join == nullptr || api_.eventRecord(join, non_blocking[i]) != CUDA_SUCCESS ||
+  if (barrier.joins.size() < joins) barrier.joins.resize(joins, nullptr);
+  std::size_t joined = 0;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    StreamFollowers::Slot* slot = slots[i];
+    if (slot != nullptr && !slot->unjoined.load(std::memory_order_acquire)) continue;
+    if (joined == barrier.joins.size()) barrier.joins.push_back(nullptr);  // marked since counted
+    // Cleared before the record: work queued after the record marks it again
+    // once its call returns (submitted()).
+    if (slot != nullptr) slot->unjoined.store(false, std::memory_order_release);
+    CUevent join = barrier_event(&barrier.joins[joined++]);
+    if (join == nullptr || api_.eventRecord(join, streams[i]) != CUDA_SUCCESS ||
         api_.streamWaitEvent(nullptr, join, 0) != CUDA_SUCCESS) {
+      if (slot != nullptr) slot->unjoined.store(true, std::memory_order_release);
       return false;
     }
   }
@@ -235,10 +267,30 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
   CUevent after = barrier_event(&barrier.after);
   if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return false;
   if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return false;
-  for (CUstream s : non_blocking) {
-    if (api_.streamWaitEvent(s, after, 0) != CUDA_SUCCESS) return false;
+  const std::uint64_t generation = barrier.generation.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    if (lazy && slots[i] != nullptr) continue;  // at its next submission
+    if (api_.streamWaitEvent(streams[i], after, 0) != CUDA_SUCCESS) return false;
+    // Behind this gate, so behind every barrier before it.
+    if (slots[i] != nullptr) slots[i]->followed.store(generation, std::memory_order_release);
   }
+  if (lazy) barrier.generation.store(generation + 1, std::memory_order_release);
   return true;
+}
+
+void StreamRegistry::catch_up(CUstream stream, StreamFollowers::Slot* slot) noexcept {
+  std::lock_guard<std::mutex> creations(creation_lock_);
+  const std::uint64_t newest = slot->generation->load(std::memory_order_acquire);
+  if (slot->followed.load(std::memory_order_acquire) >= newest) return;  // another submission caught up first
+  // Work captured now runs when its graph is launched, and the launch's own
+  // stream catches up then; a wait here would join or break the capture.
+  if (driver::capturing(api_, stream)) return;
+  auto barrier = barriers_.find(slot->context);
+  CUevent after = barrier == barriers_.end() ? nullptr : barrier->second.after;
+  if (after == nullptr || api_.streamWaitEvent(stream, after, 0) != CUDA_SUCCESS) {
+    host_waits_for_the_barrier(slot->context, after);
+  }
+  slot->followed.store(newest, std::memory_order_release);
 }
 
 bool StreamRegistry::capture_in_progress(CUcontext context) {
@@ -264,6 +316,10 @@ bool StreamRegistry::destroying(CUstream stream) {
   }
   // The stream stays registered until its retirement is in place, so a fence
   // made meanwhile covers it one way or the other.
+  {
+    std::lock_guard<std::mutex> creations(creation_lock_);
+    followers_.forget(stream);  // barriers made from now on join it and make it wait, until it is gone
+  }
   driver::ScopedContext scope(api_, entry.context);
   // A capturing stream cannot take a record outside its graph, yet work
   // queued before the capture began may still run: only a context

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "driver/driver.hpp"
+#include "order/stream_followers.hpp"
 
 namespace tidepool::order {
 
@@ -96,10 +97,35 @@ class StreamRegistry {
   // Work is about to be queued on `stream`: any stream but the legacy one
   // ends legacy_only() for good. Called before the work is queued, so that a
   // block freed after it is never put back by the legacy stream's order.
-  void using_stream(CUstream stream) noexcept {
-    if (stream != nullptr && stream != CU_STREAM_LEGACY && legacy_only_.load(std::memory_order_relaxed)) {
-      legacy_only_.store(false, std::memory_order_release);
+  // While submissions are followed, the stream's slot is returned when it
+  // is tracked (StreamFollowers): it goes to catching_up() right before the
+  // driver call, and to submitted() once the call has returned.
+  StreamFollowers::Slot* using_stream(CUstream stream) noexcept {
+    if (stream == nullptr || stream == CU_STREAM_LEGACY) return nullptr;
+    if (legacy_only_.load(std::memory_order_relaxed)) legacy_only_.store(false, std::memory_order_release);
+    if (!follows_submissions_.load(std::memory_order_relaxed)) return nullptr;
+    return followers_.find(stream);
+  }
+  // A tracked stream that barriers left to catch up waits for the newest
+  // now. Right before the driver call, after anything the submission itself
+  // queued first (a bring-back's gate, a stitching barrier).
+  void catching_up(CUstream stream, StreamFollowers::Slot* slot) noexcept {
+    if (slot != nullptr &&
+        slot->followed.load(std::memory_order_acquire) < slot->generation->load(std::memory_order_acquire)) {
+      catch_up(stream, slot);
     }
+  }
+  // The submission using_stream() announced was queued (or refused): the
+  // next barrier joins its stream. Marked after the driver call, never
+  // before, so that a barrier clearing the mark meanwhile cannot lose it.
+  static void submitted(StreamFollowers::Slot* slot) noexcept {
+    if (slot != nullptr) slot->unjoined.store(true, std::memory_order_release);
+  }
+  // The preload's hooks see every submission (launch, copy, set, batch,
+  // graph launch): barriers may leave idle tracked streams to catch up at
+  // their next one. Off by default; only a complete registry uses it.
+  void set_follows_submissions(bool follows) noexcept {
+    follows_submissions_.store(follows, std::memory_order_release);
   }
   [[nodiscard]] bool legacy_only() const noexcept { return legacy_only_.load(std::memory_order_acquire); }
   // A kernel of `context` (current) is about to be launched with
@@ -161,7 +187,12 @@ class StreamRegistry {
   // legacy stream itself; streams created later wait for the barrier event
   // at creation (created()). BarrierKind::failed when the barrier cannot be
   // made whole: an incomplete registry, a capture, a record without an event,
-  // more than kMaxBarrierStreams streams, or a failed call. Then nothing may
+  // more than kMaxBarrierStreams streams to join or make wait, or a failed
+  // call. While submissions are followed, a tracked stream with nothing
+  // queued since a barrier joined it is not joined, and a barrier (not a
+  // gate: moves of live pages wait for no hand-out) does not make a tracked
+  // stream wait: it catches up at its next submission (catching_up()).
+  // Then nothing may
   // be assumed. While legacy_only() holds, the barrier is the legacy stream's
   // own order and nothing is queued (BarrierKind::in_order); the context's
   // next non-blocking stream then starts behind a record made at its creation.
@@ -206,6 +237,9 @@ class StreamRegistry {
   // a wait is on the record made before it, not on later ones).
   struct Barrier {
     CUevent after = nullptr;
+    // Bumped by each barrier queued whole: tracked streams that followed
+    // an older one wait for `after` at their next submission.
+    std::atomic<std::uint64_t> generation{0};
     std::vector<CUevent> joins;
     // A barrier of this context was made by the legacy stream's order, and
     // no record has stood for it since: the next non-blocking stream created
@@ -216,7 +250,7 @@ class StreamRegistry {
     bool made_in_order = false;
   };
   CUevent barrier_event(CUevent* slot);
-  // A stream just created could not be made to wait for `after` (null: for
+  // A stream just created, or one catching up, could not be made to wait for `after` (null: for
   // the legacy stream's work so far): the host waits, or else the registry
   // is no longer complete.
   void host_waits_for_the_barrier(CUcontext context, CUevent after);
@@ -227,9 +261,13 @@ class StreamRegistry {
   // for the barriers made there in order; else the host waits for that work
   // (false). Under creation_lock_.
   bool record_for_in_order_barriers(CUcontext context, Barrier* barrier);
+  // A tracked stream about to take work waits for its context's newest
+  // barrier (its event; else the host waits for it).
+  void catch_up(CUstream stream, StreamFollowers::Slot* slot) noexcept;
   const driver::Api& api_;
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
+  std::atomic<bool> follows_submissions_{false};
   std::atomic<bool> several_contexts_seen_{false};  // several_contexts() was called
   // The one context whose legacy stream legacy_only speaks of (null: none
   // seen yet). Set once.
@@ -243,6 +281,12 @@ class StreamRegistry {
   // Guarded by creation_lock_, which orders barriers, in order or queued,
   // against created().
   std::unordered_map<CUcontext, Barrier> barriers_;
+  // Streams tracked for barriers; slots claimed and given up under creation_lock_.
+  StreamFollowers followers_;
+  // device_gate()'s lists, kept for their capacity. Under creation_lock_.
+  std::vector<CUstream> gate_streams_;
+  std::vector<StreamFollowers::Slot*> gate_slots_;
+  std::vector<std::shared_ptr<RetiredStream>> gate_retired_;
   // context_seen(): read without a lock, appended under contexts_lock_.
   std::array<std::atomic<CUcontext>, kMaxContexts> contexts_{};
   std::atomic<std::size_t> context_count_{0};

@@ -148,6 +148,8 @@ Runtime::Runtime(const Config& config)
   if (InterpositionProbe probe = interposition_probe.load(); probe != nullptr && probe()) {
     interposed_ = true;
     streams_->set_complete(true);
+    // The same hooks see every launch, copy, set and graph launch.
+    streams_->set_follows_submissions(true);
   } else {
     log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
   }

@@ -195,9 +195,18 @@ class Runtime {
   void set_streams_complete(bool complete) noexcept;
   // A submission is about to be queued on `stream` (the preload's launch,
   // copy, set and graph-launch hooks, before the driver): the registry's
-  // legacy_only ends at the first that is not on the legacy stream.
-  void stream_used(CUstream stream) noexcept {
-    if (streams_ != nullptr) streams_->using_stream(stream);
+  // legacy_only ends at the first that is not on the legacy stream, and a
+  // stream's slot is returned when barriers may leave it to catch up: it
+  // goes to stream_catching_up() right before the driver call and to
+  // stream_submitted() once that call has returned.
+  order::StreamFollowers::Slot* stream_used(CUstream stream) noexcept {
+    return streams_ != nullptr ? streams_->using_stream(stream) : nullptr;
+  }
+  void stream_catching_up(CUstream stream, order::StreamFollowers::Slot* slot) noexcept {
+    if (streams_ != nullptr) streams_->catching_up(stream, slot);
+  }
+  static void stream_submitted(order::StreamFollowers::Slot* slot) noexcept {
+    order::StreamRegistry::submitted(slot);
   }
   // The program made `context` current: see order::StreamRegistry::made_current.
   void context_made_current(CUcontext context) {
