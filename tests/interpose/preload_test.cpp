@@ -551,6 +551,25 @@ TEST_F(Preload, ACudaFreeWaitsForAnotherDevicesWorkOnTheBlock) {
   }
 }
 
+// A barrier leaves a non-blocking stream with nothing queued since it was
+// last joined to catch up at its next submission: that submission (a set of
+// the block a cudaFree-style free gave back) waits for the barrier as it is
+// queued, after the legacy stream's slow kernel that wrote the block. The
+// barrier itself queues no wait; the set queues one. Without a barrier
+// (free_barrier:off) nothing catches up, and the free's fence keeps order.
+TEST_F(Preload, AnIdleStreamABarrierLeftBehindCatchesUpBeforeItsNextSubmission) {
+  for (const char* conf : {"free_barrier:on", "free_barrier:off"}) {
+    SCOPED_TRACE(conf);
+    const ProgramRun r = run(PROBE_RACES, "idle_stream", conf);
+    EXPECT_EQ(r.status, 42) << r.err;
+    ASSERT_NE(r.err.find("idle_stream: Y took X"), std::string::npos) << "the free's block was not reused: " << r.err;
+    EXPECT_NE(r.err.find("; 0 bytes of Y overwritten"), std::string::npos) << r.err;
+    if (std::string(conf) == "free_barrier:on") {
+      EXPECT_NE(r.err.find("0 waits queued by the barrier, 1 by the set"), std::string::npos) << r.err;
+    }
+  }
+}
+
 // A block handed out over host pages of a freed block: the pages come back
 // through copies behind a gate of its device's streams only. Another
 // device's kernel that writes the block at once, through peer access, runs

@@ -81,6 +81,14 @@
 //     device 0's default memory pool, reached only while the pool's access
 //     list (cuMemPoolSetAccess) names device 1. The same natively: the sim
 //     enforces the driver's rules for its own memory.
+//   probe_races idle_stream [report-path]
+//     A non-blocking stream S, joined by one barrier, then left idle: a
+//     slow kernel on the legacy stream writes block X, X is freed
+//     cudaFree-style, and a request of X's size takes it behind a barrier
+//     that leaves S to catch up; S then sets the block. S's set must run
+//     after the slow kernel (it waits for the barrier as it is queued), or
+//     the kernel overwrites it. Prints the cuStreamWaitEvent calls the
+//     barrier queued and those the set's catch-up queued.
 //
 // stderr's last line before the verdict: "races: W wrong words, F failed calls".
 #include <cuda.h>
@@ -993,6 +1001,43 @@ int graph_nodes_route() {
 
 }  // namespace
 
+int idle_stream_route() {
+  probe::make_context_current();
+  const Kernels k;
+  constexpr std::size_t kBlock = 8 * MiB;
+  CUstream s = nullptr;
+  expect(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  // A first barrier joins S (new streams count as having work), and leaves
+  // it with nothing queued since.
+  CUdeviceptr first = 0;
+  expect(cuMemAlloc(&first, kBlock), "cuMemAlloc");
+  expect(cuMemsetD8Async(first, 0x11, kBlock, s), "cuMemsetD8Async on S");
+  expect(cuStreamSynchronize(s), "cuStreamSynchronize S");
+  expect(cuMemFree(first), "cuMemFree");
+  CUdeviceptr x = 0;
+  expect(cuMemAlloc(&x, kBlock), "cuMemAlloc X");
+  expect(k.launch(k.slow, nullptr, x, kBlock, 5), "slow fill of X on the legacy stream");
+  expect(cuMemFree(x), "cuMemFree X");
+  const std::uint64_t before = tidepool_sim_call_count("cuStreamWaitEvent");
+  CUdeviceptr y = 0;
+  expect(cuMemAlloc(&y, kBlock), "cuMemAlloc Y");
+  const std::uint64_t at_barrier = tidepool_sim_call_count("cuStreamWaitEvent");
+  expect(cuMemsetD8Async(y, 0x33, kBlock, s), "cuMemsetD8Async Y on S");
+  const std::uint64_t at_set = tidepool_sim_call_count("cuStreamWaitEvent");
+  expect(cuCtxSynchronize(), "cuCtxSynchronize");
+  std::vector<unsigned char> host(kBlock);
+  expect(cuMemcpyDtoH(host.data(), y, kBlock), "cuMemcpyDtoH Y");
+  const auto overwritten =
+      static_cast<std::uint64_t>(std::count_if(host.begin(), host.end(), [](unsigned char b) { return b != 0x33; }));
+  std::fprintf(stderr, "idle_stream: Y %s X; %llu waits queued by the barrier, %llu by the set; %llu bytes of Y overwritten\n",
+               y == x ? "took" : "did not take", static_cast<unsigned long long>(at_barrier - before),
+               static_cast<unsigned long long>(at_set - at_barrier), static_cast<unsigned long long>(overwritten));
+  wrong.fetch_add(overwritten);
+  expect(cuMemFree(y), "cuMemFree Y");
+  expect(cuStreamDestroy(s), "cuStreamDestroy");
+  return verdict("idle_stream");
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (std::strcmp(mode, "window") == 0) return window_route();
@@ -1010,9 +1055,10 @@ int main(int argc, char** argv) {
   if (std::strcmp(mode, "peer_after_bring_back") == 0) return peer_after_bring_back_route();
   if (std::strcmp(mode, "copy_from_poolless_device") == 0) return copy_from_poolless_device_route();
   if (std::strcmp(mode, "created_context") == 0) return created_context_route();
+  if (std::strcmp(mode, "idle_stream") == 0) return idle_stream_route();
   std::fprintf(
       stderr,
       "usage: probe_races window|copies|capture|graph|graph_nodes|peer|peer_access|interleaved_spans|peer_free|"
-      "peer_after_bring_back|copy_from_poolless_device|created_context [report-path]\n");
+      "peer_after_bring_back|copy_from_poolless_device|created_context|idle_stream [report-path]\n");
   return 2;
 }

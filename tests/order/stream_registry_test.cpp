@@ -397,5 +397,98 @@ TEST_F(OrderTest, ASubmissionOnAnyOtherStreamEndsTheLegacyStreamsOrderAsABarrier
   EXPECT_FALSE(registry.legacy_only()) << "it never comes back";
 }
 
+// While submissions are followed, a barrier joins only the streams that
+// queued work since they were last joined, and leaves tracked streams to
+// wait for it at their next submission: with one idle stream it queues one
+// record and nothing else. The stream's next submission waits first, so its
+// work still lands after work queued before the barrier; once that
+// submission has returned, the next barrier joins the stream again. A gate
+// (moves of live pages) still makes every stream wait at once.
+TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission) {
+  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  const char* const kNames[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing"};
+  std::vector<std::uint64_t> seen(3);
+  auto since = [&](std::size_t i) {
+    const std::uint64_t now = calls(kNames[i]);
+    const std::uint64_t made = now - seen[i];
+    seen[i] = now;
+    return made;
+  };
+  auto mark = [&] {
+    for (std::size_t i = 0; i < 3; ++i) (void)since(i);
+  };
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+  registry.set_follows_submissions(true);
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(s);
+
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 2U) << "a new stream may have work: joined, then the barrier's own record";
+  EXPECT_EQ(since(1), 1U) << "the legacy stream waits for the join; the stream itself waits later";
+
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U) << "an idle stream needs no join";
+  EXPECT_EQ(since(1), 0U) << "nor a wait until it submits";
+  EXPECT_EQ(since(2), 1U) << "only the legacy stream is asked about a capture";
+
+  testing::Gate held;
+  testing::Gate open;
+  open.release();
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  mark();
+  StreamFollowers::Slot* slot = registry.using_stream(s);
+  ASSERT_NE(slot, nullptr) << "a non-blocking stream created through the registry is tracked";
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(1), 1U) << "the submission waits for the barrier first";
+  ASSERT_EQ(testing::launch_gated_write(s, &open, &cell, 2), CUDA_SUCCESS);
+  StreamRegistry::submitted(slot);
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(1), 0U) << "caught up: the next submission waits for nothing";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0) << "the stream's write overtook the legacy stream's, queued before the barrier";
+  held.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2);
+
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 2U) << "the stream submitted since: joined again";
+  EXPECT_EQ(since(1), 1U);
+
+  ASSERT_TRUE(registry.device_gate(context_, [](CUstream*) { return true; }));
+  EXPECT_EQ(since(1), 1U) << "a gate makes the idle stream wait at once";
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(1), 0U) << "behind the gate, so behind every barrier before it";
+
+  EXPECT_TRUE(registry.destroying(s));
+  EXPECT_EQ(registry.using_stream(s), nullptr) << "a stream being destroyed is no longer tracked";
+  ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+}
+
+// Without followed submissions (a registry the preload's hooks do not
+// feed), every barrier joins every non-blocking stream and makes it wait.
+TEST_F(OrderTest, WithoutFollowedSubmissionsEveryBarrierJoinsAndHoldsEveryStream) {
+  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(s);
+  EXPECT_EQ(registry.using_stream(s), nullptr);
+  for (int round = 0; round < 2; ++round) {
+    const std::uint64_t records = calls("cuEventRecord");
+    const std::uint64_t waits = calls("cuStreamWaitEvent");
+    ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+    EXPECT_EQ(calls("cuEventRecord") - records, 2U);
+    EXPECT_EQ(calls("cuStreamWaitEvent") - waits, 2U);
+  }
+  EXPECT_TRUE(registry.destroying(s));
+  ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+}
+
 }  // namespace
 }  // namespace tidepool::order
