@@ -26,8 +26,8 @@ class SubmittingOn {
  public:
   explicit SubmittingOn(CUstream stream)
       : stream_(stream),
-        slot_(stream != nullptr && stream != CU_STREAM_LEGACY ? runtime::Runtime::get().stream_used(stream)
-                                                              : nullptr) {}
+        slot_(stream != nullptr && stream != CU_STREAM_LEGACY ? runtime::Runtime::get().stream_used(stream) : nullptr) {
+  }
   ~SubmittingOn() { runtime::Runtime::stream_submitted(slot_); }
   SubmittingOn(const SubmittingOn&) = delete;
   SubmittingOn& operator=(const SubmittingOn&) = delete;

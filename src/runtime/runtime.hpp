@@ -205,9 +205,7 @@ class Runtime {
   void stream_catching_up(CUstream stream, order::StreamFollowers::Slot* slot) noexcept {
     if (streams_ != nullptr) streams_->catching_up(stream, slot);
   }
-  static void stream_submitted(order::StreamFollowers::Slot* slot) noexcept {
-    order::StreamRegistry::submitted(slot);
-  }
+  static void stream_submitted(order::StreamFollowers::Slot* slot) noexcept { order::StreamRegistry::submitted(slot); }
   // The program made `context` current: see order::StreamRegistry::made_current.
   void context_made_current(CUcontext context) {
     if (streams_ != nullptr) streams_->made_current(context);

@@ -1029,7 +1029,8 @@ int idle_stream_route() {
   expect(cuMemcpyDtoH(host.data(), y, kBlock), "cuMemcpyDtoH Y");
   const auto overwritten =
       static_cast<std::uint64_t>(std::count_if(host.begin(), host.end(), [](unsigned char b) { return b != 0x33; }));
-  std::fprintf(stderr, "idle_stream: Y %s X; %llu waits queued by the barrier, %llu by the set; %llu bytes of Y overwritten\n",
+  std::fprintf(stderr,
+               "idle_stream: Y %s X; %llu waits queued by the barrier, %llu by the set; %llu bytes of Y overwritten\n",
                y == x ? "took" : "did not take", static_cast<unsigned long long>(at_barrier - before),
                static_cast<unsigned long long>(at_set - at_barrier), static_cast<unsigned long long>(overwritten));
   wrong.fetch_add(overwritten);
