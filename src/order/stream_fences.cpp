@@ -26,7 +26,7 @@ util::Status StreamFences::check(std::uintptr_t key) {
         fresh.other_context = r == CUDA_SUCCESS && owner != nullptr && owner != context_;
         // A stream created behind the hooks' back: fences must cover it too.
         if (!fresh.other_context && !registry_.alive(reinterpret_cast<CUstream>(key))) {
-          registry_.created(reinterpret_cast<CUstream>(key));
+          registry_.created(reinterpret_cast<CUstream>(key), /*through_hooks=*/false);
         }
       }
       it = streams_.emplace(key, fresh).first;

@@ -7,9 +7,12 @@ StreamFollowers::Slot* StreamFollowers::track(CUstream stream, CUcontext context
                                               const std::atomic<std::uint64_t>* generation,
                                               std::uint64_t followed) noexcept {
   if (Slot* known = find(stream)) {
-    known->unjoined.store(true, std::memory_order_release);
-    known->followed.store(followed, std::memory_order_release);
-    return known;
+    if (known->context == context && known->generation == generation) {
+      known->unjoined.store(true, std::memory_order_release);
+      known->followed.store(followed, std::memory_order_release);
+      return known;
+    }
+    forget(stream);  // the fields a submission reads are not rewritten under it
   }
   std::size_t i = home(stream);
   for (std::size_t n = 0; n < kProbes; ++n, i = (i + 1) % kSlots) {

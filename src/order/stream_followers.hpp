@@ -31,7 +31,7 @@ namespace tidepool::order {
 class StreamFollowers {
  public:
   struct Slot {
-    std::atomic<CUstream> stream{nullptr};  // null: never used; kGone: given up
+    std::atomic<CUstream> stream{nullptr};  // null: never used; gone(): given up
     // Work may have been queued since a barrier last joined the stream.
     // Set after each submission returns (Submitted), so that one queued
     // behind a barrier's join is never lost to that barrier clearing it.
@@ -57,8 +57,9 @@ class StreamFollowers {
     return nullptr;
   }
   // Tracks `stream` of `context` as having queued work and waiting behind
-  // `followed`; null when no slot is free within its probe run. Under the
-  // registry's creation lock.
+  // `followed`; null when no slot is free within its probe run. A handle
+  // tracked before in another context (reused after its stream died
+  // unseen) gets a fresh slot. Under the registry's creation lock.
   Slot* track(CUstream stream, CUcontext context, const std::atomic<std::uint64_t>* generation,
               std::uint64_t followed) noexcept;
   // Under the registry's creation lock.

@@ -28,7 +28,7 @@ bool RetiredStream::finished() {
   return true;
 }
 
-void StreamRegistry::created(CUstream stream) {
+void StreamRegistry::created(CUstream stream, bool through_hooks) {
   if (special_handle(stream)) return;
   std::lock_guard<std::mutex> creations(creation_lock_);
   Entry entry;
@@ -51,9 +51,13 @@ void StreamRegistry::created(CUstream stream) {
   // for the legacy stream, which is behind it.)
   if (!entry.non_blocking) return;
   // Whatever follows leaves it behind the newest barrier (or the host waited
-  // for that); a stream met late may have work queued already: unjoined.
+  // for that). A stream met only later may have had work queued unseen, and
+  // may again: it is joined and made to wait by every barrier.
   Barrier& newest = barriers_[entry.context];
-  (void)followers_.track(stream, entry.context, &newest.generation, newest.generation.load(std::memory_order_relaxed));
+  if (through_hooks) {
+    (void)followers_.track(stream, entry.context, &newest.generation,
+                           newest.generation.load(std::memory_order_relaxed));
+  }
   auto barrier = barriers_.find(entry.context);
   // Barriers made by the legacy stream's order left no event: the barrier to
   // start behind is a record of the legacy stream's work so far. Later
@@ -223,37 +227,41 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
   // every stream waits for it now.
   const bool follows = follows_submissions_.load(std::memory_order_acquire);
   const bool lazy = follows && !on_legacy;
+  // One reading of each stream's mark decides its join: a mark made after it
+  // is a concurrent submission's, which this barrier need not cover (and
+  // which keeps the mark for the next one).
+  std::vector<bool>& join = gate_joins_;
+  join.clear();
   std::size_t joins = 0;
   std::size_t waits = 0;
   for (CUstream s : streams) {
     StreamFollowers::Slot* slot = follows ? followers_.find(s) : nullptr;
     slots.push_back(slot);
-    const bool joined = slot != nullptr && !slot->unjoined.load(std::memory_order_acquire);
-    joins += joined ? 0 : 1;
+    join.push_back(slot == nullptr || slot->unjoined.load(std::memory_order_acquire));
+    joins += join.back() ? 1 : 0;
     waits += lazy && slot != nullptr ? 0 : 1;
   }
   if (std::max(joins, waits) > kMaxBarrierStreams) return false;
   // A record or wait on a capturing stream (or on the legacy stream while a
-  // blocking one captures) would join or break the capture. (A stream that
-  // is neither joined nor waited on now is asked at its catch-up.)
+  // blocking one captures) would join or break the capture. (A stream
+  // neither joined nor made to wait now is asked at its catch-up.)
   if (driver::capturing(api_, nullptr)) return false;
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    const bool touched = slots[i] == nullptr || !lazy || slots[i]->unjoined.load(std::memory_order_acquire);
+    const bool touched = join[i] || !lazy || slots[i] == nullptr;
     if (touched && driver::capturing(api_, streams[i])) return false;
   }
   Barrier& barrier = barriers_[context];
   if (barrier.joins.size() < joins) barrier.joins.resize(joins, nullptr);
   std::size_t joined = 0;
   for (std::size_t i = 0; i < streams.size(); ++i) {
+    if (!join[i]) continue;
     StreamFollowers::Slot* slot = slots[i];
-    if (slot != nullptr && !slot->unjoined.load(std::memory_order_acquire)) continue;
-    if (joined == barrier.joins.size()) barrier.joins.push_back(nullptr);  // marked since counted
     // Cleared before the record: work queued after the record marks it again
     // once its call returns (submitted()).
     if (slot != nullptr) slot->unjoined.store(false, std::memory_order_release);
-    CUevent join = barrier_event(&barrier.joins[joined++]);
-    if (join == nullptr || api_.eventRecord(join, streams[i]) != CUDA_SUCCESS ||
-        api_.streamWaitEvent(nullptr, join, 0) != CUDA_SUCCESS) {
+    CUevent event = barrier_event(&barrier.joins[joined++]);
+    if (event == nullptr || api_.eventRecord(event, streams[i]) != CUDA_SUCCESS ||
+        api_.streamWaitEvent(nullptr, event, 0) != CUDA_SUCCESS) {
       if (slot != nullptr) slot->unjoined.store(true, std::memory_order_release);
       return false;
     }

@@ -25,9 +25,12 @@
 // work so far (created()), as it starts behind a queued barrier's event.
 //
 // Locks: `lock_` (a mutex) guards the maps. `creation_lock_` orders stream
-// creation against device barriers and is taken before `lock_`. Both are
-// taken after a pool's lock, never before one: destroying() releases them
-// before any pool is told.
+// creation against device barriers and is taken before `lock_`; a
+// submission's catch-up (catching_up()) and destroying() take it too, and a
+// stream's first submission after a barrier may wait for it while another
+// thread's barrier, gate or stream creation holds it. Both are taken after
+// a pool's lock, never before one: destroying() releases them before any
+// pool is told.
 #pragma once
 
 #include <cuda.h>
@@ -82,8 +85,11 @@ class StreamRegistry {
   StreamRegistry& operator=(const StreamRegistry&) = delete;
 
   // A stream the driver just created (its context and flags are asked of
-  // the driver). Null and the special handles are ignored.
-  void created(CUstream stream);
+  // the driver). Null and the special handles are ignored. `through_hooks`:
+  // created through the preload's hooks, so that every submission on it is
+  // seen from the first (StreamFollowers tracks only those); false for a
+  // stream met only later, whose earlier work nothing saw.
+  void created(CUstream stream, bool through_hooks = true);
   // A stream about to be destroyed: an event is recorded on it now (when it
   // is known and not capturing) and kept until that work has finished.
   // False when the stream was not registered: nothing fences its work.
@@ -123,10 +129,10 @@ class StreamRegistry {
   }
   // The preload's hooks see every submission (launch, copy, set, batch,
   // graph launch): barriers may leave idle tracked streams to catch up at
-  // their next one. Off by default; only a complete registry uses it.
-  void set_follows_submissions(bool follows) noexcept {
-    follows_submissions_.store(follows, std::memory_order_release);
-  }
+  // their next one. Off until called, and never off again: marks left
+  // unset while off would read as idle streams. Only a complete registry
+  // makes barriers.
+  void follow_submissions() noexcept { follows_submissions_.store(true, std::memory_order_release); }
   [[nodiscard]] bool legacy_only() const noexcept { return legacy_only_.load(std::memory_order_acquire); }
   // A kernel of `context` (current) is about to be launched with
   // programmatic stream serialization: it may begin before the kernel ahead
@@ -183,19 +189,19 @@ class StreamRegistry {
   // running, records the context's barrier event, and each non-blocking
   // stream waits for that. All work any stream of the context queues
   // afterwards then runs after all work queued before, with no host wait.
-  // Blocking streams (per-thread default streams too) are ordered by the
-  // legacy stream itself; streams created later wait for the barrier event
-  // at creation (created()). BarrierKind::failed when the barrier cannot be
-  // made whole: an incomplete registry, a capture, a record without an event,
-  // more than kMaxBarrierStreams streams to join or make wait, or a failed
-  // call. While submissions are followed, a tracked stream with nothing
-  // queued since a barrier joined it is not joined, and a barrier (not a
-  // gate: moves of live pages wait for no hand-out) does not make a tracked
-  // stream wait: it catches up at its next submission (catching_up()).
-  // Then nothing may
-  // be assumed. While legacy_only() holds, the barrier is the legacy stream's
-  // own order and nothing is queued (BarrierKind::in_order); the context's
-  // next non-blocking stream then starts behind a record made at its creation.
+  // While submissions are followed, a tracked stream with nothing queued
+  // since a barrier joined it is not joined, and a barrier (not a gate:
+  // moves of live pages wait for no hand-out) makes no tracked stream wait
+  // now: it waits at its next submission (catching_up()), before any of its
+  // later work is queued. Blocking streams (per-thread default streams too)
+  // are ordered by the legacy stream itself; streams created later wait for
+  // the barrier event at creation (created()). BarrierKind::failed when the
+  // barrier cannot be made whole: an incomplete registry, a capture, a
+  // record without an event, more than kMaxBarrierStreams streams to join or
+  // make wait, or a failed call. Then nothing may be assumed. While
+  // legacy_only() holds, the barrier is the legacy stream's own order and
+  // nothing is queued (BarrierKind::in_order); the context's next
+  // non-blocking stream then starts behind a record made at its creation.
   enum class BarrierKind {
     failed,    // not made whole: nothing may be assumed
     queued,    // records and waits were queued
@@ -237,8 +243,9 @@ class StreamRegistry {
   // a wait is on the record made before it, not on later ones).
   struct Barrier {
     CUevent after = nullptr;
-    // Bumped by each barrier queued whole: tracked streams that followed
-    // an older one wait for `after` at their next submission.
+    // Bumped by each barrier (not gate) queued whole while submissions are
+    // followed: tracked streams that followed an older one wait for `after`
+    // at their next submission.
     std::atomic<std::uint64_t> generation{0};
     std::vector<CUevent> joins;
     // A barrier of this context was made by the legacy stream's order, and
@@ -286,6 +293,7 @@ class StreamRegistry {
   // device_gate()'s lists, kept for their capacity. Under creation_lock_.
   std::vector<CUstream> gate_streams_;
   std::vector<StreamFollowers::Slot*> gate_slots_;
+  std::vector<bool> gate_joins_;
   std::vector<std::shared_ptr<RetiredStream>> gate_retired_;
   // context_seen(): read without a lock, appended under contexts_lock_.
   std::array<std::atomic<CUcontext>, kMaxContexts> contexts_{};

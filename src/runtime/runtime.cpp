@@ -149,7 +149,7 @@ Runtime::Runtime(const Config& config)
     interposed_ = true;
     streams_->set_complete(true);
     // The same hooks see every launch, copy, set and graph launch.
-    streams_->set_follows_submissions(true);
+    streams_->follow_submissions();
   } else {
     log_info("stream creation is not interposed: cudaFree-style frees are reused after a context synchronisation");
   }

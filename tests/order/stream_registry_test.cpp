@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -397,6 +398,58 @@ TEST_F(OrderTest, ASubmissionOnAnyOtherStreamEndsTheLegacyStreamsOrderAsABarrier
   EXPECT_FALSE(registry.legacy_only()) << "it never comes back";
 }
 
+// The followers' table: every stream it took is found, one it had no room
+// for is not (barriers then treat it as before), a stream given up leaves
+// the others on its probe run findable, its slot is taken again, and a
+// handle met again in another context gets a fresh slot.
+TEST(StreamFollowersTable, FindsWhatItTrackedAndNothingElseThroughGivingUpAndReuse) {
+  auto followers = std::make_unique<StreamFollowers>();
+  std::atomic<std::uint64_t> generation{3};
+  auto handle = [](std::size_t i) { return reinterpret_cast<CUstream>(0x10000 + 64 * i); };
+  auto* const first_context = reinterpret_cast<CUcontext>(0x100);
+  auto* const second_context = reinterpret_cast<CUcontext>(0x200);
+  constexpr std::size_t kStreams = 2 * StreamFollowers::kSlots;
+  std::vector<bool> tracked(kStreams);
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < kStreams; ++i) {
+    tracked[i] = followers->track(handle(i), first_context, &generation, 3) != nullptr;
+    count += tracked[i] ? 1 : 0;
+  }
+  EXPECT_GT(count, StreamFollowers::kSlots / 2);
+  EXPECT_LE(count, StreamFollowers::kSlots) << "more streams than slots cannot all be tracked";
+  for (std::size_t i = 0; i < kStreams; ++i) {
+    StreamFollowers::Slot* slot = followers->find(handle(i));
+    ASSERT_EQ(slot != nullptr, tracked[i]) << i;
+    if (slot == nullptr) continue;
+    EXPECT_EQ(slot->context, first_context);
+    EXPECT_TRUE(slot->unjoined.load()) << "a stream just tracked counts as having work";
+    EXPECT_EQ(slot->followed.load(), 3U);
+  }
+  for (std::size_t i = 0; i < kStreams; i += 2) {
+    if (tracked[i]) followers->forget(handle(i));
+  }
+  for (std::size_t i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(followers->find(handle(i)) != nullptr, tracked[i] && i % 2 == 1) << i;
+  }
+  std::size_t retaken = 0;
+  for (std::size_t i = 0; i < kStreams; i += 2) {
+    if (tracked[i]) retaken += followers->track(handle(i), first_context, &generation, 3) != nullptr ? 1 : 0;
+  }
+  EXPECT_GT(retaken, 0U) << "slots given up are taken again";
+
+  std::size_t kept = 1;
+  while (!tracked[kept]) kept += 2;
+  std::atomic<std::uint64_t> other_generation{0};
+  StreamFollowers::Slot* moved = followers->track(handle(kept), second_context, &other_generation, 0);
+  if (moved != nullptr) {
+    EXPECT_EQ(followers->find(handle(kept)), moved);
+    EXPECT_EQ(moved->context, second_context);
+    EXPECT_EQ(moved->generation, &other_generation);
+  } else {
+    EXPECT_EQ(followers->find(handle(kept)), nullptr) << "never found with the other context's fields";
+  }
+}
+
 // While submissions are followed, a barrier joins only the streams that
 // queued work since they were last joined, and leaves tracked streams to
 // wait for it at their next submission: with one idle stream it queues one
@@ -419,7 +472,7 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
   };
   StreamRegistry registry(api());
   registry.set_complete(true);
-  registry.set_follows_submissions(true);
+  registry.follow_submissions();
   CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
   registry.created(s);
 
