@@ -141,8 +141,14 @@ def hotpath(d):
     py_others = [py.get(k) for k in ("torch_caching_ns", "cupy_async_ns") if py.get(k)]
     if py_others and py.get("tidepool_ctypes_ns"):
         figures["speedup_ctypes_vs_best_python"] = min(py_others) / py["tidepool_ctypes_ns"]
-    speedups = [v for k, v in figures.items() if k.startswith("speedup_")]
-    figures["goal_3x_met"] = bool(speedups) and min(speedups) >= 3.0
+    # Issue 28's goal: a cached cudaFree-style pair through the preload at
+    # least 3x faster than native's best, both before any stream exists and
+    # once one does (as under PyTorch, whose frees go back behind queued
+    # barriers). The other ratios are for comparison, not the goal.
+    goal = {k: figures[k] for k in ("speedup_preload_vs_best_c", "speedup_preload_with_stream_vs_best_c")
+            if k in figures}
+    figures["goal_3x_pairs"] = goal
+    figures["goal_3x_met"] = len(goal) == 2 and min(goal.values()) >= 3.0
     print(json.dumps(figures))
     return 0 if native and preload and py else 1
 

@@ -188,6 +188,24 @@ def main():
         assert "vs_free_barrier_off" not in figures["gpt"]["preload"], figures["gpt"]["preload"]
         assert abs(figures["gpt"]["tidepool"]["vs_native"]["peak_used"] - 6.2 / 8) < 1e-9, figures["gpt"]["tidepool"]
 
+    def hotpath_dir(d, with_stream_ns):
+        write(f"{d}/native.out", json.dumps({"cudaMalloc_ns": 70000.0, "cudaMallocAsync_ns": 1200.0,
+                                             "tidepool_capi_ns": 430.0}) + "\n")
+        write(f"{d}/preload.out", "noise\n" + json.dumps({"cudaMalloc_ns": 200.0, "cuMemAlloc_ns": 120.0,
+                                                          "cudaMalloc_with_stream_ns": with_stream_ns,
+                                                          "cudaMallocAsync_ns": 220.0}) + "\n")
+        write(f"{d}/python.out", json.dumps({"torch_caching_ns": 2000.0, "tidepool_ctypes_ns": 1800.0}) + "\n")
+
+    for with_stream_ns, met in ((700.0, False), (400.0, True)):
+        with tempfile.TemporaryDirectory() as d:  # the goal: both cudaFree-style pairs, whatever the other rows
+            hotpath_dir(d, with_stream_ns)
+            rc, figures = check("hotpath", d)
+            assert rc == 0 and figures["goal_3x_met"] == met, figures
+            assert set(figures["goal_3x_pairs"]) == {"speedup_preload_vs_best_c",
+                                                     "speedup_preload_with_stream_vs_best_c"}, figures
+            assert abs(figures["speedup_preload_vs_best_c"] - 6.0) < 1e-9, figures
+            assert figures["speedup_ctypes_vs_best_python"] < 3, "a row outside the goal below 3x"
+
     def ipc_dir(d, runs):  # name: (rc, JSON line or None)
         for name, (rc, line) in runs.items():
             write(f"{d}/{name}.rc", f"{rc}\n")
@@ -211,7 +229,7 @@ def main():
                     "preload_nocache": (0, dict(good, consumer_saw=dict(saw, big=9.0)))})
         rc, figures = check("ipc", d)
         assert rc == 1 and figures["preload"]["as_native"] and not figures["preload_nocache"]["same_sums_as_native"], figures
-    print("ok: check.py residency, caffe, graphs, train, peak, ipc")
+    print("ok: check.py residency, caffe, graphs, train, peak, ipc, hotpath")
     return 0
 
 
