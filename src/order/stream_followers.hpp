@@ -33,7 +33,7 @@ class StreamFollowers {
   struct Slot {
     std::atomic<CUstream> stream{nullptr};  // null: never used; gone(): given up
     // Work may have been queued since a barrier last joined the stream.
-    // Set after each submission returns (Submitted), so that one queued
+    // Set after each submission returns (StreamRegistry::submitted), so that one queued
     // behind a barrier's join is never lost to that barrier clearing it.
     std::atomic<bool> unjoined{true};
     // The context's barrier generation the stream's queue already waits behind.

@@ -53,21 +53,20 @@ void StreamRegistry::created(CUstream stream, bool through_hooks) {
   // Whatever follows leaves it behind the newest barrier (or the host waited
   // for that). A stream met only later may have had work queued unseen, and
   // may again: it is joined and made to wait by every barrier.
-  Barrier& newest = barriers_[entry.context];
+  Barrier& barrier = barriers_[entry.context];
   if (through_hooks) {
-    (void)followers_.track(stream, entry.context, &newest.generation,
-                           newest.generation.load(std::memory_order_relaxed));
+    (void)followers_.track(stream, entry.context, &barrier.generation,
+                           barrier.generation.load(std::memory_order_relaxed));
   }
-  auto barrier = barriers_.find(entry.context);
   // Barriers made by the legacy stream's order left no event: the barrier to
   // start behind is a record of the legacy stream's work so far. Later
   // barriers queue theirs (legacy_only no longer holds).
-  if (barrier->second.in_order && !record_for_in_order_barriers(entry.context, &barrier->second)) return;
-  if (barrier->second.after == nullptr) return;
-  const CUresult state = api_.eventQuery(barrier->second.after);
+  if (barrier.in_order && !record_for_in_order_barriers(entry.context, &barrier)) return;
+  if (barrier.after == nullptr) return;
+  const CUresult state = api_.eventQuery(barrier.after);
   if (state == CUDA_SUCCESS) return;
-  if (state == CUDA_ERROR_NOT_READY && api_.streamWaitEvent(stream, barrier->second.after, 0) == CUDA_SUCCESS) return;
-  host_waits_for_the_barrier(entry.context, barrier->second.after);
+  if (state == CUDA_ERROR_NOT_READY && api_.streamWaitEvent(stream, barrier.after, 0) == CUDA_SUCCESS) return;
+  host_waits_for_the_barrier(entry.context, barrier.after);
 }
 
 void StreamRegistry::host_waits_for_the_barrier(CUcontext context, CUevent after) {
