@@ -18,17 +18,17 @@ inline bool guarding() { return serving() && runtime::Runtime::get().guards_subm
 
 // Every submission names its stream before anything else, catches up with
 // the barriers its stream was left behind right before the driver call, and
-// says when that call has returned; on the legacy stream, two compares
-// each. The first on another stream ends the pools' legacy-order barriers
-// (order/stream_registry.hpp, legacy_only); the catch-up and the mark for
-// the next barrier's join are order/stream_followers.hpp's.
+// says when that call has returned; on the legacy stream, two compares and
+// a load (the mark that makes the next barrier record its tail). The first on another stream ends the pools'
+// legacy-order barriers (order/stream_registry.hpp, legacy_only); the catch-up and the mark for the next barrier's join
+// are order/stream_followers.hpp's.
 class SubmittingOn {
  public:
   explicit SubmittingOn(CUstream stream)
       : stream_(stream),
         slot_(stream != nullptr && stream != CU_STREAM_LEGACY ? runtime::Runtime::get().stream_used(stream) : nullptr) {
   }
-  ~SubmittingOn() { runtime::Runtime::stream_submitted(slot_); }
+  ~SubmittingOn() { runtime::Runtime::get().stream_submitted(slot_); }
   SubmittingOn(const SubmittingOn&) = delete;
   SubmittingOn& operator=(const SubmittingOn&) = delete;
   // The driver call comes next: nothing else is queued for this submission.

@@ -193,6 +193,7 @@ bool StreamRegistry::wait_for_contexts_but(CUcontext except) {
 
 bool StreamRegistry::record_for_in_order_barriers(CUcontext context, Barrier* barrier) {
   barrier->in_order = false;
+  barrier->after_current = false;  // legacy_work_ was not cleared before this record
   driver::ScopedContext scope(api_, context);
   // A record while a stream captures would join or break the capture.
   CUevent now = capture_in_progress(context) ? nullptr : barrier_event(&barrier->after);
@@ -241,6 +242,16 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
     waits += lazy && slot != nullptr ? 0 : 1;
   }
   if (std::max(joins, waits) > kMaxBarrierStreams) return false;
+  Barrier& barrier = barriers_[context];
+  // Nothing to join or make wait, and no work on the legacy stream since the
+  // newest barrier event: that event stands for this barrier too, and every
+  // stream that followed it is behind this one. (A retired stream's wait
+  // would be work the event does not cover.)
+  if (lazy && joins == 0 && waits == 0 && legacy_tail_recorded(context, barrier) &&
+      std::all_of(retired.begin(), retired.end(), [](const auto& r) { return r->finished(); })) {
+    return true;
+  }
+  barrier.after_current = false;
   // A record or wait on a capturing stream (or on the legacy stream while a
   // blocking one captures) would join or break the capture. (A stream
   // neither joined nor made to wait now is asked at its catch-up.)
@@ -249,7 +260,6 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
     const bool touched = join[i] || !lazy || slots[i] == nullptr;
     if (touched && driver::capturing(api_, streams[i])) return false;
   }
-  Barrier& barrier = barriers_[context];
   if (barrier.joins.size() < joins) barrier.joins.resize(joins, nullptr);
   std::size_t joined = 0;
   for (std::size_t i = 0; i < streams.size(); ++i) {
@@ -271,6 +281,8 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
   }
   CUstream ends_on = nullptr;
   if (on_legacy && !on_legacy(&ends_on)) return false;
+  // Cleared before the record: work queued after it marks it again.
+  legacy_work_.store(false, std::memory_order_release);
   CUevent after = barrier_event(&barrier.after);
   if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return false;
   if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return false;
@@ -282,7 +294,13 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
     if (slots[i] != nullptr) slots[i]->followed.store(generation, std::memory_order_release);
   }
   if (lazy) barrier.generation.store(generation + 1, std::memory_order_release);
+  barrier.after_current = true;
   return true;
+}
+
+bool StreamRegistry::legacy_tail_recorded(CUcontext context, const Barrier& barrier) const noexcept {
+  return barrier.after_current && one_context() && first_context_.load(std::memory_order_acquire) == context &&
+         !legacy_work_.load(std::memory_order_acquire);
 }
 
 void StreamRegistry::catch_up(CUstream stream, StreamFollowers::Slot* slot) noexcept {

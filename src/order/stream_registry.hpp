@@ -127,6 +127,15 @@ class StreamRegistry {
   static void submitted(StreamFollowers::Slot* slot) noexcept {
     if (slot != nullptr) slot->unjoined.store(true, std::memory_order_release);
   }
+  // A submission on a stream no slot follows (the legacy stream, a blocking
+  // or per-thread default stream, which the legacy stream's order takes in,
+  // or an untracked one) was queued: the next barrier records the legacy
+  // stream's tail afresh. Marked after the driver call, as submitted() is;
+  // read first, so that threads launching on the legacy stream write the
+  // mark once per barrier, not once per launch.
+  void submitted_unfollowed() noexcept {
+    if (!legacy_work_.load(std::memory_order_relaxed)) legacy_work_.store(true, std::memory_order_release);
+  }
   // The preload's hooks see every submission (launch, copy, set, batch,
   // graph launch): barriers may leave idle tracked streams to catch up at
   // their next one. Off until called, and never off again: marks left
@@ -193,7 +202,11 @@ class StreamRegistry {
   // since a barrier joined it is not joined, and a barrier (not a gate:
   // moves of live pages wait for no hand-out) makes no tracked stream wait
   // now: it waits at its next submission (catching_up()), before any of its
-  // later work is queued. Blocking streams (per-thread default streams too)
+  // later work is queued. Where such a barrier would join nothing, make no
+  // stream wait, and nothing was queued on the legacy stream since the
+  // newest barrier event was recorded (submitted_unfollowed()), in the one
+  // context seen, that event already marks the legacy stream's tail: the
+  // barrier queues nothing and leaves the generation as it is. Blocking streams (per-thread default streams too)
   // are ordered by the legacy stream itself; streams created later wait for
   // the barrier event at creation (created()). BarrierKind::failed when the
   // barrier cannot be made whole: an incomplete registry, a capture, a
@@ -255,7 +268,14 @@ class StreamRegistry {
     // A barrier of this context was made in order at some time: a second
     // context must wait for its work (several_contexts()).
     bool made_in_order = false;
+    // `after` was recorded by the newest barrier or gate, which was made
+    // whole: with legacy_work_ unset since, it marks the legacy stream's tail.
+    bool after_current = false;
   };
+  // Whether the newest barrier's event of `context` still marks its legacy
+  // stream's tail, so that a barrier joining nothing and making no stream
+  // wait may stand on it (one context only: the mark is the process's).
+  bool legacy_tail_recorded(CUcontext context, const Barrier& barrier) const noexcept;
   CUevent barrier_event(CUevent* slot);
   // A stream just created, or one catching up, could not be made to wait for `after` (null: for
   // the legacy stream's work so far): the host waits, or else the registry
@@ -275,6 +295,10 @@ class StreamRegistry {
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
   std::atomic<bool> follows_submissions_{false};
+  // Work was queued on a stream no slot follows since a barrier last
+  // recorded the legacy stream's tail (submitted_unfollowed()). Cleared
+  // right before each such record, so that work queued after it marks it again.
+  std::atomic<bool> legacy_work_{true};
   std::atomic<bool> several_contexts_seen_{false};  // several_contexts() was called
   // The one context whose legacy stream legacy_only speaks of (null: none
   // seen yet). Set once.

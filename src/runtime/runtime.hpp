@@ -205,7 +205,15 @@ class Runtime {
   void stream_catching_up(CUstream stream, order::StreamFollowers::Slot* slot) noexcept {
     if (streams_ != nullptr) streams_->catching_up(stream, slot);
   }
-  static void stream_submitted(order::StreamFollowers::Slot* slot) noexcept { order::StreamRegistry::submitted(slot); }
+  // The submission was queued: on a followed stream (`slot`), or on one no
+  // slot follows (null: the legacy stream and the streams its order takes in).
+  void stream_submitted(order::StreamFollowers::Slot* slot) noexcept {
+    if (slot != nullptr) {
+      order::StreamRegistry::submitted(slot);
+    } else if (streams_ != nullptr) {
+      streams_->submitted_unfollowed();
+    }
+  }
   // The program made `context` current: see order::StreamRegistry::made_current.
   void context_made_current(CUcontext context) {
     if (streams_ != nullptr) streams_->made_current(context);

@@ -523,6 +523,100 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
   ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
 }
 
+// A barrier with nothing to join and no stream to make wait stands on the
+// newest barrier's event while nothing was queued on the legacy stream
+// since: it queues nothing, and a stream that caught up needs no wait. Work
+// on the legacy stream, a retired stream's work, or a second context makes
+// the next one record afresh.
+TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
+  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  const char* const kNames[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing"};
+  std::vector<std::uint64_t> seen(3);
+  auto since = [&](std::size_t i) {
+    const std::uint64_t now = calls(kNames[i]);
+    const std::uint64_t made = now - seen[i];
+    seen[i] = now;
+    return made;
+  };
+  auto mark = [&] {
+    for (std::size_t i = 0; i < 3; ++i) (void)since(i);
+  };
+  StreamRegistry registry(api());
+  registry.set_complete(true);
+  registry.follow_submissions();
+  registry.made_current(context_);
+  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(s);
+  StreamFollowers::Slot* slot = registry.using_stream(s);
+  ASSERT_NE(slot, nullptr);
+
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  mark();
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+    EXPECT_EQ(since(0), 0U) << "round " << round << ": the newest barrier's event still marks the legacy tail";
+    EXPECT_EQ(since(1), 0U);
+    EXPECT_EQ(since(2), 0U) << "nothing queued: no capture to ask about";
+  }
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(1), 1U) << "the stream waits once, for the first barrier's event";
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(0) + since(1), 0U) << "behind that event already";
+
+  // Work on the legacy stream since: the next barrier records its tail, and
+  // the stream's next submission waits for it.
+  testing::Gate held;
+  testing::Gate open;
+  open.release();
+  int cell = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
+  registry.submitted_unfollowed();
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U) << "the legacy stream took work since the last record";
+  registry.catching_up(s, slot);
+  EXPECT_EQ(since(1), 1U);
+  ASSERT_EQ(testing::launch_gated_write(s, &open, &cell, 2), CUDA_SUCCESS);
+  StreamRegistry::submitted(slot);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cell, 0) << "the stream's write overtook the legacy stream's, queued before the barrier";
+  held.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cell, 2);
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);  // joins the stream
+
+  // A stream retired with work still queued: the legacy stream waits for it,
+  // then records afresh.
+  testing::Gate retiring;
+  CUstream dying = make_stream(CU_STREAM_NON_BLOCKING);
+  registry.created(dying);
+  ASSERT_EQ(testing::launch_gated_write(dying, &retiring, &cell, 3), CUDA_SUCCESS);
+  EXPECT_TRUE(registry.destroying(dying));
+  ASSERT_EQ(api().streamDestroy(dying), CUDA_SUCCESS);
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U) << "the retired stream's work is not behind the last record";
+  EXPECT_EQ(since(1), 1U);
+  retiring.release();
+  ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 0U) << "its work finished: nothing left to wait for";
+
+  // A second context: the legacy-work mark speaks for no one context.
+  registry.several_contexts();
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U);
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U);
+
+  EXPECT_TRUE(registry.destroying(s));
+  ASSERT_EQ(api().streamDestroy(s), CUDA_SUCCESS);
+}
+
 // Without followed submissions (a registry the preload's hooks do not
 // feed), every barrier joins every non-blocking stream and makes it wait.
 TEST_F(OrderTest, WithoutFollowedSubmissionsEveryBarrierJoinsAndHoldsEveryStream) {
