@@ -206,18 +206,19 @@ class StreamRegistry {
   // stream wait, and nothing was queued on the legacy stream since the
   // newest barrier event was recorded (submitted_unfollowed()), in the one
   // context seen, that event already marks the legacy stream's tail: the
-  // barrier queues nothing and leaves the generation as it is. Blocking streams (per-thread default streams too)
-  // are ordered by the legacy stream itself; streams created later wait for
-  // the barrier event at creation (created()). BarrierKind::failed when the
-  // barrier cannot be made whole: an incomplete registry, a capture, a
-  // record without an event, more than kMaxBarrierStreams streams to join or
-  // make wait, or a failed call. Then nothing may be assumed. While
+  // barrier queues nothing and leaves the generation as it is. Blocking
+  // streams (per-thread default streams too) are ordered by the legacy
+  // stream itself; streams created later wait for the barrier event at
+  // creation (created()). BarrierKind::failed when the barrier cannot be
+  // made whole: an incomplete registry, a capture, a record without an
+  // event, more than kMaxBarrierStreams streams to join or make wait, or a
+  // failed call. Then nothing may be assumed. While
   // legacy_only() holds, the barrier is the legacy stream's own order and
   // nothing is queued (BarrierKind::in_order); the context's next
   // non-blocking stream then starts behind a record made at its creation.
   enum class BarrierKind {
     failed,    // not made whole: nothing may be assumed
-    queued,    // records and waits were queued
+    queued,    // records and waits were queued, or the newest barrier's stand for this one
     in_order,  // all work so far is on the legacy stream: its order is the barrier, nothing was queued
   };
   BarrierKind device_barrier(CUcontext context);
