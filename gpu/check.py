@@ -125,7 +125,8 @@ def hotpath(d):
     # The driver work behind the preloaded pairs (both kinds), from its report.
     dev = ((load_json(os.path.join(d, "preload.report.json"), {}) or {}).get("devices") or [{}])[0]
     figures["c_preload_report"] = {k: dev.get(k) for k in ("allocations", "frees", "device_barriers",
-                                                           "legacy_order_barriers", "maps", "unmaps",
+                                                           "legacy_order_barriers", "standing_barriers",
+                                                           "maps", "unmaps",
                                                            "access_grants", "peak_reserved_bytes")}
     others = [native.get(k) for k in ("cudaMalloc_ns", "cudaMallocAsync_ns") if native.get(k)]
     if others and native.get("tidepool_capi_ns"):

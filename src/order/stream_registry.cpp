@@ -97,7 +97,7 @@ StreamRegistry::BarrierKind StreamRegistry::device_barrier(CUcontext context) {
       return BarrierKind::in_order;
     }
   }
-  return device_gate(context, nullptr) ? BarrierKind::queued : BarrierKind::failed;
+  return join_and_hold(context, nullptr);
 }
 
 void StreamRegistry::overlapping_launch(CUcontext context) {
@@ -212,7 +212,13 @@ CUevent StreamRegistry::barrier_event(CUevent* slot) {
 }
 
 bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUstream* ends_on)>& on_legacy) {
-  if (!complete() || api_.streamWaitEvent == nullptr) return false;
+  return join_and_hold(context, on_legacy) != BarrierKind::failed;
+}
+
+StreamRegistry::BarrierKind StreamRegistry::join_and_hold(CUcontext context,
+                                                          const std::function<bool(CUstream* ends_on)>& on_legacy) {
+  constexpr BarrierKind failed = BarrierKind::failed;
+  if (!complete() || api_.streamWaitEvent == nullptr) return failed;
   std::lock_guard<std::mutex> creations(creation_lock_);
   std::vector<CUstream>& streams = gate_streams_;
   std::vector<StreamFollowers::Slot*>& slots = gate_slots_;
@@ -241,7 +247,7 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
     joins += join.back() ? 1 : 0;
     waits += lazy && slot != nullptr ? 0 : 1;
   }
-  if (std::max(joins, waits) > kMaxBarrierStreams) return false;
+  if (std::max(joins, waits) > kMaxBarrierStreams) return failed;
   Barrier& barrier = barriers_[context];
   // Nothing to join or make wait, and no work on the legacy stream since the
   // newest barrier event: that event stands for this barrier too, and every
@@ -249,16 +255,16 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
   // would be work the event does not cover.)
   if (lazy && joins == 0 && waits == 0 && legacy_tail_recorded(context, barrier) &&
       std::all_of(retired.begin(), retired.end(), [](const auto& r) { return r->finished(); })) {
-    return true;
+    return BarrierKind::standing;
   }
   barrier.after_current = false;
   // A record or wait on a capturing stream (or on the legacy stream while a
   // blocking one captures) would join or break the capture. (A stream
   // neither joined nor made to wait now is asked at its catch-up.)
-  if (driver::capturing(api_, nullptr)) return false;
+  if (driver::capturing(api_, nullptr)) return failed;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const bool touched = join[i] || !lazy || slots[i] == nullptr;
-    if (touched && driver::capturing(api_, streams[i])) return false;
+    if (touched && driver::capturing(api_, streams[i])) return failed;
   }
   if (barrier.joins.size() < joins) barrier.joins.resize(joins, nullptr);
   std::size_t joined = 0;
@@ -272,30 +278,30 @@ bool StreamRegistry::device_gate(CUcontext context, const std::function<bool(CUs
     if (event == nullptr || api_.eventRecord(event, streams[i]) != CUDA_SUCCESS ||
         api_.streamWaitEvent(nullptr, event, 0) != CUDA_SUCCESS) {
       if (slot != nullptr) slot->unjoined.store(true, std::memory_order_release);
-      return false;
+      return failed;
     }
   }
   for (const auto& r : retired) {
     if (r->finished()) continue;
-    if (!r->recorded() || api_.streamWaitEvent(nullptr, r->event(), 0) != CUDA_SUCCESS) return false;
+    if (!r->recorded() || api_.streamWaitEvent(nullptr, r->event(), 0) != CUDA_SUCCESS) return failed;
   }
   CUstream ends_on = nullptr;
-  if (on_legacy && !on_legacy(&ends_on)) return false;
+  if (on_legacy && !on_legacy(&ends_on)) return failed;
   // Cleared before the record: work queued after it marks it again.
   legacy_work_.store(false, std::memory_order_release);
   CUevent after = barrier_event(&barrier.after);
-  if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return false;
-  if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return false;
+  if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return failed;
+  if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return failed;
   const std::uint64_t generation = barrier.generation.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < streams.size(); ++i) {
     if (lazy && slots[i] != nullptr) continue;  // at its next submission
-    if (api_.streamWaitEvent(streams[i], after, 0) != CUDA_SUCCESS) return false;
+    if (api_.streamWaitEvent(streams[i], after, 0) != CUDA_SUCCESS) return failed;
     // Behind this gate, so behind every barrier before it.
     if (slots[i] != nullptr) slots[i]->followed.store(generation, std::memory_order_release);
   }
   if (lazy) barrier.generation.store(generation + 1, std::memory_order_release);
   barrier.after_current = true;
-  return true;
+  return BarrierKind::queued;
 }
 
 bool StreamRegistry::legacy_tail_recorded(CUcontext context, const Barrier& barrier) const noexcept {

@@ -206,7 +206,8 @@ class StreamRegistry {
   // stream wait, and nothing was queued on the legacy stream since the
   // newest barrier event was recorded (submitted_unfollowed()), in the one
   // context seen, that event already marks the legacy stream's tail: the
-  // barrier queues nothing and leaves the generation as it is. Blocking
+  // barrier queues nothing and leaves the generation as it is
+  // (BarrierKind::standing). Blocking
   // streams (per-thread default streams too) are ordered by the legacy
   // stream itself; streams created later wait for the barrier event at
   // creation (created()). BarrierKind::failed when the barrier cannot be
@@ -218,7 +219,8 @@ class StreamRegistry {
   // non-blocking stream then starts behind a record made at its creation.
   enum class BarrierKind {
     failed,    // not made whole: nothing may be assumed
-    queued,    // records and waits were queued, or the newest barrier's stand for this one
+    queued,    // records and waits were queued
+    standing,  // nothing new to cover: the newest barrier's event stands for this one, nothing was queued
     in_order,  // all work so far is on the legacy stream: its order is the barrier, nothing was queued
   };
   BarrierKind device_barrier(CUcontext context);
@@ -289,6 +291,8 @@ class StreamRegistry {
   // for the barriers made there in order; else the host waits for that work
   // (false). Under creation_lock_.
   bool record_for_in_order_barriers(CUcontext context, Barrier* barrier);
+  // device_barrier() past legacy_only, and device_gate() (`on_legacy` set).
+  BarrierKind join_and_hold(CUcontext context, const std::function<bool(CUstream* ends_on)>& on_legacy);
   // A tracked stream about to take work waits for its context's newest
   // barrier (its event; else the host waits for it).
   void catch_up(CUstream stream, StreamFollowers::Slot* slot) noexcept;

@@ -200,6 +200,7 @@ Json device_json(const DeviceReport& d, const std::vector<CallerName>& callers) 
   out["stitching_barriers"] = s.stitching_barriers;
   out["legacy_order_barriers"] = s.legacy_order_barriers;
   out["handout_barriers"] = s.handout_barriers;
+  out["standing_barriers"] = s.standing_barriers;
   out["import_waits"] = s.import_waits;
   out["pending_page_waits"] = s.pending_page_waits;
   out["pending_page_detours"] = s.pending_page_detours;

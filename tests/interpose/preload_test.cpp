@@ -209,6 +209,26 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
   EXPECT_GE(r.report.value("device_barriers", -1), 1);
 }
 
+// Cached cudaFree-style pairs while an idle non-blocking stream exists: each
+// batch goes back behind a device barrier, and with no work queued since the
+// newest barrier's record, the barrier stands on it and queues nothing.
+// (Stitching's barriers, early on, may stand too.) With a set on the legacy stream before
+// each free, no barrier stands on an old record; either way the stream's
+// next set lands after every earlier one.
+TEST_F(Preload, CudaFreeBarriersWithNothingQueuedSinceStandOnTheLastOnesEvent) {
+  const ProgramRun idle = both(PROBE_LINKED, "idle_stream_pairs");
+  expect_all_returned(idle, 402);
+  const int barriers = idle.report.value("device_barriers", -1);
+  EXPECT_GE(barriers, 100) << "one batch per cycle of five sizes or so";
+  const int standing = idle.report.value("standing_barriers", -1);
+  EXPECT_GE(standing, barriers - 1) << "all but the first, which joins the stream";
+  EXPECT_LE(standing, barriers + idle.report.value("stitching_barriers", 0) - 1);
+  const ProgramRun busy = both(PROBE_LINKED, "idle_stream_pairs_with_work");
+  expect_all_returned(busy, 402);
+  EXPECT_GE(busy.report.value("device_barriers", -1), 100);
+  EXPECT_EQ(busy.report.value("standing_barriers", -1), 0) << "each barrier had a legacy set to cover";
+}
+
 // A program that queues all its work on the legacy stream: its order puts
 // the frees back, with no barrier queued and no driver call, and the old
 // writes still land before the new owners' sets.

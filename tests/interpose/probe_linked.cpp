@@ -19,6 +19,13 @@
 //            evict:on), written and checked by kernels touching every block
 //            in random order, with cuMemFree and stream-ordered frees
 //            beside them; the sim's device bytes are watched all along
+//   idle_stream_pairs  a non-blocking stream that set one block, then left
+//            idle while 400 cached cudaFree-style pairs of five sizes go by
+//            with no work between them (each barrier after the first
+//            stands on its event: the test reads the report)
+//   idle_stream_pairs_with_work  the same, each new block set on the legacy
+//            stream before its free, and the stream setting the last one:
+//            every byte checked
 //   mempool  a memory pool of the program's own made the device's current
 //            pool: cuMemAllocAsync takes from it (the pointer attribute
 //            names it) until the pool is destroyed, and
@@ -581,6 +588,42 @@ int per_thread_write_route(const std::string& how) {
 // (cuCtxCreate makes it current).
 enum class SecondContext { none, primary, created };
 
+// Cached cudaFree-style pairs while a non-blocking stream exists, idle
+// after one set. `with_work`: each block is set on the legacy stream before
+// it is freed, so that each barrier has new work to cover.
+int idle_stream_pairs_route(bool with_work) {
+  make_context_current();
+  CUstream stream = nullptr;
+  PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  const std::size_t sizes[] = {512, 4096, 65536, MiB, 8 * MiB};
+  CUdeviceptr first = 0;
+  PROBE_CHECK(cuMemAlloc(&first, MiB) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemsetD8Async(first, 1, MiB, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamSynchronize(stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemFree(first) == CUDA_SUCCESS);
+  constexpr int kPairs = 400;
+  for (int i = 0; i < kPairs; ++i) {
+    CUdeviceptr p = 0;
+    const std::size_t size = sizes[i % 5];
+    PROBE_CHECK(cuMemAlloc(&p, size) == CUDA_SUCCESS);
+    if (with_work) PROBE_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(i), size, nullptr) == CUDA_SUCCESS);
+    PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
+  }
+  // The stream's first submission after those barriers: a block of the
+  // largest size set on it after the legacy stream's sets of the block
+  // before it, and every byte its own.
+  CUdeviceptr last = 0;
+  PROBE_CHECK(cuMemAlloc(&last, 8 * MiB) == CUDA_SUCCESS);
+  PROBE_CHECK(cuMemsetD8Async(last, 0x5A, 8 * MiB, stream) == CUDA_SUCCESS);
+  PROBE_CHECK(cuCtxSynchronize() == CUDA_SUCCESS);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(last);
+  PROBE_CHECK(std::count(bytes, bytes + 8 * MiB, static_cast<unsigned char>(0x5A)) ==
+              static_cast<std::ptrdiff_t>(8 * MiB));
+  PROBE_CHECK(cuMemFree(last) == CUDA_SUCCESS);
+  PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  return probe::finish(with_work ? "idle_stream_pairs_with_work" : "idle_stream_pairs");
+}
+
 int one_stream_route(bool per_thread, SecondContext second_context = SecondContext::none) {
   make_context_current();
   CUfunction kernel = nullptr;
@@ -952,6 +995,8 @@ int main(int argc, char** argv) {
   if (mode == "per_thread_write_v1") return per_thread_write_route("write_v1");
   if (mode == "per_thread_batch_write_v1") return per_thread_write_route("batch_write_v1");
   if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");
+  if (mode == "idle_stream_pairs") return idle_stream_pairs_route(false);
+  if (mode == "idle_stream_pairs_with_work") return idle_stream_pairs_route(true);
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
   if (mode == "foreign") return foreign_route();

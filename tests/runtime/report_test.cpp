@@ -80,6 +80,7 @@ TEST(Report, KeepsEveryKeyEarlierReleasesWrote) {
                           "stitching_barriers",
                           "legacy_order_barriers",
                           "handout_barriers",
+                          "standing_barriers",
                           "live_blocks",
                           "free_blocks",
                           "segments",
