@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -27,6 +28,27 @@ namespace {
 }();
 
 const driver::Api& api() { return testing::sim_driver().api(); }
+
+// The sim's records (0), stream waits (1) and capture queries (2) made
+// since the last look at each: what a barrier or a catch-up queued.
+class BarrierCalls {
+ public:
+  std::uint64_t operator()(std::size_t i) {
+    const std::uint64_t now = calls_(kNames[i]);
+    const std::uint64_t made = now - seen_[i];
+    seen_[i] = now;
+    return made;
+  }
+  void mark() {
+    for (std::size_t i = 0; i < seen_.size(); ++i) (void)(*this)(i);
+  }
+
+ private:
+  static constexpr const char* kNames[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing"};
+  decltype(&tidepool_sim_call_count) calls_ =
+      testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
+  std::array<std::uint64_t, 3> seen_{};
+};
 
 class OrderTest : public testing::WithPrimaryContext {
  protected:
@@ -458,18 +480,8 @@ TEST(StreamFollowersTable, FindsWhatItTrackedAndNothingElseThroughGivingUpAndReu
 // submission has returned, the next barrier joins the stream again. A gate
 // (moves of live pages) still makes every stream wait at once.
 TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission) {
-  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
-  const char* const kNames[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing"};
-  std::vector<std::uint64_t> seen(3);
-  auto since = [&](std::size_t i) {
-    const std::uint64_t now = calls(kNames[i]);
-    const std::uint64_t made = now - seen[i];
-    seen[i] = now;
-    return made;
-  };
-  auto mark = [&] {
-    for (std::size_t i = 0; i < 3; ++i) (void)since(i);
-  };
+  BarrierCalls since;
+  auto mark = [&] { since.mark(); };
   StreamRegistry registry(api());
   registry.set_complete(true);
   registry.follow_submissions();
@@ -529,18 +541,8 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
 // on the legacy stream, a retired stream's work, or a second context makes
 // the next one record afresh.
 TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
-  auto calls = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count");
-  const char* const kNames[] = {"cuEventRecord", "cuStreamWaitEvent", "cuStreamIsCapturing"};
-  std::vector<std::uint64_t> seen(3);
-  auto since = [&](std::size_t i) {
-    const std::uint64_t now = calls(kNames[i]);
-    const std::uint64_t made = now - seen[i];
-    seen[i] = now;
-    return made;
-  };
-  auto mark = [&] {
-    for (std::size_t i = 0; i < 3; ++i) (void)since(i);
-  };
+  BarrierCalls since;
+  auto mark = [&] { since.mark(); };
   StreamRegistry registry(api());
   registry.set_complete(true);
   registry.follow_submissions();
