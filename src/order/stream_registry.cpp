@@ -258,6 +258,11 @@ StreamRegistry::BarrierKind StreamRegistry::join_and_hold(CUcontext context,
     return BarrierKind::standing;
   }
   barrier.after_current = false;
+  // Cleared before anything is queued: a submission marked after this may
+  // have been queued after the legacy stream's part in the record below
+  // (a gate's `on_legacy` may end it on a stream of its own, behind a
+  // record it made on the legacy stream first), and keeps its mark.
+  legacy_work_.store(false, std::memory_order_release);
   // A record or wait on a capturing stream (or on the legacy stream while a
   // blocking one captures) would join or break the capture. (A stream
   // neither joined nor made to wait now is asked at its catch-up.)
@@ -287,8 +292,6 @@ StreamRegistry::BarrierKind StreamRegistry::join_and_hold(CUcontext context,
   }
   CUstream ends_on = nullptr;
   if (on_legacy && !on_legacy(&ends_on)) return failed;
-  // Cleared before the record: work queued after it marks it again.
-  legacy_work_.store(false, std::memory_order_release);
   CUevent after = barrier_event(&barrier.after);
   if (after == nullptr || api_.eventRecord(after, ends_on) != CUDA_SUCCESS) return failed;
   if (ends_on != nullptr && api_.streamWaitEvent(nullptr, after, 0) != CUDA_SUCCESS) return failed;

@@ -204,8 +204,9 @@ class StreamRegistry {
   // now: it waits at its next submission (catching_up()), before any of its
   // later work is queued. Where such a barrier would join nothing, make no
   // stream wait, and nothing was queued on the legacy stream since the
-  // newest barrier event was recorded (submitted_unfollowed()), in the one
-  // context seen, that event already marks the legacy stream's tail: the
+  // newest barrier event was recorded (submitted_unfollowed()), no retired
+  // stream's work is still running, and only one context was seen, that
+  // event already marks the legacy stream's tail: the
   // barrier queues nothing and leaves the generation as it is
   // (BarrierKind::standing). Blocking
   // streams (per-thread default streams too) are ordered by the legacy
@@ -220,7 +221,7 @@ class StreamRegistry {
   enum class BarrierKind {
     failed,    // not made whole: nothing may be assumed
     queued,    // records and waits were queued
-    standing,  // nothing new to cover: the newest barrier's event stands for this one, nothing was queued
+    standing,  // nothing new to cover: the newest barrier's event stands for this one, nothing queued
     in_order,  // all work so far is on the legacy stream: its order is the barrier, nothing was queued
   };
   BarrierKind device_barrier(CUcontext context);
@@ -300,9 +301,10 @@ class StreamRegistry {
   std::atomic<bool> complete_{false};
   std::atomic<bool> legacy_only_{true};
   std::atomic<bool> follows_submissions_{false};
-  // Work was queued on a stream no slot follows since a barrier last
-  // recorded the legacy stream's tail (submitted_unfollowed()). Cleared
-  // right before each such record, so that work queued after it marks it again.
+  // Work was queued on a stream no slot follows since a barrier or gate
+  // last recorded the legacy stream's tail (submitted_unfollowed()).
+  // Cleared before such a barrier or gate queues anything, so that work
+  // queued after its legacy stream's part marks it again.
   std::atomic<bool> legacy_work_{true};
   std::atomic<bool> several_contexts_seen_{false};  // several_contexts() was called
   // The one context whose legacy stream legacy_only speaks of (null: none

@@ -123,9 +123,9 @@ struct PoolStats {
   // (order::StreamRegistry::legacy_only).
   std::uint64_t legacy_order_barriers = 0;
   std::uint64_t stitching_barriers = 0;  // barriers made so that stitching need not wait for a stream
-  // Of the queued barriers above (device, stitching, handout), those that
-  // queued nothing: the newest one's event still covered all work
-  // (order::StreamRegistry::BarrierKind::standing).
+  // Of the device, stitching and handout barriers, those the registry made
+  // without queuing anything: the newest one's event still covered all
+  // work (order::StreamRegistry::BarrierKind::standing).
   std::uint64_t standing_barriers = 0;
   // Barriers made so that a cudaMalloc-style request could take a block
   // freed in stream order while its stream's work was still queued.

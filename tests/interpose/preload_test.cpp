@@ -213,7 +213,8 @@ TEST_F(Preload, CudaFreeBehindABarrierKeepsQueuedWritesBeforeTheNewOwners) {
 // batch goes back behind a device barrier, and with no work queued since the
 // newest barrier's record, the barrier stands on it and queues nothing.
 // (Stitching's barriers, early on, may stand too.) With a set on the legacy stream before
-// each free, no barrier stands on an old record; either way the stream's
+// each free (on the legacy stream, a blocking stream or the per-thread
+// default stream), no barrier stands on an old record; either way the stream's
 // next set lands after every earlier one.
 TEST_F(Preload, CudaFreeBarriersWithNothingQueuedSinceStandOnTheLastOnesEvent) {
   const ProgramRun idle = both(PROBE_LINKED, "idle_stream_pairs");
@@ -223,10 +224,13 @@ TEST_F(Preload, CudaFreeBarriersWithNothingQueuedSinceStandOnTheLastOnesEvent) {
   const int standing = idle.report.value("standing_barriers", -1);
   EXPECT_GE(standing, barriers - 1) << "all but the first, which joins the stream";
   EXPECT_LE(standing, barriers + idle.report.value("stitching_barriers", 0) - 1);
-  const ProgramRun busy = both(PROBE_LINKED, "idle_stream_pairs_with_work");
-  expect_all_returned(busy, 402);
-  EXPECT_GE(busy.report.value("device_barriers", -1), 100);
-  EXPECT_EQ(busy.report.value("standing_barriers", -1), 0) << "each barrier had a legacy set to cover";
+  for (const char* mode : {"idle_stream_pairs_with_work", "idle_stream_pairs_with_blocking_work",
+                           "idle_stream_pairs_with_per_thread_work"}) {
+    const ProgramRun busy = both(PROBE_LINKED, mode);
+    expect_all_returned(busy, 402);
+    EXPECT_GE(busy.report.value("device_barriers", -1), 100) << mode;
+    EXPECT_EQ(busy.report.value("standing_barriers", -1), 0) << mode << ": each barrier had a set to cover";
+  }
 }
 
 // A program that queues all its work on the legacy stream: its order puts

@@ -25,7 +25,9 @@
 //            stands on its event: the test reads the report)
 //   idle_stream_pairs_with_work  the same, each new block set on the legacy
 //            stream before its free, and the stream setting the last one:
-//            every byte checked
+//            every byte checked; _with_blocking_work and
+//            _with_per_thread_work set them on a blocking stream, and on
+//            the per-thread default stream
 //   mempool  a memory pool of the program's own made the device's current
 //            pool: cuMemAllocAsync takes from it (the pointer attribute
 //            names it) until the pool is destroyed, and
@@ -589,12 +591,18 @@ int per_thread_write_route(const std::string& how) {
 enum class SecondContext { none, primary, created };
 
 // Cached cudaFree-style pairs while a non-blocking stream exists, idle
-// after one set. `with_work`: each block is set on the legacy stream before
-// it is freed, so that each barrier has new work to cover.
-int idle_stream_pairs_route(bool with_work) {
+// after one set. `work`: each block is set before it is freed, on the
+// legacy stream ("legacy"), a blocking stream ("blocking") or the
+// per-thread default stream ("per_thread"), so that each barrier has new
+// work to cover; "" for none.
+int idle_stream_pairs_route(const std::string& work) {
   make_context_current();
+  const bool with_work = !work.empty();
   CUstream stream = nullptr;
   PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  CUstream work_stream = nullptr;
+  if (work == "blocking") PROBE_CHECK(cuStreamCreate(&work_stream, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+  if (work == "per_thread") work_stream = CU_STREAM_PER_THREAD;
   const std::size_t sizes[] = {512, 4096, 65536, MiB, 8 * MiB};
   CUdeviceptr first = 0;
   PROBE_CHECK(cuMemAlloc(&first, MiB) == CUDA_SUCCESS);
@@ -606,7 +614,9 @@ int idle_stream_pairs_route(bool with_work) {
     CUdeviceptr p = 0;
     const std::size_t size = sizes[i % 5];
     PROBE_CHECK(cuMemAlloc(&p, size) == CUDA_SUCCESS);
-    if (with_work) PROBE_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(i), size, nullptr) == CUDA_SUCCESS);
+    if (with_work) {
+      PROBE_CHECK(cuMemsetD8Async(p, static_cast<unsigned char>(i), size, work_stream) == CUDA_SUCCESS);
+    }
     PROBE_CHECK(cuMemFree(p) == CUDA_SUCCESS);
   }
   // The stream's first submission after those barriers: a block of the
@@ -621,6 +631,7 @@ int idle_stream_pairs_route(bool with_work) {
               static_cast<std::ptrdiff_t>(8 * MiB));
   PROBE_CHECK(cuMemFree(last) == CUDA_SUCCESS);
   PROBE_CHECK(cuStreamDestroy(stream) == CUDA_SUCCESS);
+  if (work == "blocking") PROBE_CHECK(cuStreamDestroy(work_stream) == CUDA_SUCCESS);
   return probe::finish(with_work ? "idle_stream_pairs_with_work" : "idle_stream_pairs");
 }
 
@@ -995,8 +1006,10 @@ int main(int argc, char** argv) {
   if (mode == "per_thread_write_v1") return per_thread_write_route("write_v1");
   if (mode == "per_thread_batch_write_v1") return per_thread_write_route("batch_write_v1");
   if (mode == "per_thread_batch_copy") return per_thread_write_route("batch_copy");
-  if (mode == "idle_stream_pairs") return idle_stream_pairs_route(false);
-  if (mode == "idle_stream_pairs_with_work") return idle_stream_pairs_route(true);
+  if (mode == "idle_stream_pairs") return idle_stream_pairs_route("");
+  if (mode == "idle_stream_pairs_with_work") return idle_stream_pairs_route("legacy");
+  if (mode == "idle_stream_pairs_with_blocking_work") return idle_stream_pairs_route("blocking");
+  if (mode == "idle_stream_pairs_with_per_thread_work") return idle_stream_pairs_route("per_thread");
   if (mode == "evict") return evict_route();
   if (mode == "mempool") return mempool_route();
   if (mode == "foreign") return foreign_route();

@@ -606,6 +606,19 @@ TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::standing);
   EXPECT_EQ(since(0), 0U) << "its work finished: nothing left to wait for";
 
+  // A gate during which another thread's legacy submission returns: the
+  // gate may have ended on a stream of its own behind an earlier record on
+  // the legacy stream, so that submission keeps its mark for the next
+  // barrier, which then records; the one after it stands.
+  ASSERT_TRUE(registry.device_gate(context_, [&](CUstream*) {
+    registry.submitted_unfollowed();
+    return true;
+  }));
+  mark();
+  ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
+  EXPECT_EQ(since(0), 1U);
+  EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::standing);
+
   // A second context: the legacy-work mark speaks for no one context.
   registry.several_contexts();
   mark();
