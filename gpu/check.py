@@ -396,6 +396,21 @@ def caffe(d):
     if nv and pv:
         figures["vgg16_time_vs_native"] = pv / nv
     figures["runs"] = runs
+    # LeNet's forward-backward in one sitting: natively before and after,
+    # preloaded, preloaded with every call passed through, and without barriers.
+    split = {}
+    for name in ("native1", "preload", "passthrough", "nobarrier", "native2"):
+        log = os.path.join(d, f"lenet.{name}.log")
+        if os.path.exists(log):
+            split[name] = {"rc": (read(os.path.join(d, f"lenet.{name}.rc")) or "").strip(),
+                           **caffe_times(log)}
+    natives = [split[n].get("forward_backward_ms") for n in ("native1", "native2") if n in split]
+    natives = [t for t in natives if t]
+    if natives:
+        for row in split.values():
+            if row.get("forward_backward_ms"):
+                row["vs_native"] = row["forward_backward_ms"] / min(natives)
+    figures["lenet_split"] = split
     budgets = {}
     none = device0(os.path.join(d, "vgg.none.report.json"))
     none_ms = caffe_times(os.path.join(d, "vgg.none.log")).get("forward_backward_ms")

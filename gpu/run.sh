@@ -284,6 +284,21 @@ vgg_run() {  # NAME TIDEPOOL_CONF: caffe time on VGG-16, preloaded
   echo "caffe $name: exit $(cat "$d/$name.rc")"
 }
 
+# LeNet's caffe time, natively (no preload) or preloaded with TIDEPOOL_CONF
+# CONF: stage 2 found LeNet 25% slower preloaded, uniformly across layers.
+# An invalid TIDEPOOL_CONF leaves every hook in place but passes every call
+# through (no pool): the split says whether the hooks or the pool cost it.
+lenet_run() {  # NAME [CONF]: no CONF, natively
+  local d=$CAFFE_DIR name=$1 dirs preload=()
+  dirs=$(sed -n 's/^== CUDA lib dirs: //p' "$d/native.out" | head -1)
+  [ $# -gt 1 ] && preload=(LD_PRELOAD="$LIB" TIDEPOOL_CONF="$2")
+  (cd "$d/bundle" && timeout -k 5 60 env LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "${preload[@]}" GLOG_logtostderr=1 bin/caffe time -model models/lenet.prototxt \
+    -gpu "${CAFFE_GPU:-0}" -iterations "${CAFFE_LENET_ITERS:-200}") > "$d/$name.log" 2>&1
+  echo $? > "$d/$name.rc"
+  echo "caffe $name: exit $(cat "$d/$name.rc")"
+}
+
 part_caffe() {
   local d=$1 bundle=$HERE/caffe/caffe-bundle.tar.xz share peak
   CAFFE_DIR=$d
@@ -296,6 +311,12 @@ part_caffe() {
   fi
   caffe_run native GPU="${CAFFE_GPU:-0}"
   caffe_run preload GPU="${CAFFE_GPU:-0}" PRELOAD="$LIB"
+  # Interleaved, so that the GPU's clocks and warmth favour none of them.
+  lenet_run lenet.native1
+  lenet_run lenet.preload ""
+  lenet_run lenet.passthrough "passthrough_for_lenet_split:on"
+  lenet_run lenet.nobarrier "free_barrier:off"
+  lenet_run lenet.native2
   vgg_run vgg.none "report:$d/vgg.none.report.json"
   if peak=$("$PY" "$HERE/check.py" peak "$d/vgg.none.report.json"); then
     for share in 65 50; do

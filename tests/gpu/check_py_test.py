@@ -109,9 +109,15 @@ def main():
             write(f"{d}/vgg.{name}.rc", "0\n")
             write(f"{d}/vgg.{name}.log", f"Average Forward pass: 40 ms.\nAverage Forward-Backward: {fb} ms.\n")
             write(f"{d}/vgg.{name}.report.json", report(peak, 0, evicted_bytes=10))
+        for name, fb in (("native1", 8.4), ("preload", 10.5), ("passthrough", 8.6), ("native2", 8.2)):
+            write(f"{d}/lenet.{name}.rc", "0\n")
+            write(f"{d}/lenet.{name}.log", f"I1126 x] Average Forward-Backward: {fb} ms.\n")
         rc, figures = check("caffe", d)
         assert rc == 0, figures
         assert figures["lenet_losses_exact"] and abs(figures["vgg16_time_vs_native"] - 1.02) < 1e-9, figures
+        split = figures["lenet_split"]
+        assert "nobarrier" not in split and abs(split["preload"]["vs_native"] - 10.5 / 8.2) < 1e-9, split
+        assert abs(split["passthrough"]["vs_native"] - 8.6 / 8.2) < 1e-9, split
         assert figures["runs"]["native"]["device_bytes_peak"] == 6000 * 1024 * 1024, figures
         b50 = figures["vgg16_budgets"]["50"]
         assert abs(b50["memory_saved"] - 0.5) < 1e-9 and abs(b50["time_cost"] - 23 / 102) < 1e-9, b50
