@@ -172,6 +172,10 @@ def train(d):
         nobarrier = last_json_line(os.path.join(d, f"{model}.preload_nobarrier.out"))
         if nobarrier is not None:
             runs["preload_nobarrier"] = nobarrier
+        # Preloaded under PyTorch's caching allocator (the hooks' cost alone), where this bundle ran it.
+        cached = last_json_line(os.path.join(d, f"{model}.preload_cached.out"))
+        if cached is not None:
+            runs["preload_cached"] = cached
         peers = {m: last_json_line(os.path.join(d, f"{model}.{m}.out")) for m in ("expandable", "async")}
         base = runs["native"]
         rows = {}
@@ -188,6 +192,8 @@ def train(d):
             row["owners_at_peak"] = owners_at_peak(dev)
             row["losses"] = run.get("losses_decimal")
             if base is not None and mode != "native":
+                if base.get("step_ms_median") and run.get("step_ms_median"):
+                    row["step_time_vs_native"] = run["step_ms_median"] / base["step_ms_median"]
                 a, b = base["losses_decimal"], run["losses_decimal"]
                 row["losses_exact"] = base["losses"] == run["losses"]
                 row["max_abs_loss_diff"] = max((abs(x - y) for x, y in zip(a, b)), default=None)

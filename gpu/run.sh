@@ -118,6 +118,11 @@ part_train() {
       TIDEPOOL_CONF="free_barrier:off,report:$d/$model.preload_nobarrier.report.json" \
       "$PY" "$HERE/train.py" --model $model --mode preload --steps "$STEPS" > "$d/$model.preload_nobarrier.out"
     echo "$model preload_nobarrier exit $?"
+    # Preloaded under PyTorch's caching allocator, which calls cudaMalloc
+    # seldom: against native, what the hooks on every launch cost alone.
+    timeout -k 5 90 env LD_PRELOAD="$LIB" TIDEPOOL_CONF="report:$d/$model.preload_cached.report.json" \
+      "$PY" "$HERE/train.py" --model $model --mode preload --steps "$STEPS" > "$d/$model.preload_cached.out"
+    echo "$model preload_cached exit $?"
     timeout -k 5 90 "$PY" "$HERE/train.py" --model $model --mode tidepool --steps "$STEPS" \
       --conf "report:$d/$model.tidepool.report.json" > "$d/$model.tidepool.out"
     echo "$model tidepool exit $?"

@@ -179,8 +179,12 @@ def main():
         line = json.loads(train_line([2.5, 2.0], 97.0).splitlines()[1])
         write(f"{d}/resnet50.preload_nobarrier.out", json.dumps(line) + "\n")
         write(f"{d}/resnet50.preload_nobarrier.report.json", json.dumps({"devices": [{"peak_reserved_bytes": 5.9e9}]}))
+        line = json.loads(train_line([2.5, 2.0], 101.0).splitlines()[1])  # under PyTorch's cache, gpt only
+        write(f"{d}/gpt.preload_cached.out", json.dumps(line) + "\n")
         rc, figures = check("train", d)
         assert rc == 0, figures
+        assert abs(figures["gpt"]["preload_cached"]["step_time_vs_native"] - 1.01) < 1e-9, figures["gpt"]
+        assert "preload_cached" not in figures["resnet50"], figures["resnet50"]
         assert figures["resnet50"]["preload"]["owners_at_peak"] == [
             ["libc10_cuda.so", "framework", 5000], ["libcublasLt.so.12", "cuBLAS", 32], ["not known", "not known", 1]], \
             figures["resnet50"]["preload"]
