@@ -20,9 +20,10 @@ inline bool guarding() { return serving() && runtime::Runtime::get().guards_subm
 // the barriers its stream was left behind right before the driver call, and
 // says when that call has returned. On the legacy stream that is two
 // compares, then the runtime's pointer and a load of the mark that makes
-// the next barrier record the legacy stream's tail. The first on another stream ends the pools'
-// legacy-order barriers (order/stream_registry.hpp, legacy_only); the catch-up and the mark for the next barrier's join
-// are order/stream_followers.hpp's.
+// the next barrier record the legacy stream's tail. The first submission on
+// another stream ends the pools' legacy-order barriers
+// (order/stream_registry.hpp, legacy_only); the catch-up and the mark for
+// the next barrier's join are order/stream_followers.hpp's.
 class SubmittingOn {
  public:
   explicit SubmittingOn(CUstream stream)

@@ -206,12 +206,11 @@ class StreamRegistry {
   // stream wait, and nothing was queued on the legacy stream since the
   // newest barrier event was recorded (submitted_unfollowed()), no retired
   // stream's work is still running, and only one context was seen, that
-  // event already marks the legacy stream's tail: the
-  // barrier queues nothing and leaves the generation as it is
-  // (BarrierKind::standing). Blocking
-  // streams (per-thread default streams too) are ordered by the legacy
-  // stream itself; streams created later wait for the barrier event at
-  // creation (created()). BarrierKind::failed when the barrier cannot be
+  // event already marks the legacy stream's tail: the barrier queues
+  // nothing and leaves the generation as it is (BarrierKind::standing).
+  // Blocking streams (per-thread default streams too) are ordered by the
+  // legacy stream itself; streams created later wait for the barrier event
+  // at creation (created()). BarrierKind::failed when the barrier cannot be
   // made whole: an incomplete registry, a capture, a record without an
   // event, more than kMaxBarrierStreams streams to join or make wait, or a
   // failed call. Then nothing may be assumed. While

@@ -443,6 +443,10 @@ class Pool {
   // in `queued_count` when queued (else as made in the legacy stream's
   // order); 0 where none can be made.
   std::uint64_t barrier_on_request(std::uint64_t PoolStats::*queued_count);
+  // Counts a barrier made whole: in `queued_count` when queued or standing
+  // on the last one queued (standing_barriers too), else as made in the
+  // legacy stream's order.
+  void count_barrier(order::StreamRegistry::BarrierKind made, std::uint64_t PoolStats::*queued_count);
   // A device barrier so that a cudaMalloc-style request takes a block freed
   // in stream order whose stream's work is still queued: the request names
   // no stream to order after it, and without one the host waits. False

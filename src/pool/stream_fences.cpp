@@ -38,13 +38,9 @@ bool Pool::promote_deferred_behind_barrier() {
   // stream made after this barrier (settle_by_query), or a synchronisation.
   const std::uint64_t epoch = fences_.freed();
   barrier_epoch_ = epoch;
-  if (made == StreamRegistry::BarrierKind::in_order) {
-    stats_.legacy_order_barriers++;  // all work so far is on the legacy stream: nothing queued
-    legacy_order_marked_ = true;
-  } else {
-    stats_.device_barriers++;
-    if (made == StreamRegistry::BarrierKind::standing) stats_.standing_barriers++;
-  }
+  count_barrier(made, &PoolStats::device_barriers);
+  // All work so far is on the legacy stream: nothing was queued.
+  if (made == StreamRegistry::BarrierKind::in_order) legacy_order_marked_ = true;
   // Only eviction waits for one barrier's work (a learned bring-back taking
   // pages of blocks freed a launch ago); without it the record would cost
   // every promotion a record and a query for answers nothing asks.
@@ -66,13 +62,17 @@ std::uint64_t Pool::barrier_on_request(std::uint64_t PoolStats::*queued_count) {
   const StreamRegistry::BarrierKind made = registry_.device_barrier(context_);
   if (made == StreamRegistry::BarrierKind::failed) return 0;
   barrier_epoch_ = fences_.freed();
+  count_barrier(made, queued_count);
+  return barrier_epoch_;
+}
+
+void Pool::count_barrier(StreamRegistry::BarrierKind made, std::uint64_t PoolStats::*queued_count) {
   if (made == StreamRegistry::BarrierKind::in_order) {
     stats_.legacy_order_barriers++;
-  } else {
-    ++(stats_.*queued_count);
-    if (made == StreamRegistry::BarrierKind::standing) stats_.standing_barriers++;
+    return;
   }
-  return barrier_epoch_;
+  ++(stats_.*queued_count);
+  if (made == StreamRegistry::BarrierKind::standing) stats_.standing_barriers++;
 }
 
 std::uint64_t Pool::barrier_for_stitching() {

@@ -58,6 +58,16 @@ class OrderTest : public testing::WithPrimaryContext {
     return s;
   }
 
+  // `registry` as the preload sets it up (complete, following submissions),
+  // with a non-blocking stream created through it.
+  CUstream follow_with_a_stream(StreamRegistry& registry) {
+    registry.set_complete(true);
+    registry.follow_submissions();
+    CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
+    registry.created(s);
+    return s;
+  }
+
   // A non-blocking stream created now writes 2 into `cell`: that write must
   // land after the one of 1 that `held` keeps queued on the legacy stream.
   // Releases `held`; the stream is destroyed again.
@@ -481,19 +491,15 @@ TEST(StreamFollowersTable, FindsWhatItTrackedAndNothingElseThroughGivingUpAndReu
 // (moves of live pages) still makes every stream wait at once.
 TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission) {
   BarrierCalls since;
-  auto mark = [&] { since.mark(); };
   StreamRegistry registry(api());
-  registry.set_complete(true);
-  registry.follow_submissions();
-  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
-  registry.created(s);
+  CUstream s = follow_with_a_stream(registry);
 
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 2U) << "a new stream may have work: joined, then the barrier's own record";
   EXPECT_EQ(since(1), 1U) << "the legacy stream waits for the join; the stream itself waits later";
 
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 1U) << "an idle stream needs no join";
   EXPECT_EQ(since(1), 0U) << "nor a wait until it submits";
@@ -505,7 +511,7 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
   int cell = 0;
   ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
-  mark();
+  since.mark();
   StreamFollowers::Slot* slot = registry.using_stream(s);
   ASSERT_NE(slot, nullptr) << "a non-blocking stream created through the registry is tracked";
   registry.catching_up(s, slot);
@@ -520,7 +526,7 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
   EXPECT_EQ(cell, 2);
 
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 2U) << "the stream submitted since: joined again";
   EXPECT_EQ(since(1), 1U);
@@ -542,18 +548,14 @@ TEST_F(OrderTest, ABarrierLeavesAnIdleFollowedStreamToCatchUpAtItsNextSubmission
 // the next one record afresh.
 TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
   BarrierCalls since;
-  auto mark = [&] { since.mark(); };
   StreamRegistry registry(api());
-  registry.set_complete(true);
-  registry.follow_submissions();
   registry.made_current(context_);
-  CUstream s = make_stream(CU_STREAM_NON_BLOCKING);
-  registry.created(s);
+  CUstream s = follow_with_a_stream(registry);
   StreamFollowers::Slot* slot = registry.using_stream(s);
   ASSERT_NE(slot, nullptr);
 
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
-  mark();
+  since.mark();
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::standing);
     EXPECT_EQ(since(0), 0U) << "round " << round << ": the newest barrier's event still marks the legacy tail";
@@ -574,7 +576,7 @@ TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
   int cell = 0;
   ASSERT_EQ(testing::launch_gated_write(nullptr, &held, &cell, 1), CUDA_SUCCESS);
   registry.submitted_unfollowed();
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 1U) << "the legacy stream took work since the last record";
   registry.catching_up(s, slot);
@@ -596,13 +598,13 @@ TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
   ASSERT_EQ(testing::launch_gated_write(dying, &retiring, &cell, 3), CUDA_SUCCESS);
   EXPECT_TRUE(registry.destroying(dying));
   ASSERT_EQ(api().streamDestroy(dying), CUDA_SUCCESS);
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 1U) << "the retired stream's work is not behind the last record";
   EXPECT_EQ(since(1), 1U);
   retiring.release();
   ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::standing);
   EXPECT_EQ(since(0), 0U) << "its work finished: nothing left to wait for";
 
@@ -614,14 +616,14 @@ TEST_F(OrderTest, ABarrierWithNothingQueuedSinceTheLastStandsOnItsEvent) {
     registry.submitted_unfollowed();
     return true;
   }));
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 1U);
   EXPECT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::standing);
 
   // A second context: the legacy-work mark speaks for no one context.
   registry.several_contexts();
-  mark();
+  since.mark();
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
   EXPECT_EQ(since(0), 1U);
   ASSERT_EQ(registry.device_barrier(context_), StreamRegistry::BarrierKind::queued);
