@@ -21,7 +21,8 @@
 //     scanned after the move, and finds the page where the move left it.
 //     A block pinned by others is not a candidate, and is not brought back
 //     for anyone else: its pages stay where they are, and every access still
-//     reads the right bytes there.
+//     reads the right bytes there. A page two blocks share moves for both:
+//     the rule holds for each (Pool::shares_a_held_page).
 //  2. All work queued that may touch the page runs before the remap, and all
 //     work queued later runs after it. A gated move (transit.hpp) drains
 //     every stream of the context first and holds every stream's later work

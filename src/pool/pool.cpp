@@ -720,6 +720,20 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
                                      std::uint32_t own_pins) {
   space::Reservation& r = *block.segment->reservation;
   if (r.is_chunk() || length == 0) return util::Status::success();
+  // Only the range's end pages can lie under another block too, and only
+  // one on the host would move (asked first: a page may hold thousands of
+  // small blocks).
+  const auto stays = [&](std::size_t page) {
+    return r.page(page).residency == space::Residency::host && shares_a_held_page(block, r, page);
+  };
+  std::size_t first = r.page_of(begin);
+  std::size_t end = r.page_of(begin + length - 1) + 1;  // past the last page
+  if (stays(first)) ++first;
+  if (end > first && stays(end - 1)) --end;
+  if (end <= first) return util::Status::success();
+  const std::uintptr_t end_address = std::min(begin + length, r.page_address(end));
+  begin = std::max(begin, r.page_address(first));
+  length = end_address - begin;
   const std::size_t on_host = host_pages_in(r, begin, length);
   if (on_host == 0) return util::Status::success();
   // Another submission named the block and may not be queued yet: it could
@@ -743,6 +757,21 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
   if (host_pages_in(r, block.address, block.size) == 0) block.read_on_host = false;
   stats_.host_pages = space_.host_pages();
   return s;
+}
+
+bool Pool::shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page) {
+  const std::uintptr_t page_begin = r.page_address(page);
+  const std::uintptr_t page_end = page_begin + r.page_size();
+  const auto holds_in_place = [](const Block& b) {
+    return !b.is_free && b.requested != 0 && (b.pins > 0 || b.peer_held || b.graph_holds > 0 || b.import_holds > 0);
+  };
+  for (const Block* b = block.prev; b != nullptr && b->address + b->size > page_begin; b = b->prev) {
+    if (holds_in_place(*b)) return true;
+  }
+  for (const Block* b = block.next; b != nullptr && b->address < page_end; b = b->next) {
+    if (holds_in_place(*b)) return true;
+  }
+  return false;
 }
 
 std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length) {

@@ -490,9 +490,16 @@ class Pool {
   // first (stitching, then eviction elsewhere). Best effort: pages that
   // cannot come back stay on the host, where they are still correct.
   // Refused (the pages stay) while submissions other than the caller's
-  // `own_pins` pin the block.
+  // `own_pins` pin the block. An end page shared with a live neighbour moves
+  // for that neighbour too: it stays while the neighbour holds its pages in
+  // place (shares_a_held_page).
   util::Status bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
                                  std::uint32_t own_pins);
+  // Whether page `page` of `block`'s reservation also lies under a live
+  // block other than `block` whose pages must stay where they are: one a
+  // submission has pinned, another device's streams use (no gate of this
+  // pool orders them), an instantiated graph or another process holds.
+  static bool shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page);
   static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // use_for_submission's work for one word, under the lock.
   bool use_for_submission_locked(SubmittedWord* word, std::uintptr_t stream, OnHost on_host, Pins* pins);

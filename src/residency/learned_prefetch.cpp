@@ -53,8 +53,11 @@ void LearnedPrefetch::prefetch_upcoming(pool::LiveBlocks& live) {
     // gate, at the launch that names it.
     if (in_current_launch(b.id) || !live.find(b.address, &c) || c.buffer_id != b.id || c.read_on_host) continue;
     moves_.clear();
-    const std::size_t last = c.reservation->page_of(c.address + c.size - 1);
-    for (std::size_t p = c.reservation->page_of(c.address); p <= last; ++p) {
+    // Pages wholly inside the block: an end page shared with a neighbour may
+    // be touched by the neighbour's work, which never waits for this copy
+    // (before_use), so it comes back gated, at the launch that names it.
+    const auto [first, end] = c.reservation->whole_pages(c.address, c.size);
+    for (std::size_t p = first; p < end; ++p) {
       if (c.reservation->page(p).residency == space::Residency::host) {
         moves_.push_back({c.reservation, p, c.reservation->page(p).host, false});
       }

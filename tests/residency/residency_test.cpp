@@ -990,6 +990,67 @@ TEST_F(Residency, AnAllocationWhosePinsNeverGoFailsOnceTheWaitIsOver) {
   EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
 }
 
+// A page two blocks share moves for both. Where one of them holds its pages
+// where they are (a submission on its way to the driver pinned it, or
+// another device's streams use it, which no gate of this pool orders), a
+// bring-back for the other leaves the shared page on the host: here the
+// handout of a block beside it, with room made by evicting a third.
+TEST_F(Residency, APageSharedWithABlockHeldInPlaceStaysWhenItsNeighbourComesBack) {
+  for (const bool peer : {false, true}) {
+    SCOPED_TRACE(peer ? "used by another device" : "pinned by a submission");
+    make(4 * kPage);
+    // Two pages of data evicted, then freed: their host pages stay under the free range.
+    auto old = allocator_->allocate(2 * kPage, 0, false);
+    auto kept = allocator_->allocate(2 * kPage, 0, false);
+    ASSERT_TRUE(old.ok() && kept.ok());
+    ASSERT_TRUE(allocator_->pool().advise(old.value(), 2 * kPage, pool::Pool::Advice::wont_need).ok());
+    auto other = allocator_->allocate(2 * kPage, 0, false);
+    ASSERT_TRUE(other.ok()) << other.status().message();
+    ASSERT_EQ(allocator_->pool().stats().host_pages, 2u);
+    ASSERT_TRUE(allocator_->deallocate(old.value(), 0, false).ok());
+    // No room to bring any back: the block handed out over them reads and
+    // writes them where they are.
+    ASSERT_TRUE(allocator_->pool().advise(kept.value(), 2 * kPage, pool::Pool::Advice::keep_resident).ok());
+    ASSERT_TRUE(allocator_->pool().advise(other.value(), 2 * kPage, pool::Pool::Advice::keep_resident).ok());
+    constexpr std::size_t kHeldBytes = kPage + 64 * 1024;
+    auto held = allocator_->allocate(kHeldBytes, 0, false);
+    ASSERT_TRUE(held.ok()) << held.status().message();
+    ASSERT_EQ(held.value(), old.value()) << "the test expects the freed range taken from its start";
+    ASSERT_EQ(fill(held.value(), kHeldBytes, 11), CUDA_SUCCESS);
+    pool::Pins pins;
+    ASSERT_TRUE(allocator_->use_in_copy(
+        held.value(), stream_, &pins, peer ? pool::Pool::OnHost::bring_back_for_peer : pool::Pool::OnHost::read_there));
+    if (peer) allocator_->release_pins(pins);
+    const auto held_host_pages = [&] {
+      pool::Pins query;
+      pool::LaunchedBlock used{};
+      std::size_t host_pages = 0;
+      std::size_t still = 0;
+      EXPECT_TRUE(allocator_->pool().use_for_submission(held.value(), reinterpret_cast<std::uintptr_t>(stream_),
+                                                        pool::Pool::OnHost::read_there, &query, &used, &host_pages,
+                                                        &still));
+      allocator_->release_pins(query);
+      return host_pages;
+    };
+    ASSERT_EQ(held_host_pages(), 2u);
+    // Room again (`other` may go), and a block in the held block's last page.
+    ASSERT_TRUE(allocator_->pool().advise(other.value(), 2 * kPage, pool::Pool::Advice::wont_need).ok());
+    constexpr std::size_t kBesideBytes = 256 * 1024;
+    auto beside = allocator_->allocate(kBesideBytes, 0, false);
+    ASSERT_TRUE(beside.ok()) << beside.status().message();
+    ASSERT_LT(beside.value() - held.value(), 2 * kPage) << "the test expects the block beside the held one";
+    EXPECT_EQ(held_host_pages(), 2u) << "a page the held block shares moved under it";
+    ASSERT_EQ(fill(beside.value(), kBesideBytes, 12), CUDA_SUCCESS);
+    if (!peer) allocator_->release_pins(pins);
+    ASSERT_EQ(check(held.value(), kHeldBytes, 11), CUDA_SUCCESS);
+    ASSERT_EQ(check(beside.value(), kBesideBytes, 12), CUDA_SUCCESS);
+    ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(errors_.load(), 0u) << "words that kernels found wrong";
+    TearDown();
+    allocator_ = nullptr;
+  }
+}
+
 // Device memory is written and read only by device work (kernels here), as
 // on a real GPU, where the host cannot touch it directly: the gate orders
 // each move against every stream's work, whichever thread queued it.
