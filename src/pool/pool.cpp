@@ -717,14 +717,14 @@ util::Status Pool::make_resident(std::uintptr_t address, std::size_t bytes, std:
 }
 
 util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
-                                     std::uint32_t own_pins) {
+                                     std::uint32_t own_pins, const Pins* caller_pins) {
   space::Reservation& r = *block.segment->reservation;
   if (r.is_chunk() || length == 0) return util::Status::success();
   // Only the range's end pages can lie under another block too, and only
   // one on the host would move (asked first: a page may hold thousands of
   // small blocks).
   const auto stays = [&](std::size_t page) {
-    return r.page(page).residency == space::Residency::host && shares_a_held_page(block, r, page);
+    return r.page(page).residency == space::Residency::host && shares_a_held_page(block, r, page, caller_pins);
   };
   std::size_t first = r.page_of(begin);
   std::size_t end = r.page_of(begin + length - 1) + 1;  // past the last page
@@ -759,11 +759,14 @@ util::Status Pool::bring_back_locked(Block& block, std::uintptr_t begin, std::si
   return s;
 }
 
-bool Pool::shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page) {
+bool Pool::shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page,
+                              const Pins* caller_pins) {
   const std::uintptr_t page_begin = r.page_address(page);
   const std::uintptr_t page_end = page_begin + r.page_size();
-  const auto holds_in_place = [](const Block& b) {
-    return !b.is_free && b.requested != 0 && (b.pins > 0 || b.peer_held || b.graph_holds > 0 || b.import_holds > 0);
+  const auto holds_in_place = [&](const Block& b) {
+    if (b.is_free || b.requested == 0) return false;
+    const std::uint32_t callers = caller_pins != nullptr && caller_pins->holds(b.buffer_id) ? 1 : 0;
+    return b.peer_held || b.pins > callers;
   };
   for (const Block* b = block.prev; b != nullptr && b->address + b->size > page_begin; b = b->prev) {
     if (holds_in_place(*b)) return true;
@@ -820,7 +823,7 @@ std::size_t Pool::host_pages_in(const space::Reservation& r, std::uintptr_t begi
   }
   if (on_host == OnHost::bring_back_now || on_host == OnHost::bring_back_for_peer) {
     driver::ScopedContext scope(api_, context_);
-    (void)bring_back_locked(*block, block->address, block->size, stream, own_pins);
+    (void)bring_back_locked(*block, block->address, block->size, stream, own_pins, pins);
     if (mover_->has_unreadable_pages()) mover_->make_readable(r, block->address, block->size);
     // Another device's stream is in no gate of this pool: it must find the
     // bytes in place before it is queued.
@@ -904,7 +907,7 @@ Pool::LaunchPages Pool::bring_back_for_launch(const LaunchedBlock* blocks, std::
     const std::size_t on_host = host_pages_in(r, block->address, block->size);
     if (on_host == 0) continue;
     pages.before += on_host;
-    (void)bring_back_locked(*block, block->address, block->size, stream, pins.holds(block->buffer_id) ? 1 : 0);
+    (void)bring_back_locked(*block, block->address, block->size, stream, pins.holds(block->buffer_id) ? 1 : 0, &pins);
     if (mover_->has_unreadable_pages()) mover_->make_readable(r, block->address, block->size);
     const std::size_t left = host_pages_in(r, block->address, block->size);
     if (left > 0) block->read_on_host = true;

@@ -492,14 +492,18 @@ class Pool {
   // Refused (the pages stay) while submissions other than the caller's
   // `own_pins` pin the block. An end page shared with a live neighbour moves
   // for that neighbour too: it stays while the neighbour holds its pages in
-  // place (shares_a_held_page).
+  // place (shares_a_held_page; `caller_pins`: the caller's submission's,
+  // which do not).
   util::Status bring_back_locked(Block& block, std::uintptr_t begin, std::size_t length, std::uintptr_t stream,
-                                 std::uint32_t own_pins);
+                                 std::uint32_t own_pins, const Pins* caller_pins = nullptr);
   // Whether page `page` of `block`'s reservation also lies under a live
-  // block other than `block` whose pages must stay where they are: one a
-  // submission has pinned, another device's streams use (no gate of this
-  // pool orders them), an instantiated graph or another process holds.
-  static bool shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page);
+  // block other than `block` whose pages must stay where they are for a
+  // gated move: one a submission other than the caller's (`caller_pins`)
+  // has pinned, or one another device's streams use, which no gate of this
+  // pool orders. (A graph's launches are pinned and run on this device's
+  // streams; a block another process maps has every page on the device.)
+  static bool shares_a_held_page(const Block& block, const space::Reservation& r, std::size_t page,
+                                 const Pins* caller_pins);
   static std::size_t host_pages_in(const space::Reservation& r, std::uintptr_t begin, std::size_t length);
   // use_for_submission's work for one word, under the lock.
   bool use_for_submission_locked(SubmittedWord* word, std::uintptr_t stream, OnHost on_host, Pins* pins);

@@ -994,7 +994,8 @@ TEST_F(Residency, AnAllocationWhosePinsNeverGoFailsOnceTheWaitIsOver) {
 // where they are (a submission on its way to the driver pinned it, or
 // another device's streams use it, which no gate of this pool orders), a
 // bring-back for the other leaves the shared page on the host: here the
-// handout of a block beside it, with room made by evicting a third.
+// handout of a block beside it, with room made by evicting a third. A
+// submission's own pins hold nothing back from its own bring-backs.
 TEST_F(Residency, APageSharedWithABlockHeldInPlaceStaysWhenItsNeighbourComesBack) {
   for (const bool peer : {false, true}) {
     SCOPED_TRACE(peer ? "used by another device" : "pinned by a submission");
@@ -1042,6 +1043,13 @@ TEST_F(Residency, APageSharedWithABlockHeldInPlaceStaysWhenItsNeighbourComesBack
     EXPECT_EQ(held_host_pages(), 2u) << "a page the held block shares moved under it";
     ASSERT_EQ(fill(beside.value(), kBesideBytes, 12), CUDA_SUCCESS);
     if (!peer) allocator_->release_pins(pins);
+    // One submission naming both: its own pin holds nothing back, so the
+    // page comes back, but for a block another device uses.
+    pool::Pins both;
+    ASSERT_TRUE(allocator_->use_in_copy(held.value(), stream_, &both, pool::Pool::OnHost::read_there));
+    ASSERT_TRUE(allocator_->use_in_copy(beside.value(), stream_, &both, pool::Pool::OnHost::bring_back_now));
+    allocator_->release_pins(both);
+    EXPECT_EQ(held_host_pages(), peer ? 2u : 1u);
     ASSERT_EQ(check(held.value(), kHeldBytes, 11), CUDA_SUCCESS);
     ASSERT_EQ(check(beside.value(), kBesideBytes, 12), CUDA_SUCCESS);
     ASSERT_EQ(api().streamSynchronize(stream_), CUDA_SUCCESS);
