@@ -18,12 +18,15 @@ gives tidepool-replay's utilization (best_fit, the same --lag-us) for the
 rows it models, cudaFree-style (--frees device) and the legacy stream
 (--frees stream, the trace's stream 0 as the program ran it), and a row
 misses "replay" when it lies more than 0.005 outside the live runs' range.
+With --scales, each trace also runs as copies with every size scaled
+(bench/trace_variants.py: a stand-in for the same model at other batch
+sizes), each a row of its own named <trace>_x<scale>.
 
 It reports what was measured and asserts nothing; its exit status says only
 whether every run completed.
 
 Usage:
-  bench/live_table.py [--reps 3] [--lags 2,50] [--frees both] [--replay] [--before BUILD] [--json PATH] BUILD [TRACE...]
+  bench/live_table.py [--reps 3] [--lags 2,50] [--frees both] [--replay] [--scales S,...] [--before BUILD] [--json PATH] BUILD [TRACE...]
 TRACE defaults to every trace in data/traces.
 """
 import argparse
@@ -32,6 +35,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+
+import trace_variants
 
 UTILIZATION_GOAL = 0.97
 MODE_GAP_GOAL = 0.01
@@ -121,6 +127,8 @@ def main():
                         help="bench_live_replay's free modes (legacy: stream-ordered on the legacy stream)")
     parser.add_argument("--replay", action="store_true",
                         help="also replay each trace with BUILD's tidepool-replay at each lag, for the modes it models")
+    parser.add_argument("--scales", help="also run each trace with every size scaled by each of these "
+                        f"(comma-separated; bench/trace_variants.py, e.g. {trace_variants.DEFAULT_SCALES})")
     parser.add_argument("--before", help="a second build directory, run interleaved with BUILD")
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("build")
@@ -140,8 +148,24 @@ def main():
                                    glob.glob(os.path.join(default_traces, "*.csv.gz")))
     if not traces:
         parser.error("no traces given and none in data/traces")
+    scales = []
+    if args.scales:
+        try:
+            scales = trace_variants.parse_scales(args.scales)
+        except ValueError as error:
+            parser.error(f"--scales: {error}")
     builds = [("before", args.before), ("after", args.build)] if args.before else [("after", args.build)]
+    with tempfile.TemporaryDirectory(prefix="live_table_") as variants_dir:
+        try:
+            traces = traces + trace_variants.write_variants(traces, scales, variants_dir)
+        except (trace_variants.TraceError, OSError) as error:
+            print(f"live_table: {error}", file=sys.stderr)
+            return 1
+        return tabulate(args, builds, traces, lags)
 
+
+def tabulate(args, builds, traces, lags):
+    """Runs every build on `traces` at `lags` and prints the table: main's exit status."""
     runs = {}  # (build, trace, mode, lag) -> [row]
     try:
         for _ in range(args.reps):

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Smoke check of bench/live_table.py: its table (read from the file named
 first) and its --json (the file named second) for one trace, one lag, one
-run, with --replay. Shape only: one row per free mode, each with a goals
-verdict, a replay figure on the cudaFree-style row (the one the replay
-models) and none on the stream row, and one run per (mode, lag) in the JSON
-with its figures. No performance target."""
+run, with --replay and --scales 0.5. Shape only: one row per (trace, free
+mode), the trace's scaled copy among them, each with a goals verdict, a
+replay figure on the cudaFree-style rows (the ones the replay models) and
+none on the stream rows, and one run per (trace, mode, lag) in the JSON with
+its figures. No performance target."""
 import json
 import sys
 
@@ -14,8 +15,11 @@ def main() -> int:
     runs = json.load(open(sys.argv[2], encoding="utf-8"))
     problems = []
     rows = [line for line in table if line.startswith("| ") and not line.startswith("| trace")]
-    if len(rows) != 2:
-        problems.append(f"expected 2 table rows (cudaFree, stream), got {len(rows)}")
+    if len(rows) != 4:
+        problems.append(f"expected 4 table rows (cudaFree, stream; the trace and its copy), got {len(rows)}")
+    names = sorted({row.split("|")[1].strip() for row in rows})
+    if len(names) != 2 or not names[1].endswith("_x0.5") or names[1] != names[0] + "_x0.5":
+        problems.append(f"expected a trace and its copy scaled by 0.5, got {names}")
     for row in rows:
         verdict = row.rstrip(" |").split("|")[-1].strip()
         if verdict != "met" and not set(verdict.split(", ")) <= {"util", "gap", "vmm", "waits", "replay"}:
@@ -30,7 +34,7 @@ def main() -> int:
         problems.append("no header with a replay column")
     if not any("rows meet every goal" in line for line in table):
         problems.append("no summary line")
-    if sorted(r["frees"] for r in runs) != ["device", "stream"]:
+    if sorted(r["frees"] for r in runs) != ["device", "device", "stream", "stream"]:
         problems.append(f"JSON free modes: {[r.get('frees') for r in runs]}")
     for r in runs:
         if len(r["runs"]) != 1:
