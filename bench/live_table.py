@@ -86,12 +86,7 @@ def row_of(result):
     }
 
 
-def trace_name(path):
-    name = os.path.basename(path)
-    for suffix in (".gz", ".csv"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
+trace_name = trace_variants.trace_name
 
 
 def span(values, form):
