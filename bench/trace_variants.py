@@ -6,8 +6,10 @@ A training trace run at another batch size (or model width) keeps its order
 of allocations and frees, and most sizes move with the scale: a copy with
 every size multiplied by SCALE is a stand-in for it. Each size is rounded up
 to 512 bytes, as PyTorch's caching allocator rounds a request, and never
-falls to 0. Threads, times, pointers and streams are kept, so every free
-still names its allocation.
+falls to 0. Threads, times, pointers, streams and owners (the column
+tidepool's own traces add) are kept, so every free still names its
+allocation. A trace it cannot read is an error naming the file and line,
+and leaves no copy behind.
 
 Usage:
   bench/trace_variants.py [--scales 0.5,0.75,1.3,1.7,2.5] --out DIR TRACE...
@@ -20,10 +22,14 @@ import gzip
 import math
 import os
 import sys
+from fractions import Fraction
 
 DEFAULT_SCALES = "0.5,0.75,1.3,1.7,2.5"
 ROUNDING = 512
-COLUMNS = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
+RMM_COLUMNS = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
+# tidepool's own traces (trace:PATH) add who asked.
+TIDEPOOL_COLUMNS = RMM_COLUMNS + ["Owner"]
+SIZE_COLUMN = RMM_COLUMNS.index("Size")
 
 
 class TraceError(Exception):
@@ -31,7 +37,7 @@ class TraceError(Exception):
 
 
 def parse_scales(text):
-    """'0.5,1.3' -> [0.5, 1.3]; ValueError on a non-number or a scale <= 0."""
+    """'0.5,1.3' -> [0.5, 1.3], each once, in order; ValueError on a non-number or a scale <= 0."""
     scales = []
     for part in text.split(","):
         if not part.strip():
@@ -39,17 +45,20 @@ def parse_scales(text):
         value = float(part)
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"a scale must be a positive number, not {part.strip()}")
-        scales.append(value)
+        if value not in scales:
+            scales.append(value)
     if not scales:
         raise ValueError("no scale given")
     return scales
 
 
 def scaled_size(size, scale):
-    """`size` bytes times `scale`, rounded up to ROUNDING, at least ROUNDING (0 stays 0)."""
+    """`size` bytes times `scale`, rounded up to ROUNDING, at least ROUNDING (0 stays 0).
+    Exact: the scale as written (1.1 is 11/10), not its nearest binary fraction."""
     if size == 0:
         return 0
-    return max(ROUNDING, math.ceil(size * scale / ROUNDING) * ROUNDING)
+    exact = size * Fraction(repr(scale))
+    return max(ROUNDING, math.ceil(exact / ROUNDING) * ROUNDING)
 
 
 def trace_name(path):
@@ -60,42 +69,73 @@ def trace_name(path):
     return name
 
 
+def scale_text(scale):
+    """The scale as a name: short (2, 0.5), and never the same for two scales."""
+    short = f"{scale:g}"
+    return short if float(short) == scale else repr(scale)
+
+
 def variant_path(out_dir, trace, scale):
-    return os.path.join(out_dir, f"{trace_name(trace)}_x{scale:g}.csv")
+    return os.path.join(out_dir, f"{trace_name(trace)}_x{scale_text(scale)}.csv")
+
+
+def scaled_rows(trace, source, scale):
+    """The lines of `source` (an open trace) with every size scaled, header first."""
+    rows = csv.reader(source)
+    header = next(rows, None)
+    columns = [h.strip() for h in header] if header is not None else None
+    if columns not in (RMM_COLUMNS, TIDEPOOL_COLUMNS):
+        raise TraceError(f"{trace}: line 1: expected the header {','.join(RMM_COLUMNS)} (with ,Owner or without)")
+    yield header
+    for line, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        if len(row) != len(columns):
+            raise TraceError(f"{trace}: line {line}: {len(row)} fields, expected {len(columns)}")
+        try:
+            size = int(row[SIZE_COLUMN])
+        except ValueError:
+            raise TraceError(f"{trace}: line {line}: size {row[SIZE_COLUMN]!r} is not a number") from None
+        if size < 0:
+            raise TraceError(f"{trace}: line {line}: negative size {size}")
+        row[SIZE_COLUMN] = str(scaled_size(size, scale))
+        yield row
 
 
 def write_variant(trace, scale, out_path):
-    """Writes `trace` with every size scaled to `out_path`; returns the events written."""
+    """Writes `trace` with every size scaled to `out_path`; returns the events written.
+    On any error `out_path` is not left behind."""
     opener = gzip.open if trace.endswith(".gz") else open
-    events = 0
-    with opener(trace, "rt", encoding="utf-8", newline="") as source:
-        rows = csv.reader(source)
-        header = next(rows, None)
-        if header is None or [h.strip() for h in header] != COLUMNS:
-            raise TraceError(f"{trace}: line 1: expected the header {','.join(COLUMNS)}")
-        size_column = COLUMNS.index("Size")
-        with open(out_path, "w", encoding="utf-8", newline="") as sink:
+    events = -1  # the header is not an event
+    try:
+        with opener(trace, "rt", encoding="utf-8", newline="") as source, \
+                open(out_path, "w", encoding="utf-8", newline="") as sink:
             out = csv.writer(sink, lineterminator="\n")
-            out.writerow(header)
-            for line, row in enumerate(rows, start=2):
-                if not row:
-                    continue
-                if len(row) != len(COLUMNS):
-                    raise TraceError(f"{trace}: line {line}: {len(row)} fields, expected {len(COLUMNS)}")
-                try:
-                    size = int(row[size_column])
-                except ValueError:
-                    raise TraceError(f"{trace}: line {line}: size {row[size_column]!r} is not a number") from None
-                if size < 0:
-                    raise TraceError(f"{trace}: line {line}: negative size {size}")
-                row[size_column] = str(scaled_size(size, scale))
+            for row in scaled_rows(trace, source, scale):
                 out.writerow(row)
                 events += 1
+    except (UnicodeDecodeError, EOFError, csv.Error, gzip.BadGzipFile) as error:
+        remove_quietly(out_path)
+        raise TraceError(f"{trace}: not a readable trace: {error}") from None
+    except BaseException:
+        remove_quietly(out_path)
+        raise
     return events
+
+
+def remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def write_variants(traces, scales, out_dir):
     """Every (trace, scale) copy in `out_dir`, originals' order kept: the paths written."""
+    names = [trace_name(t) for t in traces]
+    for name in names:
+        if names.count(name) > 1:
+            raise TraceError(f"two traces are named {name}: their copies would overwrite each other")
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for trace in traces:

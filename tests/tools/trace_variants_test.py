@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Specification of bench/trace_variants.py: a scaled copy keeps every event,
-thread, time, pointer and stream, multiplies each size and rounds it up to
-512 bytes; tidepool-replay replays the copy with its live peak scaled; a
-malformed trace or scale is a clear error and writes nothing wrong.
+thread, time, pointer, stream and owner, multiplies each size exactly and
+rounds it up to 512 bytes; tidepool-replay replays the copy with its live
+peak scaled; a malformed trace or scale is a clear error and leaves no copy.
 
 Usage: trace_variants_test.py BENCH_DIR REPLAY   (run by ctest)
 """
@@ -19,7 +19,7 @@ BENCH_DIR = None
 REPLAY = None
 
 HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
-# Two steps of three blocks; the 100-byte block rounds up, the 1 MiB one scales exactly.
+# Three blocks live at once, then freed; the 100-byte block rounds up, the 1 MiB one scales exactly.
 LINES = [
     "0,00:00:00:000001,allocate,0x1000,1048576,0",
     "0,00:00:00:000002,allocate,0x200000,100,7",
@@ -53,7 +53,7 @@ class TraceVariants(unittest.TestCase):
         done = run_tool("--scales", "0.5,3", "--out", self.out, self.trace)
         self.assertEqual(done.returncode, 0, done.stderr)
         half, triple = os.path.join(self.out, "toy_x0.5.csv"), os.path.join(self.out, "toy_x3.csv")
-        self.assertEqual(done.stdout.split(), [half, triple])
+        self.assertEqual(done.stdout.splitlines(), [half, triple])
         expected = {half: [524288, 512, 2048, 512, 524288, 2048], triple: [3145728, 512, 12288, 512, 3145728, 12288]}
         for path, sizes in expected.items():
             with open(path, encoding="utf-8") as f:
@@ -65,6 +65,38 @@ class TraceVariants(unittest.TestCase):
                 fields = copied.split(",")
                 self.assertEqual(fields[:4] + fields[5:], kept[:4] + kept[5:])
                 self.assertEqual(int(fields[4]), size, copied)
+
+    def test_a_scale_is_taken_as_written_and_each_scale_once(self):
+        # 25600 * 1.1 is 28160 exactly, a multiple of 512; in binary floating
+        # point it is a little more, which would round up to 28672.
+        trace = os.path.join(self.dir.name, "tenth.csv")
+        write(trace, HEADER + "0,00:00:00:000001,allocate,0x1000,25600,0\n")
+        done = run_tool("--scales", "1.1,1.10,2,2.0", "--out", self.out, trace)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(sorted(os.listdir(self.out)), ["tenth_x1.1.csv", "tenth_x2.csv"])
+        with open(os.path.join(self.out, "tenth_x1.1.csv"), encoding="utf-8") as f:
+            self.assertEqual(f.read().splitlines()[1].split(",")[4], "28160")
+
+    def test_tidepools_own_traces_keep_their_owner_column(self):
+        trace = os.path.join(self.dir.name, "owned.csv")
+        write(trace, HEADER.rstrip("\n") + ",Owner\n" + "0,00:00:00:000001,allocate,0x1000,4096,0,model.py:12\n" +
+              "0,00:00:00:000002,free,0x1000,4096,0,\n")
+        done = run_tool("--scales", "0.5", "--out", self.out, trace)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.out, "owned_x0.5.csv"), encoding="utf-8") as f:
+            self.assertEqual(f.read().splitlines(), [HEADER.rstrip("\n") + ",Owner",
+                                                     "0,00:00:00:000001,allocate,0x1000,2048,0,model.py:12",
+                                                     "0,00:00:00:000002,free,0x1000,2048,0,"])
+
+    def test_two_traces_of_one_name_are_refused_before_anything_is_written(self):
+        other = os.path.join(self.dir.name, "elsewhere")
+        os.makedirs(other)
+        twin = os.path.join(other, "toy.csv")
+        write(twin, HEADER + "\n".join(LINES) + "\n")
+        done = run_tool("--scales", "2", "--out", self.out, self.trace, twin)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("two traces are named toy", done.stderr)
+        self.assertFalse(os.path.exists(self.out))
 
     def test_the_replay_takes_a_copy_and_its_live_peak_scales(self):
         done = run_tool("--scales", "2", "--out", self.out, self.trace)
@@ -98,13 +130,29 @@ class TraceVariants(unittest.TestCase):
         done = run_tool("--scales", "2", "--out", self.out, headless)
         self.assertEqual(done.returncode, 1)
         self.assertIn("headless.csv: line 1: expected the header", done.stderr)
+        # A gzip file cut short, and bytes that are not text: errors, not tracebacks.
+        cut = os.path.join(self.dir.name, "cut.csv.gz")
+        with open(self.trace, "rb") as f:
+            whole = f.read()
+        with open(cut, "wb") as f:
+            f.write(whole[: len(whole) // 2])
+        binary = os.path.join(self.dir.name, "binary.csv")
+        with open(binary, "wb") as f:
+            f.write(HEADER.encode() + b"\xff\xfe\x00\n")
+        for path in (cut, binary):
+            done = run_tool("--scales", "2", "--out", self.out, path)
+            self.assertEqual(done.returncode, 1, path)
+            self.assertIn(f"{path}: not a readable trace", done.stderr)
+            self.assertNotIn("Traceback", done.stderr)
+        # No copy is left behind, the part written before the bad line included.
+        self.assertEqual(os.listdir(self.out), [])
 
     def test_a_scale_that_is_not_a_positive_number_is_refused(self):
         for scales in ("0", "-1", "x", "inf", ","):
             done = run_tool("--scales", scales, "--out", self.out, self.trace)
             self.assertEqual(done.returncode, 2, scales)
             self.assertIn("--scales", done.stderr)
-            self.assertFalse(os.path.exists(os.path.join(self.out, f"toy_x{scales}.csv")))
+            self.assertFalse(os.path.exists(self.out), scales)
 
 
 if __name__ == "__main__":
