@@ -22,6 +22,7 @@ import gzip
 import math
 import os
 import sys
+import zlib
 from fractions import Fraction
 
 DEFAULT_SCALES = "0.5,0.75,1.3,1.7,2.5"
@@ -103,24 +104,18 @@ def scaled_rows(trace, source, scale):
 
 
 def write_variant(trace, scale, out_path):
-    """Writes `trace` with every size scaled to `out_path`; returns the events written.
-    On any error `out_path` is not left behind."""
+    """Writes `trace` with every size scaled to `out_path`; on any error none of it is left there."""
     opener = gzip.open if trace.endswith(".gz") else open
-    events = -1  # the header is not an event
     try:
         with opener(trace, "rt", encoding="utf-8", newline="") as source, \
                 open(out_path, "w", encoding="utf-8", newline="") as sink:
-            out = csv.writer(sink, lineterminator="\n")
-            for row in scaled_rows(trace, source, scale):
-                out.writerow(row)
-                events += 1
-    except (UnicodeDecodeError, EOFError, csv.Error, gzip.BadGzipFile) as error:
+            csv.writer(sink, lineterminator="\n").writerows(scaled_rows(trace, source, scale))
+    except BaseException as error:
         remove_quietly(out_path)
-        raise TraceError(f"{trace}: not a readable trace: {error}") from None
-    except BaseException:
-        remove_quietly(out_path)
+        # A gzip file cut short or corrupt, or bytes that are not text.
+        if isinstance(error, (UnicodeDecodeError, EOFError, csv.Error, gzip.BadGzipFile, zlib.error)):
+            raise TraceError(f"{trace}: not a readable trace: {error}") from None
         raise
-    return events
 
 
 def remove_quietly(path):

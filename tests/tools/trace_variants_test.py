@@ -130,16 +130,20 @@ class TraceVariants(unittest.TestCase):
         done = run_tool("--scales", "2", "--out", self.out, headless)
         self.assertEqual(done.returncode, 1)
         self.assertIn("headless.csv: line 1: expected the header", done.stderr)
-        # A gzip file cut short, and bytes that are not text: errors, not tracebacks.
+        # A gzip file cut short or corrupt, and bytes that are not text: errors, not tracebacks.
         cut = os.path.join(self.dir.name, "cut.csv.gz")
         with open(self.trace, "rb") as f:
             whole = f.read()
         with open(cut, "wb") as f:
             f.write(whole[: len(whole) // 2])
+        corrupt = os.path.join(self.dir.name, "corrupt.csv.gz")
+        with open(corrupt, "wb") as f:
+            long_trace = gzip.compress((HEADER + (LINES[0] + "\n") * 2000).encode())
+            f.write(long_trace[:20] + bytes(b ^ 0xFF for b in long_trace[20:60]) + long_trace[60:])
         binary = os.path.join(self.dir.name, "binary.csv")
         with open(binary, "wb") as f:
             f.write(HEADER.encode() + b"\xff\xfe\x00\n")
-        for path in (cut, binary):
+        for path in (cut, corrupt, binary):
             done = run_tool("--scales", "2", "--out", self.out, path)
             self.assertEqual(done.returncode, 1, path)
             self.assertIn(f"{path}: not a readable trace", done.stderr)
