@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "bench_support.hpp"
@@ -29,6 +30,7 @@ struct Front {
   using FreeAsyncDriver = CUresult (*)(CUdeviceptr, CUstream);
   using Alloc = CUresult (*)(CUdeviceptr*, std::size_t);
   using FreeDriver = CUresult (*)(CUdeviceptr);
+  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
   MallocAsync malloc_async = nullptr;
   FreeAsync free_async = nullptr;
   Malloc malloc = nullptr;
@@ -37,6 +39,7 @@ struct Front {
   FreeAsyncDriver hook_free_async = nullptr;
   Alloc hook_alloc = nullptr;
   FreeDriver hook_free = nullptr;
+  StreamCreate hook_stream_create = nullptr;
 };
 
 template <typename F>
@@ -68,6 +71,7 @@ const Front& front() {
     r.hook_free_async = symbol<Front::FreeAsyncDriver>(handle, "cuMemFreeAsync");
     r.hook_alloc = symbol<Front::Alloc>(handle, "cuMemAlloc_v2");
     r.hook_free = symbol<Front::FreeDriver>(handle, "cuMemFree_v2");
+    r.hook_stream_create = symbol<Front::StreamCreate>(handle, "cuStreamCreate");
     return r;
   }();
   return f;
@@ -158,6 +162,37 @@ void BM_PreloadDevicePair(benchmark::State& state) {
       [&](std::uintptr_t p) { (void)f.hook_free(p); });
 }
 BENCHMARK(BM_PreloadDevicePair)->Arg(512)->Arg(8 << 20);
+
+// cudaFree-style pairs once the program has a non-blocking stream made
+// through the hooks, as a framework's side stream is: every free waits for a
+// device barrier, which stands on the last one while no stream queued work.
+// The sizes cycle as in gpu/hotpath.cu, so a request seldom finds its own
+// block freed just before. Registered last: the stream stays.
+void BM_PreloadDevicePairFollowedStream(benchmark::State& state) {
+  const Front& f = front();
+  static const CUstream side = [&] {
+    use_primary_context();
+    CUstream s = nullptr;
+    if (f.hook_stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "cuStreamCreate hook failed\n");
+      std::exit(1);
+    }
+    return s;
+  }();
+  benchmark::DoNotOptimize(side);
+  constexpr std::size_t kSizes[] = {512, 4096, 65536, 1 << 20, 8 << 20};
+  std::size_t next = 0;
+  pairs(
+      state, "cuMemAlloc_v2 hook failed", versus_label("driver_pair"),
+      [&] {
+        CUdeviceptr p = 0;
+        const std::size_t size = kSizes[next];
+        next = (next + 1) % std::size(kSizes);
+        return f.hook_alloc(&p, size) == CUDA_SUCCESS ? static_cast<std::uintptr_t>(p) : 0;
+      },
+      [&](std::uintptr_t p) { (void)f.hook_free(p); });
+}
+BENCHMARK(BM_PreloadDevicePairFollowedStream);
 
 }  // namespace
 }  // namespace tidepool::bench

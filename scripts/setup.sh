@@ -14,6 +14,7 @@ packages=(
   chromium  # the HTML report's browser test (tests/tools), headless
   chromium-driver python3-selenium  # the browser tests drive Chromium with Selenium (/usr/bin/python3)
   python3-setuptools-whl python3-wheel-whl python3-venv  # pip install ./python offline (a Debian-packaged build backend)
+  valgrind  # instruction counts that repeat exactly (bench/pair_instructions.py, bench/launch_hook_instructions.py)
 )
 
 missing=()

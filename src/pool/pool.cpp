@@ -324,7 +324,19 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
-    if (!in_the_way_.empty() && space_.parks_pages() && mover_ == nullptr &&
+    // While the slack over the peak is its one page (a small working set: a
+    // 512 B and an 8 MiB block in turn), that page is kept for a range that
+    // needs back a page it lent. Pulling the lent page back would only lend
+    // it again at the other place's next call, a page move and a barrier on
+    // every call for as long as the device lags by a call or more. The old
+    // work on the page in the way is waited for once instead (below), and
+    // the range gets a page of its own.
+    const bool grows_instead =
+        !in_the_way_.empty() && stitcher_.slack_is_one_page(stats_.peak_live_bytes) &&
+        missing <=
+            space_.spare_pages() + std::min(stitcher_.growth_room(*reservation, begin, rounded, stats_.peak_live_bytes),
+                                            space_.available_pages() - space_.spare_pages());
+    if (!in_the_way_.empty() && !grows_instead && space_.parks_pages() && mover_ == nullptr &&
         stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
                                     pages_with_work_pending_from(), stitching_barriers(ordered),
                                     /*may_wait=*/false) > 0) {

@@ -70,13 +70,23 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
   // comes first and pages keep moving. The slack is at least one page, so a
   // small working set spanning both arenas (a 512 B and an 8 MiB block in
   // turn) does not move a page between them on every call.
-  const std::size_t page = space_.page_size();
-  const std::uint64_t peak = peak_live_bytes;
   const std::size_t ceiling =
-      std::max((peak + peak / 100 * hold_slack_percent_) / page, util::align_up(peak, page) / page + 1);
+      slack_is_one_page(peak_live_bytes) ? one_page_ceiling(peak_live_bytes) : percent_ceiling(peak_live_bytes);
   const std::size_t hold = std::min(pages_to_hold_, ceiling);
   const std::size_t held = space_.device_pages();
   return hold > held ? hold - held : 0;
+}
+
+std::size_t Stitcher::percent_ceiling(std::uint64_t peak_live_bytes) const noexcept {
+  return (peak_live_bytes + peak_live_bytes / 100 * hold_slack_percent_) / space_.page_size();
+}
+
+std::size_t Stitcher::one_page_ceiling(std::uint64_t peak_live_bytes) const noexcept {
+  return util::align_up(peak_live_bytes, space_.page_size()) / space_.page_size() + 1;
+}
+
+bool Stitcher::slack_is_one_page(std::uint64_t peak_live_bytes) const noexcept {
+  return one_page_ceiling(peak_live_bytes) > percent_ceiling(peak_live_bytes);
 }
 
 std::size_t Stitcher::free_parked_pages(const space::Reservation& r, std::uintptr_t begin, std::size_t length,

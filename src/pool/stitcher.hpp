@@ -52,6 +52,9 @@ class Stitcher {
   // the slack over `peak_live_bytes`. Updates what it holds on to.
   std::size_t growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                           std::uint64_t peak_live_bytes);
+  // Whether the slack over `peak_live_bytes` is the one page it never goes
+  // below (a small working set), rather than the percentage.
+  bool slack_is_one_page(std::uint64_t peak_live_bytes) const noexcept;
   // For each unmapped page of [begin, begin + length) whose physical page is
   // still parked: frees that page where it is current now, if it is idle
   // there, so that backing the range makes it current here at no driver
@@ -83,6 +86,10 @@ class Stitcher {
   const Segments& segments_;
   Arena (&arenas_)[2];
   order::StreamFences& fences_;
+  // The most pages the pool holds by the slack over the peak, and by the one page the slack never goes below.
+  std::size_t percent_ceiling(std::uint64_t peak_live_bytes) const noexcept;
+  std::size_t one_page_ceiling(std::uint64_t peak_live_bytes) const noexcept;
+
   std::size_t hold_slack_percent_;
   // Physical pages the layout has shown it needs: stitching stops taking
   // pages from elsewhere until the pool holds this many.

@@ -9,8 +9,10 @@ Each case checks what the advisor must find or refuse.
 
 usage: advise_cli_test.py CASE TIDEPOOL_ADVISE ADVISE_TRAINER
 """
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from preload_env import preload_env  # noqa: E402
 
 CASE, ADVISE, TRAINER = sys.argv[1], sys.argv[2], sys.argv[3]
 WORK = tempfile.mkdtemp(prefix="advise_cli_" + CASE + "_")
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 # The sim commits nothing until touched; room for every batch tried.
 ENV = preload_env(ADVISE, TIDEPOOL_SIM_MEMORY="64GiB")
 

@@ -5,9 +5,12 @@
 // so a page in use at two places would show one block's bytes in the other.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "runtime/allocator.hpp"
@@ -188,6 +191,65 @@ TEST_F(ParkedPagesUnderParams, APeerGrantedWhileAPageIsParkedReachesItWhereItCom
   ASSERT_TRUE(allocator->set_peer_access(1, false).ok());
   EXPECT_TRUE(device_one_write_faults(x.value()));
   EXPECT_TRUE(allocator->deallocate(x.value(), 0, true).ok());
+}
+
+// A working set under the slack's one page, one block in each arena in
+// turn and freed cudaFree-style, while the device lags (a kernel holds the
+// legacy stream, so no fence of the blocks' work completes): the page the
+// large block took from the small one once is not moved back and forth on
+// every call. The pool waits once for the work on it and holds a page more.
+TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDeviceLags) {
+  // As under the preload: cudaFree frees go back behind device barriers, the
+  // registry known complete (its hooks see every stream).
+  runtime::AllocatorOptions options;
+  options.pool.free_barrier = true;
+  auto created = runtime::Allocator::create(testing::sim_driver(), options);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  std::unique_ptr<runtime::Allocator> allocator = std::move(created.value());
+  allocator->streams().set_complete(true);
+  auto syncs = [count = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count")] {
+    return count("cuEventSynchronize") + count("cuStreamSynchronize") + count("cuCtxSynchronize");
+  };
+  const driver::Api& api = testing::sim_driver().api();
+  CUcontext primary = nullptr;
+  ASSERT_EQ(api.devicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api.ctxSetCurrent(primary), CUDA_SUCCESS);
+  testing::Gate gate;
+  int written = 0;
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, &written, 1), CUDA_SUCCESS);
+  // The device catches up only once the host waits for it (or the loop ends).
+  std::atomic<bool> done{false};
+  const std::uint64_t syncs_before = syncs();
+  std::thread opener([&] {
+    while (!done.load() && syncs() == syncs_before) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    gate.release();
+  });
+  constexpr int kCalls = 40;
+  std::vector<pool::PoolStats> after(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    for (std::size_t size : {std::size_t{512}, 8 * MiB}) {
+      auto b = allocator->allocate(size, 0, false);
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      fill_marks(b.value(), size, static_cast<std::uint64_t>(i) + 1);
+      ASSERT_TRUE(marks_intact(b.value(), size, static_cast<std::uint64_t>(i) + 1));
+      ASSERT_TRUE(allocator->deallocate(b.value(), 0, false).ok());
+    }
+    after[i] = allocator->pool().stats(false);
+  }
+  done.store(true);
+  opener.join();
+  // Settled within the first calls: no page moves after them.
+  const pool::PoolStats& settled = after[4];
+  const pool::PoolStats& last = after[kCalls - 1];
+  EXPECT_EQ(last.parked_reuses, settled.parked_reuses);
+  EXPECT_EQ(last.maps, settled.maps);
+  EXPECT_EQ(last.unmaps, settled.unmaps);
+  EXPECT_LE(last.pending_page_waits, 1u);
+  // The peak's four pages and the slack's one.
+  EXPECT_EQ(last.reserved_bytes, 10 * MiB);
+  EXPECT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(written, 1);
+  EXPECT_EQ(api.devicePrimaryCtxRelease(0), CUDA_SUCCESS);
 }
 
 TEST(ParkedPages, RandomWorkUnderATightBudgetKeepsEveryLiveBlocksBytes) {
