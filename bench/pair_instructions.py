@@ -5,10 +5,10 @@ Runs bench_pair_instructions (a build's bench/bench_pair_instructions) with
 LD_PRELOAD=libtidepool.so and the sim as libcuda.so.1 under valgrind's
 callgrind, collecting only inside its measured_pairs(), at two pair counts;
 the difference divided by the difference in pairs leaves out the start and
-the warm-up. Each pair's instructions are split into tidepool's own (its
-code and what it calls in libc and libstdc++) and the driver's (every call
-from libtidepool.so into the sim, inclusive), read from the calls in
-callgrind's output. Unlike a time, the figures repeat exactly on a noisy
+the warm-up. The loop's own instructions are left out; the rest is split
+into tidepool's own (its code and what it calls in libc and libstdc++) and
+the driver's (every call from libtidepool.so into the sim, inclusive),
+read from the calls in callgrind's output. Unlike a time, the figures repeat exactly on a noisy
 machine; the driver's part is the sim's, not a GPU driver's, so only
 tidepool's own and the number of driver calls carry over to a GPU.
 
@@ -27,7 +27,8 @@ FEW, MANY = 2000, 12000
 
 
 def parse(path: str):
-    """Total instructions, and the instructions and count of calls from libtidepool.so into the sim."""
+    """Instructions in libtidepool.so's calls (the program's own loop left out), and the
+    instructions and count of its calls into the sim."""
     names = {}  # "ob"/"cob" share one table of object names
 
     def name(value: str) -> str:
@@ -39,6 +40,7 @@ def parse(path: str):
         return names.get(m.group(1), "")
 
     total = 0
+    program = 0  # the benchmark's own loop, not tidepool's
     into_driver = 0
     driver_calls = 0
     obj = callee_obj = ""
@@ -56,14 +58,21 @@ def parse(path: str):
                 callee_obj = obj
             elif line.startswith("calls="):
                 pending_call = int(line.split("=")[1].split()[0])
-            elif pending_call is not None and line[:1] in "0123456789+-*":
-                cost = int(line.split()[1])
+            elif line[:1] in "0123456789+-*":
+                fields = line.split()
+                if len(fields) < 2:
+                    continue
+                cost = int(fields[1])
+                if pending_call is None:
+                    if os.path.basename(obj) == "bench_pair_instructions":
+                        program += cost
+                    continue
                 if "libtidepool.so" in obj and os.path.basename(callee_obj).startswith("libcuda.so"):
                     into_driver += cost
                     driver_calls += pending_call
                 pending_call = None
                 callee_obj = obj
-    return total, into_driver, driver_calls
+    return total - program, into_driver, driver_calls
 
 
 def run(build: str, mode: str, pairs: int):

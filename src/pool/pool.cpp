@@ -324,24 +324,26 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
-    // While the slack over the peak is its one page (a small working set: a
-    // 512 B and an 8 MiB block in turn), that page is kept for a range that
-    // needs back a page it lent. Pulling the lent page back would only lend
-    // it again at the other place's next call, a page move and a barrier on
-    // every call for as long as the device lags by a call or more. The old
-    // work on the page in the way is waited for once instead (below), and
-    // the range gets a page of its own.
-    const bool grows_instead =
-        !in_the_way_.empty() && stitcher_.slack_is_one_page(stats_.peak_live_bytes) &&
-        missing <=
-            space_.spare_pages() + std::min(stitcher_.growth_room(*reservation, begin, rounded, stats_.peak_live_bytes),
-                                            space_.available_pages() - space_.spare_pages());
-    if (!in_the_way_.empty() && !grows_instead && space_.parks_pages() && mover_ == nullptr &&
-        stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
-                                    pages_with_work_pending_from(), stitching_barriers(ordered),
-                                    /*may_wait=*/false) > 0) {
-      in_the_way_.clear();
-      space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
+    if (!in_the_way_.empty() && space_.parks_pages() && mover_ == nullptr) {
+      // The page parked here is lent to another place. Pulling it back costs
+      // no driver call, but while the slack over the peak is its one page
+      // (a small working set: a 512 B and an 8 MiB block in turn) the other
+      // place pulls it back at its next call, a page move and a barrier on
+      // every call while the device lags by one. Where the hold has room
+      // for a page of its own here, the host waits once for the old work
+      // on the parked mapping instead, and the range takes a new page.
+      const bool own_page =
+          stitcher_.slack_is_one_page(stats_.peak_live_bytes) &&
+          missing <= std::min(stitcher_.growth_room_if_asked(*reservation, begin, rounded, stats_.peak_live_bytes),
+                              space_.available_pages() - space_.spare_pages());
+      // (A wait a capture forbids falls back to pulling the page back.)
+      const bool waited = own_page && wait_for_pages_in_the_way();
+      if (waited || stitcher_.free_parked_pages(*reservation, begin, rounded, ordered ? stream : kNoPendingWork,
+                                                pages_with_work_pending_from(), stitching_barriers(ordered),
+                                                /*may_wait=*/false) > 0) {
+        in_the_way_.clear();
+        space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
+      }
     }
     if (!in_the_way_.empty()) {
       if (Block* backed = backed_fit(arena, request, chosen)) {

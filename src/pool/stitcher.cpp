@@ -56,6 +56,16 @@ void note_parked(const space::Reservation& r, std::size_t p, const space::Pendin
 
 std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                                   std::uint64_t peak_live_bytes) {
+  pages_to_hold_ = learned_hold(r, begin, length);
+  return room_under(pages_to_hold_, peak_live_bytes);
+}
+
+std::size_t Stitcher::growth_room_if_asked(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                           std::uint64_t peak_live_bytes) const {
+  return room_under(learned_hold(r, begin, length), peak_live_bytes);
+}
+
+std::size_t Stitcher::learned_hold(const space::Reservation& r, std::uintptr_t begin, std::size_t length) const {
   // Pages of this range that stitching took away earlier are needed again:
   // the layout uses more pages than the pool holds, and moving the same pages
   // back and forth would repeat every training step. The shortfall shows
@@ -63,18 +73,20 @@ std::size_t Stitcher::growth_room(const space::Reservation& r, std::uintptr_t be
   // how much of it one step shows: the hold grows by twice what this range
   // needs back, so that it is learned in the steps after the first rather
   // than a little more in every step (decisions.md).
-  if (const std::size_t returning = r.reclaimed_pages(begin, length); returning > 0) {
-    pages_to_hold_ = std::max(pages_to_hold_, space_.device_pages() + kReturningOvershoot * returning);
-  }
+  const std::size_t returning = r.reclaimed_pages(begin, length);
+  return returning > 0 ? std::max(pages_to_hold_, space_.device_pages() + kReturningOvershoot * returning)
+                       : pages_to_hold_;
+}
+
+std::size_t Stitcher::room_under(std::size_t hold, std::uint64_t peak_live_bytes) const noexcept {
   // Never past the slack over the peak live bytes: beyond it, utilization
   // comes first and pages keep moving. The slack is at least one page, so a
   // small working set spanning both arenas (a 512 B and an 8 MiB block in
   // turn) does not move a page between them on every call.
   const std::size_t ceiling =
       slack_is_one_page(peak_live_bytes) ? one_page_ceiling(peak_live_bytes) : percent_ceiling(peak_live_bytes);
-  const std::size_t hold = std::min(pages_to_hold_, ceiling);
   const std::size_t held = space_.device_pages();
-  return hold > held ? hold - held : 0;
+  return std::min(hold, ceiling) > held ? std::min(hold, ceiling) - held : 0;
 }
 
 std::size_t Stitcher::percent_ceiling(std::uint64_t peak_live_bytes) const noexcept {

@@ -52,8 +52,12 @@ class Stitcher {
   // the slack over `peak_live_bytes`. Updates what it holds on to.
   std::size_t growth_room(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
                           std::uint64_t peak_live_bytes);
+  // What growth_room would answer, without learning from the asking.
+  std::size_t growth_room_if_asked(const space::Reservation& r, std::uintptr_t begin, std::size_t length,
+                                   std::uint64_t peak_live_bytes) const;
   // Whether the slack over `peak_live_bytes` is the one page it never goes
-  // below (a small working set), rather than the percentage.
+  // below (a small working set, or a small `hold_slack`), rather than the
+  // percentage.
   bool slack_is_one_page(std::uint64_t peak_live_bytes) const noexcept;
   // For each unmapped page of [begin, begin + length) whose physical page is
   // still parked: frees that page where it is current now, if it is idle
@@ -82,14 +86,19 @@ class Stitcher {
                       BarrierMaker* barriers = nullptr);
 
  private:
+  // The hold, with what this range needing back its pages teaches.
+  std::size_t learned_hold(const space::Reservation& r, std::uintptr_t begin, std::size_t length) const;
+  // Pages the pool may still create under `hold`, within the slack.
+  std::size_t room_under(std::size_t hold, std::uint64_t peak_live_bytes) const noexcept;
+  // The most pages the slack's percentage allows over the peak.
+  std::size_t percent_ceiling(std::uint64_t peak_live_bytes) const noexcept;
+  // The most pages the slack's one page allows over the peak.
+  std::size_t one_page_ceiling(std::uint64_t peak_live_bytes) const noexcept;
+
   space::AddressSpace& space_;
   const Segments& segments_;
   Arena (&arenas_)[2];
   order::StreamFences& fences_;
-  // The most pages the pool holds by the slack over the peak, and by the one page the slack never goes below.
-  std::size_t percent_ceiling(std::uint64_t peak_live_bytes) const noexcept;
-  std::size_t one_page_ceiling(std::uint64_t peak_live_bytes) const noexcept;
-
   std::size_t hold_slack_percent_;
   // Physical pages the layout has shown it needs: stitching stops taking
   // pages from elsewhere until the pool holds this many.

@@ -195,9 +195,10 @@ TEST_F(ParkedPagesUnderParams, APeerGrantedWhileAPageIsParkedReachesItWhereItCom
 
 // A working set under the slack's one page, one block in each arena in
 // turn and freed cudaFree-style, while the device lags (a kernel holds the
-// legacy stream, so no fence of the blocks' work completes): the page the
-// large block took from the small one once is not moved back and forth on
-// every call. The pool waits once for the work on it and holds a page more.
+// legacy stream, so no fence of the blocks' work completes in time): the
+// page the large block took from the small one once is not moved back and
+// forth on every call. The pool waits once for the work on it and holds a
+// page more.
 TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDeviceLags) {
   // As under the preload: cudaFree frees go back behind device barriers, the
   // registry known complete (its hooks see every stream).
@@ -214,18 +215,31 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
   CUcontext primary = nullptr;
   ASSERT_EQ(api.devicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
   ASSERT_EQ(api.ctxSetCurrent(primary), CUDA_SUCCESS);
-  testing::Gate gate;
-  int written = 0;
-  ASSERT_EQ(testing::launch_gated_write(nullptr, &gate, &written, 1), CUDA_SUCCESS);
-  // The device catches up only once the host waits for it (or the loop ends).
-  std::atomic<bool> done{false};
-  const std::uint64_t syncs_before = syncs();
-  std::thread opener([&] {
-    while (!done.load() && syncs() == syncs_before) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    gate.release();
+  // The device lags the whole loop: a kernel holds the legacy stream until
+  // the host waits for it, and another holds it again after that.
+  testing::Gate gates[2];
+  int written[2] = {0, 0};
+  ASSERT_EQ(testing::launch_gated_write(nullptr, &gates[0], &written[0], 1), CUDA_SUCCESS);
+  std::atomic<bool> first_open{false};
+  struct Opener {
+    std::atomic<bool> done{false};
+    std::thread thread;
+    ~Opener() {  // joined however the test ends
+      done.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } opener;
+  opener.thread = std::thread([&] {
+    for (testing::Gate& gate : gates) {
+      const std::uint64_t seen = syncs();
+      while (!opener.done.load() && syncs() == seen) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      gate.release();
+      first_open.store(true);
+    }
   });
   constexpr int kCalls = 40;
   std::vector<pool::PoolStats> after(kCalls);
+  bool held_again = false;
   for (int i = 0; i < kCalls; ++i) {
     for (std::size_t size : {std::size_t{512}, 8 * MiB}) {
       auto b = allocator->allocate(size, 0, false);
@@ -234,10 +248,15 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
       ASSERT_TRUE(marks_intact(b.value(), size, static_cast<std::uint64_t>(i) + 1));
       ASSERT_TRUE(allocator->deallocate(b.value(), 0, false).ok());
     }
+    if (!held_again && first_open.load()) {
+      ASSERT_EQ(testing::launch_gated_write(nullptr, &gates[1], &written[1], 2), CUDA_SUCCESS);
+      held_again = true;
+    }
     after[i] = allocator->pool().stats(false);
   }
-  done.store(true);
-  opener.join();
+  EXPECT_TRUE(held_again);
+  opener.done.store(true);
+  opener.thread.join();
   // Settled within the first calls: no page moves after them.
   const pool::PoolStats& settled = after[4];
   const pool::PoolStats& last = after[kCalls - 1];
@@ -248,7 +267,8 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
   // The peak's four pages and the slack's one.
   EXPECT_EQ(last.reserved_bytes, 10 * MiB);
   EXPECT_EQ(api.ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(written, 1);
+  EXPECT_EQ(written[0], 1);
+  EXPECT_EQ(written[1], held_again ? 2 : 0);
   EXPECT_EQ(api.devicePrimaryCtxRelease(0), CUDA_SUCCESS);
 }
 
