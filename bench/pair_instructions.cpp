@@ -3,22 +3,35 @@
 // LD_PRELOAD=libtidepool.so (the sim as libcuda.so.1) and collects only
 // inside measured_pairs(), so that the figure per pair repeats exactly.
 //
-// usage: bench_pair_instructions MODE PAIRS
+// usage: bench_pair_instructions MODE PAIRS [--calls]
 //   device         cuMemAlloc_v2/cuMemFree_v2 before any stream exists
 //   device_stream  the same once a non-blocking stream was made (through
 //                  the hooks, as a framework's side stream is)
 //   async          cuMemAllocAsync/cuMemFreeAsync on that stream
 // The sizes cycle as in gpu/hotpath.cu; every size is allocated and freed
-// once before the measured pairs, so that each is cached.
+// four times before the measured pairs, so that each is cached. --calls
+// prints, as one JSON object, how many times the measured pairs called each
+// driver entry point a cached pair could reach (the sim's own counts):
+// tests/interpose/pair_driver_calls_test.py holds them to the hot path's.
 #include <cuda.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <string>
 
+extern "C" uint64_t tidepool_sim_call_count(const char* name);  // the sim's (sim/sim_control.h)
+
 namespace {
+
+// Every entry point a pair might reach: the current context and device,
+// the capture check, fences and host waits, and VMM.
+constexpr const char* kCounted[] = {
+    "cuCtxGetCurrent", "cuCtxSetCurrent",   "cuCtxGetDevice",     "cuStreamIsCapturing", "cuEventQuery",
+    "cuEventRecord",   "cuStreamWaitEvent", "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize",
+    "cuMemCreate",     "cuMemRelease",      "cuMemMap",           "cuMemUnmap",          "cuMemSetAccess"};
 
 constexpr std::size_t kSizes[] = {512, 4096, 65536, 1 << 20, 8 << 20};
 
@@ -43,14 +56,11 @@ bool pair(std::size_t size, CUstream stream, bool async) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s device|device_stream|async PAIRS\n", argv[0]);
-    return 2;
-  }
-  const std::string mode = argv[1];
-  const long pairs = std::strtol(argv[2], nullptr, 10);
-  if ((mode != "device" && mode != "device_stream" && mode != "async") || pairs <= 0) {
-    std::fprintf(stderr, "usage: %s device|device_stream|async PAIRS\n", argv[0]);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const long pairs = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 0;
+  const bool calls = argc == 4 && std::strcmp(argv[3], "--calls") == 0;
+  if ((argc != 3 && !calls) || (mode != "device" && mode != "device_stream" && mode != "async") || pairs <= 0) {
+    std::fprintf(stderr, "usage: %s device|device_stream|async PAIRS [--calls]\n", argv[0]);
     return 2;
   }
   CUdevice device = 0;
@@ -63,8 +73,20 @@ int main(int argc, char** argv) {
   if (mode != "device" && cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) fail("cuStreamCreate");
   const bool async = mode == "async";
   if (!measured_pairs(static_cast<long>(std::size(kSizes)) * 4, stream, async)) fail("a warm-up pair");
+  uint64_t before[std::size(kCounted)];
+  for (std::size_t i = 0; i < std::size(kCounted); ++i) before[i] = tidepool_sim_call_count(kCounted[i]);
   if (!measured_pairs(pairs, stream, async)) fail("a measured pair");
+  uint64_t made[std::size(kCounted)];
+  for (std::size_t i = 0; i < std::size(kCounted); ++i) made[i] = tidepool_sim_call_count(kCounted[i]) - before[i];
   if (stream != nullptr && cuStreamSynchronize(stream) != CUDA_SUCCESS) fail("cuStreamSynchronize");
-  std::printf("%s %ld pairs\n", mode.c_str(), pairs);
+  if (!calls) {
+    std::printf("%s %ld pairs\n", mode.c_str(), pairs);
+    return 0;
+  }
+  std::printf("{\"mode\":\"%s\",\"pairs\":%ld,\"calls\":{", mode.c_str(), pairs);
+  for (std::size_t i = 0; i < std::size(kCounted); ++i) {
+    std::printf("%s\"%s\":%llu", i == 0 ? "" : ",", kCounted[i], static_cast<unsigned long long>(made[i]));
+  }
+  std::printf("}}\n");
   return 0;
 }
