@@ -209,7 +209,8 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
   std::unique_ptr<runtime::Allocator> allocator = std::move(created.value());
   allocator->streams().set_complete(true);
   auto syncs = [count = testing::sim_control<decltype(&tidepool_sim_call_count)>("tidepool_sim_call_count")] {
-    return count("cuEventSynchronize") + count("cuStreamSynchronize") + count("cuCtxSynchronize");
+    return count("cuEventSynchronize") + count("cuStreamSynchronize") + count("cuCtxSynchronize") +
+           count("cuCtxSynchronize_v2");
   };
   const driver::Api& api = testing::sim_driver().api();
   CUcontext primary = nullptr;
@@ -220,7 +221,12 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
   testing::Gate gates[2];
   int written[2] = {0, 0};
   ASSERT_EQ(testing::launch_gated_write(nullptr, &gates[0], &written[0], 1), CUDA_SUCCESS);
+  // Each gate opens once the host waits after it was closed: the counts
+  // to compare with are read on this thread, before anything could wait.
+  constexpr std::uint64_t kNotYet = UINT64_MAX;
+  std::atomic<std::uint64_t> closed_at[2] = {syncs(), kNotYet};
   std::atomic<bool> first_open{false};
+  std::atomic<bool> forced{false};  // a gate opened by the deadline: the loop blocked some other way
   struct Opener {
     std::atomic<bool> done{false};
     std::thread thread;
@@ -230,10 +236,16 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
     }
   } opener;
   opener.thread = std::thread([&] {
-    for (testing::Gate& gate : gates) {
-      const std::uint64_t seen = syncs();
-      while (!opener.done.load() && syncs() == seen) std::this_thread::sleep_for(std::chrono::microseconds(200));
-      gate.release();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int g = 0; g < 2; ++g) {
+      while (!opener.done.load() && (closed_at[g].load() == kNotYet || syncs() <= closed_at[g].load())) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          forced.store(true);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      gates[g].release();
       first_open.store(true);
     }
   });
@@ -249,6 +261,7 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
       ASSERT_TRUE(allocator->deallocate(b.value(), 0, false).ok());
     }
     if (!held_again && first_open.load()) {
+      closed_at[1].store(syncs());
       ASSERT_EQ(testing::launch_gated_write(nullptr, &gates[1], &written[1], 2), CUDA_SUCCESS);
       held_again = true;
     }
@@ -257,6 +270,7 @@ TEST(ParkedPages, ASmallWorkingSetAcrossBothArenasStopsMovingAPageWhileTheDevice
   EXPECT_TRUE(held_again);
   opener.done.store(true);
   opener.thread.join();
+  EXPECT_FALSE(forced.load()) << "the loop blocked without a host wait the test could see";
   // Settled within the first calls: no page moves after them.
   const pool::PoolStats& settled = after[4];
   const pool::PoolStats& last = after[kCalls - 1];
