@@ -200,6 +200,20 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // Returns once the queue holds fewer than `depth` items not yet started
   // (0: at once). Not on the stream's own worker, which would wait on itself.
   void wait_for_room(std::size_t depth);
+  // The virtual clock (clock.cpp). Whether this stream will do nothing more
+  // until the host acts or the clock moves: its queue empty and nothing
+  // running, or its worker waiting for the clock or for another stream's
+  // work that has not finished.
+  [[nodiscard]] bool quiet() const;
+  // The end of the clock wait the worker is in, or 0 (clock.cpp).
+  [[nodiscard]] std::uint64_t clock_wait_end() const noexcept {
+    return clock_wait_end_.load(std::memory_order_acquire);
+  }
+  // On this stream's worker, in a kernel: holds the stream for `ns` of the
+  // virtual clock after the stream's device time (tidepool_sim_run_for).
+  void run_for(std::uint64_t ns);
+  // The stream whose worker is the calling thread, or null (the host).
+  static Stream* of_this_thread() noexcept;
   [[nodiscard]] bool blocking() const noexcept { return (flags_ & CU_STREAM_NON_BLOCKING) == 0; }
   [[nodiscard]] bool legacy() const noexcept { return legacy_; }
   [[nodiscard]] unsigned flags() const noexcept { return flags_; }
@@ -226,6 +240,18 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::condition_variable work_ready_;
   std::condition_variable room_;  // an item left the queue
   std::deque<std::function<void()>> queue_;
+  // The virtual clock's time at each queued item's enqueue, parallel to
+  // queue_ (clock.cpp); 0 while the clock is off.
+  std::deque<std::uint64_t> enqueued_at_;
+  bool running_ = false;                // an item taken from queue_ and not done
+  const Stream* waiting_on_ = nullptr;  // the worker waits for its item waiting_for_
+  std::uint64_t waiting_for_ = 0;
+  // The worker's own: how far this stream's device has run on the clock.
+  std::uint64_t device_ns_ = 0;
+  std::atomic<std::uint64_t> clock_wait_end_{0};
+  // Where on the clock this stream's last completed item ended: a worker that
+  // waited for it runs on from there.
+  std::atomic<std::uint64_t> done_at_ns_{0};
   std::uint64_t enqueued_ = 0;
   std::atomic<std::uint64_t> completed_{0};
   bool stopping_ = false;
@@ -421,6 +447,17 @@ struct State {
   // tidepool_sim_set_records_wait: cuEventRecord returns once its event is
   // complete, so tools that launch no work see the same answers every run.
   std::atomic<bool> records_wait{false};
+  // The virtual clock (clock.cpp, tidepool_sim_set_virtual_clock): kernels
+  // that call tidepool_sim_run_for hold their stream for virtual time, which
+  // moves only when the host moves it or waits, so that which work is done
+  // when the host looks does not depend on how fast the threads run.
+  std::atomic<bool> virtual_clock{false};
+  std::mutex clock_lock;
+  std::condition_variable clock_moved;
+  std::atomic<std::uint64_t> clock_ns{0};  // written under clock_lock
+  // Items completed on every stream: a settle that saw none complete while
+  // it looked saw one moment.
+  std::atomic<std::uint64_t> completions{0};
   // The host<->device copy model: GB/s (1e9 bytes/s) each copy gets, 0 for
   // unlimited; read when a copy is enqueued (TIDEPOOL_SIM_COPY_GBPS,
   // tidepool_sim_set_copy_gbps). Bytes are counted when a copy runs.
@@ -580,6 +617,18 @@ CUresult check_unsafe_call();
 CUresult check_context_sync(Context* context);
 // Waits for all work on every stream of `context`, or of all contexts.
 void synchronize_context(Context* context);
+// The stream whose worker is this thread (clock.cpp); null on the host.
+Stream*& worker_stream();
+// Every stream of `context`, or of all contexts, the legacy ones included.
+std::vector<std::shared_ptr<Stream>> streams_of(Context* context);
+// The virtual clock (clock.cpp). With it on, returns once every stream is
+// quiet (Stream::quiet), so that what the host sees next is what the clock
+// says; with it off, at once.
+void settle_streams();
+// With the clock on and called on the host: settles, then moves the clock to
+// the next end of a clock wait until `done` holds or nothing waits on the
+// clock. Returns whether `done` holds (false: the caller waits as usual).
+bool advance_until(const std::function<bool()>& done);
 void synchronize_all();
 // Releases a device allocation made by cuMemAlloc/cuMemAllocAsync
 // (memory.cpp); graph destruction uses it for its memory nodes.

@@ -73,6 +73,26 @@ CUresult tidepool_sim_set_kernel_extent(CUfunction f, size_t pointer_param, size
  * depend on how fast the stream threads run. Default: off. */
 void tidepool_sim_set_records_wait(int on);
 
+/* The virtual clock, for tools that model a device lagging the host and
+ * need the same answers on every run (tidepool-replay's --lag-us). On (the
+ * default is off), a kernel that calls tidepool_sim_run_for holds its stream
+ * until the clock reaches its end, which moves only by
+ * tidepool_sim_advance_clock and by host waits (a synchronisation or a full
+ * queue moves it to each next kernel end in turn until the wait is over).
+ * cuEventQuery and cuStreamQuery first let every stream run until it waits
+ * for the clock, for another stream, or for work. Work that waits on the
+ * host (cuStreamWaitValue32 on a value not yet written) must not be queued
+ * with the clock on. */
+void tidepool_sim_set_virtual_clock(int on);
+/* Moves the virtual clock on by `ns`. */
+void tidepool_sim_advance_clock(uint64_t ns);
+/* The virtual clock's time in nanoseconds (0 when it never moved). */
+uint64_t tidepool_sim_clock_ns(void);
+/* In a kernel (on a stream's worker): holds the stream for `ns` of its
+ * device time, on the virtual clock when it is on, else by spinning that
+ * long. CUDA_ERROR_INVALID_CONTEXT outside a stream's work. */
+CUresult tidepool_sim_run_for(uint64_t ns);
+
 /* Counts of calls made to `name` since the process started. */
 uint64_t tidepool_sim_call_count(const char* name);
 

@@ -107,8 +107,10 @@ void Stream::stop() {
 }
 
 std::uint64_t Stream::enqueue(std::function<void()> work) {
+  const std::uint64_t now = state().clock_ns.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> guard(mutex_);
   queue_.push_back(std::move(work));
+  enqueued_at_.push_back(now);
   const std::uint64_t sequence = ++enqueued_;
   work_ready_.notify_one();
   return sequence;
@@ -116,6 +118,12 @@ std::uint64_t Stream::enqueue(std::function<void()> work) {
 
 void Stream::wait_for_room(std::size_t depth) {
   if (depth == 0 || worker_.get_id() == std::this_thread::get_id()) return;
+  if (Stream::of_this_thread() == nullptr) {
+    (void)advance_until([&] {
+      std::lock_guard<std::mutex> guard(mutex_);
+      return stopping_ || queue_.size() < depth;
+    });
+  }
   std::unique_lock<std::mutex> guard(mutex_);
   room_.wait(guard, [&] { return stopping_ || queue_.size() < depth; });
 }
@@ -127,12 +135,37 @@ std::uint64_t Stream::enqueued() const {
 
 void Stream::wait_for(std::uint64_t sequence) const {
   State& s = state();
+  Stream* worker = Stream::of_this_thread();
+  if (worker == nullptr) {
+    if (advance_until([&] { return completed() >= sequence; })) return;
+  } else if (s.virtual_clock.load(std::memory_order_acquire)) {
+    // A worker waiting on another stream is quiet while that work is not
+    // done; once it is, this stream's device runs on from the clock's time.
+    {
+      std::lock_guard<std::mutex> guard(worker->mutex_);
+      worker->waiting_on_ = this;
+      worker->waiting_for_ = sequence;
+    }
+    bool blocked = false;
+    {
+      std::unique_lock<std::mutex> guard(s.progress_lock);
+      blocked = completed() < sequence;
+      s.progress.wait(guard, [&] { return completed() >= sequence; });
+    }
+    {
+      std::lock_guard<std::mutex> guard(worker->mutex_);
+      worker->waiting_on_ = nullptr;
+    }
+    if (blocked) worker->device_ns_ = std::max(worker->device_ns_, done_at_ns_.load(std::memory_order_acquire));
+    return;
+  }
   std::unique_lock<std::mutex> guard(s.progress_lock);
   s.progress.wait(guard, [&] { return completed() >= sequence; });
 }
 
 void Stream::run() {
   State& s = state();  // leaked: safe to use until the process is gone
+  worker_stream() = this;
   for (;;) {
     std::function<void()> work;
     {
@@ -141,13 +174,23 @@ void Stream::run() {
       if (queue_.empty()) return;  // stopping with nothing left
       work = std::move(queue_.front());
       queue_.pop_front();
+      // An item starts no earlier on the clock than it was queued.
+      device_ns_ = std::max(device_ns_, enqueued_at_.front());
+      enqueued_at_.pop_front();
+      running_ = true;
     }
     room_.notify_all();
     work();
     work = nullptr;  // release what the work holds (streams, too) before it counts as done
     {
       std::lock_guard<std::mutex> guard(s.progress_lock);
+      done_at_ns_.store(device_ns_, std::memory_order_release);
       completed_.fetch_add(1, std::memory_order_release);
+      s.completions.fetch_add(1, std::memory_order_release);
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      running_ = false;
     }
     s.progress.notify_all();
   }
@@ -415,7 +458,7 @@ CUresult check_context_sync(Context* context) {
   return conflict ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
-void synchronize_context(Context* context) {
+std::vector<std::shared_ptr<Stream>> streams_of(Context* context) {
   State& s = state();
   std::vector<std::shared_ptr<Stream>> all;
   {
@@ -436,7 +479,11 @@ void synchronize_context(Context* context) {
       if (context == nullptr || stream->context() == context) all.push_back(stream);
     }
   }
-  for (auto& stream : all) stream->synchronize();
+  return all;
+}
+
+void synchronize_context(Context* context) {
+  for (auto& stream : streams_of(context)) stream->synchronize();
 }
 
 void synchronize_all() { synchronize_context(nullptr); }
@@ -705,6 +752,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuStreamQuery(CUstream handle) {
   if (CUresult r = resolve_stream(handle, &stream); r != CUDA_SUCCESS) return r;
   std::vector<std::pair<std::shared_ptr<Stream>, std::uint64_t>> targets;
   if (CUresult r = sync_targets(stream, &targets); r != CUDA_SUCCESS) return r;
+  settle_streams();
   for (const auto& [target, sequence] : targets) {
     if (target->completed() < sequence) return CUDA_ERROR_NOT_READY;
   }
@@ -1168,6 +1216,7 @@ TIDEPOOL_SIM_EXPORT CUresult cuEventQuery(CUevent event) {
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const EventView v = view(*e);
   if (v.captured) return CUDA_ERROR_CAPTURED_EVENT;
+  settle_streams();
   return v.complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 

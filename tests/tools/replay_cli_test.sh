@@ -32,13 +32,36 @@ case "$case_name" in
     sed 's/"ns_per_event":[^,]*,//' b.jsonl > b
     cmp -s a b || fail "two replays without lag differ"
     grep -q '"lag_us":0' a.jsonl || fail "lag_us 0 is not said"
-    grep pytorch_rules lag.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//' > lagged_baseline
-    grep pytorch_rules a.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//' > baseline
+    grep pytorch_rules lag.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//; s/"host_us":[^,]*,//' > lagged_baseline
+    grep pytorch_rules a.jsonl | sed 's/"ns_per_event":[^,]*,//; s/"lag_us":[^,]*,//; s/"host_us":[^,]*,//' > baseline
     cmp -s lagged_baseline baseline || fail "the lag changed a baseline"
     for bad in -1 2000000 soon; do
       "$replay" --lag-us "$bad" "$sample" > /dev/null 2> bad.err
       [ $? -eq 2 ] || fail "--lag-us $bad was accepted"
+      "$replay" --lag-us 2 --host-us "$bad" "$sample" > /dev/null 2> bad.err
+      [ $? -eq 2 ] || fail "--host-us $bad was accepted"
     done
+    # On the sim's virtual clock a lagging replay repeats exactly, in both
+    # free modes, and a device that keeps up (the host slower per event than
+    # the lag) is the replay without lag.
+    grep -q '"host_us":1' lag.jsonl || fail "host_us is not said"
+    for frees in device stream; do
+      for run in 1 2; do
+        "$replay" --policy best_fit --frees $frees --lag-us 50 --json "$sample" |
+          sed 's/"ns_per_event":[^,]*,//g' > "lag50_$run" || fail "--lag-us 50 --frees $frees exited $?"
+      done
+      cmp -s lag50_1 lag50_2 || fail "two replays at --lag-us 50 --frees $frees differ"
+    done
+    "$replay" --policy best_fit --frees device --lag-us 2 --host-us 100 --json "$sample" |
+      sed 's/"ns_per_event":[^,]*,//g; s/"lag_us":[^,]*,//; s/"host_us":[^,]*,//' > kept_up ||
+      fail "--host-us 100 exited $?"
+    grep best_fit a.jsonl | sed 's/"ns_per_event":[^,]*,//g; s/"lag_us":[^,]*,//; s/"host_us":[^,]*,//' > unlagged
+    cmp -s kept_up unlagged || fail "a device that keeps up did not replay as no lag"
+    "$replay" --policy best_fit --frees device --lag-us 2 --wall-clock --json "$sample" > wall.jsonl 2> wall.err ||
+      fail "--wall-clock exited $?"
+    grep -q '"host_us":null' wall.jsonl || fail "a wall-clock replay said a host time"
+    grep -q '"failed_allocations":0' wall.jsonl || fail "a wall-clock replay refused allocations"
+
     ;;
   version)
     out=$("$replay" --version) || fail "--version exited $?"

@@ -146,6 +146,7 @@ TEST(Reports, JsonLinesHaveExactlyTheDocumentedKeys) {
                                     "device_limit_given",
                                     "frees",
                                     "lag_us",
+                                    "host_us",
                                     "driver_calls",
                                     "last_step",
                                     "steps"}));

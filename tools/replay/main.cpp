@@ -51,6 +51,16 @@ int main(int argc, char** argv) {
                  "policies queue this many microseconds of work on its stream, and fences finish when the work "
                  "before them has (default 0: none queued, every fence finished at once)")
       ->check(CLI::Range(0.0, tidepool::replay::kMaxLagMicroseconds).description(""));
+  double host_us = TargetOptions::kDefaultHostMicroseconds;
+  bool wall_clock = false;
+  app.add_option("--host-us", host_us,
+                 "With --lag-us: the host time each trace event takes on the simulated driver's virtual clock, on "
+                 "which the lag's work runs, so that every run gives the same figures (default 1; set against "
+                 "bench_live_replay's host takes per event on the sim)")
+      ->check(CLI::Range(0.0, tidepool::replay::kMaxLagMicroseconds).description(""));
+  app.add_flag("--wall-clock", wall_clock,
+               "With --lag-us: run the lag's work in wall time on the sim's stream threads instead, as "
+               "bench_live_replay does (figures then vary from run to run)");
   app.add_option("--steps", step_count,
                  "Split the trace into N equal training steps, 1 to 1000000 (default: detect them)")
       ->check(CLI::Range(1, 1000000).description(""))
@@ -107,6 +117,7 @@ int main(int argc, char** argv) {
   }
   (void)parse_free_mode(frees, &target_options.frees);  // checked by the parser
   target_options.lag_us = lag_us;
+  target_options.host_us = wall_clock ? -1.0 : host_us;
   if (!device_limit.empty()) {
     auto spec = tidepool::util::parse_size(device_limit);
     if (!spec || spec->is_percent || spec->bytes < tidepool::runtime::kMinimumBudget) {

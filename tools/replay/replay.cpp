@@ -300,6 +300,7 @@ bool run_replay(const std::string& trace_name, const std::vector<TraceEvent>& ev
   result->policy = policy;
   result->frees = target_options.frees;
   result->lag_us = target_options.lag_us;
+  result->host_us = target_options.lag_us > 0 ? target_options.host_us : -1;
   result->device_limit_bytes = device_limit_of(target_options, &result->device_limit_given);
   if (result->device_limit_given) {
     result->budget_changes.push_back(

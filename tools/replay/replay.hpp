@@ -74,7 +74,8 @@ struct Result {
   std::string trace;
   std::string policy;
   FreeMode frees = FreeMode::stream;
-  double lag_us = 0;  // TargetOptions::lag_us (tidepool's policies only)
+  double lag_us = 0;    // TargetOptions::lag_us (tidepool's policies only)
+  double host_us = -1;  // TargetOptions::host_us where lagging on the virtual clock; else -1
   std::uint64_t events = 0;
   std::uint64_t peak_live_bytes = 0;
   std::uint64_t peak_reserved_bytes = 0;

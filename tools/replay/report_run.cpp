@@ -48,8 +48,16 @@ ReportRun make_report_run(int argc, const char* const* argv, const TargetOptions
   run.host = host_name();
   run.options.emplace_back("frees", free_mode_name(target.frees));
   if (target.lag_us > 0) {
-    char lag[128];
-    std::snprintf(lag, sizeof lag, "%g us of work queued per allocation (tidepool's policies)", target.lag_us);
+    char lag[192];
+    if (target.host_us >= 0) {
+      std::snprintf(lag, sizeof lag,
+                    "%g us of work queued per allocation (tidepool's policies), the host taking %g us per event on "
+                    "the sim's virtual clock",
+                    target.lag_us, target.host_us);
+    } else {
+      std::snprintf(lag, sizeof lag, "%g us of work queued per allocation (tidepool's policies), in wall time",
+                    target.lag_us);
+    }
     run.options.emplace_back("device lag", lag);
   }
   bool given = false;

@@ -192,6 +192,7 @@ std::string json_line(const Result& r) {
       {"device_limit_given", r.device_limit_given},
       {"frees", free_mode_name(r.frees)},
       {"lag_us", r.lag_us},
+      {"host_us", r.host_us >= 0 ? nlohmann::json(r.host_us) : nlohmann::json(nullptr)},
       {"driver_calls", calls_json(r.driver_calls)},
       {"last_step", step_json(last_step(r))},
   };

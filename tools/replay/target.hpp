@@ -70,6 +70,13 @@ struct TargetOptions {
   // streams get to them. 0: no work is queued and a fence is finished once
   // recorded, every run alike.
   double lag_us = 0;
+  // With lag, the host time each trace event takes on the sim's virtual
+  // clock (--host-us): the lag's work holds its stream for lag_us of that
+  // clock, so which fences have finished when the pool looks is the same on
+  // every run. Negative: wall time instead (--wall-clock), the lag's work
+  // spinning on the sim's stream threads as bench_live_replay's does.
+  double host_us = kDefaultHostMicroseconds;
+  static constexpr double kDefaultHostMicroseconds = 1.0;
 };
 
 // The largest --lag-us taken: a second per allocation.

@@ -76,28 +76,42 @@ void set_fences_finish_when_recorded(const driver::Driver& driver, bool at_once)
   }
 }
 
+using RunFor = CUresult (*)(std::uint64_t);
+using SetVirtualClock = void (*)(int);
+using AdvanceClock = void (*)(std::uint64_t);
+
+// The sim's virtual clock as a lagging target drives it; all null without
+// one (no lag, or --wall-clock).
+struct VirtualClock {
+  SetVirtualClock set = nullptr;
+  AdvanceClock advance = nullptr;
+  std::uint64_t host_ns = 0;  // moved on by this much per trace event
+};
+
 // The work a lagging device runs after each allocation: it writes the block's
-// first bytes (so reuse under queued work would show) and keeps its stream
-// busy for the lag.
-void write_and_spin(void** params, void* /*user*/) {
+// first bytes (so reuse under queued work would show) and holds its stream
+// for the lag (`user`: the sim's tidepool_sim_run_for, on the virtual clock
+// when it is on, else spinning).
+void write_and_hold(void** params, void* user) {
   const auto address = *static_cast<CUdeviceptr*>(params[0]);
   const auto bytes = *static_cast<std::uint64_t*>(params[1]);
-  const auto spin = std::chrono::nanoseconds(*static_cast<std::int64_t*>(params[2]));
+  const auto hold = *static_cast<std::int64_t*>(params[2]);
   std::memset(reinterpret_cast<void*>(address), 0x5a, std::min<std::uint64_t>(bytes, 8));
-  const auto until = std::chrono::steady_clock::now() + spin;
-  while (std::chrono::steady_clock::now() < until) {
-  }
+  (void)reinterpret_cast<RunFor>(user)(static_cast<std::uint64_t>(hold));
 }
 
-// write_and_spin as a sim kernel, registered once; null when the driver is
+// write_and_hold as a sim kernel, registered once; null when the driver is
 // not the sim.
 CUfunction lag_kernel(const driver::Driver& driver) {
   static CUfunction kernel = [&driver] {
     using Register = CUresult (*)(CUfunction*, void (*)(void**, void*), void*, int, const std::size_t*);
     auto reg = reinterpret_cast<Register>(::dlsym(driver.handle(), "tidepool_sim_register_kernel"));
+    auto run_for = ::dlsym(driver.handle(), "tidepool_sim_run_for");
     CUfunction f = nullptr;
     const std::size_t sizes[] = {sizeof(CUdeviceptr), sizeof(std::uint64_t), sizeof(std::int64_t)};
-    if (reg == nullptr || reg(&f, &write_and_spin, nullptr, 3, sizes) != CUDA_SUCCESS) f = nullptr;
+    if (reg == nullptr || run_for == nullptr || reg(&f, &write_and_hold, run_for, 3, sizes) != CUDA_SUCCESS) {
+      f = nullptr;
+    }
     return f;
   }();
   return kernel;
@@ -112,7 +126,7 @@ class TidepoolTarget final : public Target {
  public:
   TidepoolTarget(std::string policy, std::unique_ptr<runtime::Allocator> allocator, FreeMode frees,
                  std::size_t stream_limit, SimCallCount count, DriverCalls calls_before, CUfunction lag_kernel,
-                 double lag_us)
+                 double lag_us, VirtualClock clock)
       : policy_(std::move(policy)),
         allocator_(std::move(allocator)),
         frees_(frees),
@@ -120,16 +134,19 @@ class TidepoolTarget final : public Target {
         count_(count),
         calls_before_(calls_before),
         lag_kernel_(lag_kernel),
-        lag_ns_(static_cast<std::int64_t>(lag_us * 1000.0)) {
+        lag_ns_(static_cast<std::int64_t>(lag_us * 1000.0)),
+        clock_(clock) {
     // Every stream of this process that the pool may meet is made by
     // stream_for(), which registers it: the registry is complete.
     allocator_->streams().set_complete(true);
+    if (clock_.set != nullptr) clock_.set(1);
   }
   ~TidepoolTarget() override {
     const driver::Api& api = sim_driver(nullptr)->api();
     driver::ScopedContext scope(api, allocator_->context());
     if (lag_kernel_ != nullptr) (void)api.ctxSynchronize();  // the lag's work touches the pool's pages
     allocator_.reset();
+    if (clock_.set != nullptr) clock_.set(0);
     if (lag_event_ != nullptr) (void)api.eventDestroy(lag_event_);
     for (CUstream stream : made_) {
       if (stream != nullptr) api.streamDestroy(stream);
@@ -139,6 +156,7 @@ class TidepoolTarget final : public Target {
   std::string name() const override { return policy_; }
 
   bool allocate(std::uint64_t size, std::uint64_t stream, std::uint64_t* address) override {
+    host_step();
     const std::uintptr_t on = frees_ == FreeMode::device ? 0 : stream_for(stream);
     auto result = allocator_->allocate(size, on, /*ordered=*/frees_ == FreeMode::stream);
     if (!result) return false;
@@ -158,6 +176,7 @@ class TidepoolTarget final : public Target {
     return true;
   }
   void free(std::uint64_t address, std::uint64_t stream) override {
+    host_step();
     if (frees_ == FreeMode::device) {
       (void)allocator_->deallocate(address, 0, /*ordered=*/false);
       return;
@@ -190,6 +209,10 @@ class TidepoolTarget final : public Target {
   }
 
  private:
+  // The host's time per trace event, on the virtual clock.
+  void host_step() {
+    if (clock_.advance != nullptr) clock_.advance(clock_.host_ns);
+  }
   // A block freed on another stream than the one its lag work was queued on:
   // that work is the replay's, not the program's, so the replay orders the
   // free after it, as the program ordered its own work (an event the freeing
@@ -242,6 +265,7 @@ class TidepoolTarget final : public Target {
   DriverCalls calls_before_;
   CUfunction lag_kernel_;  // null: no lag
   std::int64_t lag_ns_;
+  VirtualClock clock_;
   std::unordered_map<std::uint64_t, std::uintptr_t> lag_streams_;  // live block -> the stream its lag work is on
   CUevent lag_event_ = nullptr;
   DriverCalls own_calls_;                                // calls the replay made for its lag work
@@ -258,11 +282,21 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
   if (driver == nullptr) return nullptr;
   set_fences_finish_when_recorded(*driver, !lagging);
   CUfunction kernel = nullptr;
+  VirtualClock clock;
   if (lagging) {
     kernel = lag_kernel(*driver);
     if (kernel == nullptr) {
       *error = "--lag-us: the simulated driver cannot run the lag's work (tidepool_sim_register_kernel)";
       return nullptr;
+    }
+    if (options.host_us >= 0) {
+      clock.set = reinterpret_cast<SetVirtualClock>(::dlsym(driver->handle(), "tidepool_sim_set_virtual_clock"));
+      clock.advance = reinterpret_cast<AdvanceClock>(::dlsym(driver->handle(), "tidepool_sim_advance_clock"));
+      if (clock.set == nullptr || clock.advance == nullptr) {
+        *error = "--lag-us: the simulated driver has no virtual clock (tidepool_sim_set_virtual_clock)";
+        return nullptr;
+      }
+      clock.host_ns = static_cast<std::uint64_t>(options.host_us * 1000.0);
     }
   }
   runtime::Config config = runtime::parse_config(options.conf);
@@ -295,7 +329,7 @@ std::unique_ptr<Target> make_tidepool_target(const std::string& policy, const Ta
     return nullptr;
   }
   return std::make_unique<TidepoolTarget>(policy, std::move(created.value()), options.frees, options.stream_limit,
-                                          count, before, kernel, options.lag_us);
+                                          count, before, kernel, options.lag_us, clock);
 }
 
 const char* free_mode_name(FreeMode mode) { return mode == FreeMode::device ? "device" : "stream"; }
