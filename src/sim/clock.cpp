@@ -13,11 +13,17 @@
 // for is done, as the device would get there. So which work is done when the
 // host looks depends on the clock alone, not on how the threads ran.
 //
-// Work that waits on the host otherwise (cuStreamWaitValue32 on a value the
-// host has yet to write) never becomes quiet: a tool using the clock must not
-// queue such work.
+// A worker blocked on anything else never becomes quiet: a stream memory
+// wait (cuStreamWaitValue32, whoever writes the value), a host function that
+// blocks, or a wait begun before the clock was turned on. A tool using the
+// clock must not queue such work; if it does, a host look gives up waiting
+// after 10 s without progress and says so once on stderr. Event timestamps
+// (cuEventElapsedTime) and the copy bandwidth's delays stay in wall time and
+// never move the clock.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <thread>
 
@@ -37,7 +43,7 @@ bool Stream::quiet() const {
   if (waiting_on_ != nullptr) return waiting_on_->completed() < waiting_for_;
   const std::uint64_t end = clock_wait_end();
   if (end != 0) return end > state().clock_ns.load(std::memory_order_acquire);
-  return queue_.empty() && !running_;
+  return queue_.empty() && !running_.load(std::memory_order_acquire);
 }
 
 void Stream::run_for(std::uint64_t ns) {
@@ -62,6 +68,13 @@ void Stream::run_for(std::uint64_t ns) {
 void settle_streams() {
   State& s = state();
   if (!s.virtual_clock.load(std::memory_order_acquire) || Stream::of_this_thread() != nullptr) return;
+  // A worker blocked on anything else (a stream memory wait, a host function
+  // that waits on the host) is never quiet: after this long with no item
+  // completed anywhere the host looks anyway, as in wall time, and says so
+  // once, rather than hang the program.
+  constexpr auto kStuck = std::chrono::seconds(10);
+  std::uint64_t seen = s.completions.load(std::memory_order_acquire);
+  auto progressed_at = std::chrono::steady_clock::now();
   for (;;) {
     // Quiet streams stay quiet until an item completes somewhere: seeing
     // every stream quiet with no completion meanwhile is seeing one moment.
@@ -69,6 +82,20 @@ void settle_streams() {
     const std::vector<std::shared_ptr<Stream>> all = streams_of(nullptr);
     const bool quiet = std::all_of(all.begin(), all.end(), [](const auto& stream) { return stream->quiet(); });
     if (quiet && s.completions.load(std::memory_order_acquire) == before) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (before != seen) {
+      seen = before;
+      progressed_at = now;
+    } else if (now - progressed_at > kStuck) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        std::fputs(
+            "tidepool sim: virtual clock: a stream is blocked on neither the clock nor another stream; "
+            "the host looks without waiting for it\n",
+            stderr);
+      }
+      return;
+    }
     std::this_thread::yield();
   }
 }
@@ -88,7 +115,7 @@ bool advance_until(const std::function<bool()>& done) {
     if (next == std::numeric_limits<std::uint64_t>::max()) return false;  // nothing the clock holds
     {
       std::lock_guard<std::mutex> guard(s.clock_lock);
-      s.clock_ns.store(next, std::memory_order_release);
+      s.clock_ns.store(std::max(next, s.clock_ns.load(std::memory_order_acquire)), std::memory_order_release);
     }
     s.clock_moved.notify_all();
   }

@@ -214,6 +214,12 @@ class Stream : public std::enable_shared_from_this<Stream> {
   void run_for(std::uint64_t ns);
   // The stream whose worker is the calling thread, or null (the host).
   static Stream* of_this_thread() noexcept;
+  // Where on the clock completed item `sequence` ended; 0 once it is too old
+  // to be remembered (it ended before anything now waiting on it started).
+  // Under State::progress_lock.
+  [[nodiscard]] std::uint64_t ended_at_locked(std::uint64_t sequence) const noexcept {
+    return completed() - sequence < ended_at_.size() ? ended_at_[sequence % ended_at_.size()] : 0;
+  }
   [[nodiscard]] bool blocking() const noexcept { return (flags_ & CU_STREAM_NON_BLOCKING) == 0; }
   [[nodiscard]] bool legacy() const noexcept { return legacy_; }
   [[nodiscard]] unsigned flags() const noexcept { return flags_; }
@@ -241,17 +247,18 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::condition_variable room_;  // an item left the queue
   std::deque<std::function<void()>> queue_;
   // The virtual clock's time at each queued item's enqueue, parallel to
-  // queue_ (clock.cpp); 0 while the clock is off.
+  // queue_ (clock.cpp).
   std::deque<std::uint64_t> enqueued_at_;
-  bool running_ = false;                // an item taken from queue_ and not done
+  std::atomic<bool> running_{false};    // an item taken from queue_ and not done
   const Stream* waiting_on_ = nullptr;  // the worker waits for its item waiting_for_
   std::uint64_t waiting_for_ = 0;
   // The worker's own: how far this stream's device has run on the clock.
   std::uint64_t device_ns_ = 0;
   std::atomic<std::uint64_t> clock_wait_end_{0};
-  // Where on the clock this stream's last completed item ended: a worker that
-  // waited for it runs on from there.
-  std::atomic<std::uint64_t> done_at_ns_{0};
+  // Where on the clock the last completed items ended, by sequence number
+  // modulo the size; guarded by State::progress_lock. A worker that waited
+  // for one runs on from there.
+  std::array<std::uint64_t, 1024> ended_at_{};
   std::uint64_t enqueued_ = 0;
   std::atomic<std::uint64_t> completed_{0};
   bool stopping_ = false;

@@ -80,9 +80,12 @@ void tidepool_sim_set_records_wait(int on);
  * tidepool_sim_advance_clock and by host waits (a synchronisation or a full
  * queue moves it to each next kernel end in turn until the wait is over).
  * cuEventQuery and cuStreamQuery first let every stream run until it waits
- * for the clock, for another stream, or for work. Work that waits on the
- * host (cuStreamWaitValue32 on a value not yet written) must not be queued
- * with the clock on. */
+ * for the clock, for another stream, or for work. Turn it on while no work
+ * is queued. Work blocked on anything else (a stream memory wait, whoever
+ * writes the value; a host function that blocks) must not be queued with the
+ * clock on: a host look gives up on it after 10 s without progress, saying
+ * so once on stderr. Event timestamps and the copy bandwidth's delays stay in
+ * wall time. */
 void tidepool_sim_set_virtual_clock(int on);
 /* Moves the virtual clock on by `ns`. */
 void tidepool_sim_advance_clock(uint64_t ns);

@@ -146,17 +146,17 @@ void Stream::wait_for(std::uint64_t sequence) const {
       worker->waiting_on_ = this;
       worker->waiting_for_ = sequence;
     }
-    bool blocked = false;
+    std::uint64_t ended_at = 0;
     {
       std::unique_lock<std::mutex> guard(s.progress_lock);
-      blocked = completed() < sequence;
       s.progress.wait(guard, [&] { return completed() >= sequence; });
+      ended_at = ended_at_locked(sequence);
     }
     {
       std::lock_guard<std::mutex> guard(worker->mutex_);
       worker->waiting_on_ = nullptr;
     }
-    if (blocked) worker->device_ns_ = std::max(worker->device_ns_, done_at_ns_.load(std::memory_order_acquire));
+    worker->device_ns_ = std::max(worker->device_ns_, ended_at);
     return;
   }
   std::unique_lock<std::mutex> guard(s.progress_lock);
@@ -177,21 +177,19 @@ void Stream::run() {
       // An item starts no earlier on the clock than it was queued.
       device_ns_ = std::max(device_ns_, enqueued_at_.front());
       enqueued_at_.pop_front();
-      running_ = true;
+      running_.store(true, std::memory_order_release);
     }
     room_.notify_all();
     work();
     work = nullptr;  // release what the work holds (streams, too) before it counts as done
     {
       std::lock_guard<std::mutex> guard(s.progress_lock);
-      done_at_ns_.store(device_ns_, std::memory_order_release);
-      completed_.fetch_add(1, std::memory_order_release);
+      const std::uint64_t sequence = completed_.load(std::memory_order_relaxed) + 1;
+      ended_at_[sequence % ended_at_.size()] = device_ns_;
+      completed_.store(sequence, std::memory_order_release);
       s.completions.fetch_add(1, std::memory_order_release);
     }
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      running_ = false;
-    }
+    running_.store(false, std::memory_order_release);
     s.progress.notify_all();
   }
 }

@@ -4,6 +4,7 @@
 // same answers on every run.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -174,6 +175,30 @@ TEST_F(SimClock, AWaitOnWorkLongDoneCostsNoTime) {
   EXPECT_EQ(api().eventQuery(b_done), CUDA_SUCCESS);
 }
 
+TEST_F(SimClock, AStreamWaitingOnAnotherRunsOnFromItsEndWhicheverThreadGetsThereFirst) {
+  // One move of the clock ends a kernel on each stream; the waiting stream's
+  // next kernel starts when the work it waits for ended, however the two
+  // workers are scheduled.
+  for (int run = 0; run < 50; ++run) {
+    const std::uint64_t begin = clock_ns();
+    CUstream a = stream();
+    CUstream b = stream();
+    launch_hold(a, 10'000);
+    CUevent a_done = record(a);
+    launch_hold(b, 8'000);
+    ASSERT_EQ(api().streamWaitEvent(b, a_done, 0), CUDA_SUCCESS);
+    launch_hold(b, 5'000);
+    CUevent b_done = record(b);
+    advance(12'000);
+    ASSERT_EQ(api().eventQuery(b_done), CUDA_ERROR_NOT_READY) << "run " << run;
+    advance(2'999);
+    ASSERT_EQ(api().eventQuery(b_done), CUDA_ERROR_NOT_READY) << "run " << run;
+    advance(1);
+    ASSERT_EQ(api().eventQuery(b_done), CUDA_SUCCESS) << "run " << run;
+    ASSERT_EQ(clock_ns() - begin, 15'000U);
+  }
+}
+
 TEST_F(SimClock, AFullQueueMakesTheHostWaitOnTheClock) {
   sim_control<void (*)(std::size_t)>("tidepool_sim_set_queue_depth")(2);
   CUstream s = stream();
@@ -211,9 +236,11 @@ TEST_F(SimClock, RunForOutsideAStreamsWorkIsRefusedAndOffItSpins) {
   set_clock(0);
   const std::uint64_t before = clock_ns();
   CUstream s = stream();
+  const auto started = std::chrono::steady_clock::now();
   launch_hold(s, 1'000'000);  // a millisecond of wall time
   CUevent e = record(s);
   ASSERT_EQ(api().eventSynchronize(e), CUDA_SUCCESS);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(1));  // from below only
   EXPECT_EQ(clock_ns(), before);  // the clock did not move: off, waits are real
 }
 
