@@ -42,6 +42,11 @@ class Arena {
   // Cuts `rounded` bytes out of `chosen` (free, in the index) at the end the
   // policy names; the rest stays free in the index. Returns the piece, live.
   Block* carve(Block* chosen, std::size_t rounded, const Request& request);
+  // The end of free block `b` that the policy carves a request taking most
+  // of it from: what a large request uses first there.
+  [[nodiscard]] CarveEnd end_carved_first(const Block& b) const noexcept {
+    return policy_.carve_end(b, Request{.size = b.size, .stream = kNoPendingWork, .small = id_ == 0, .sequence = 0});
+  }
   // `block` is free again: merged with its free neighbours where their
   // pending work allows, then indexed.
   void release(Block* block);

@@ -140,23 +140,33 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
                               std::uint64_t barrier_epoch, BarrierMaker* barriers) {
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
-  // lets the pool settle into a layout that needs no remapping.
+  // lets the pool settle into a layout that needs no remapping. A segment's
+  // free tail is where requests that fit nowhere else go, each cut from the
+  // end the policy carves first, so its pages at the other end are needed
+  // last and go first. (Taken from the near end, a page was needed back by
+  // the next large request a few allocations later, while work queued
+  // before still ran on its old mapping, and the host waited for it.)
   victims_.clear();
   for (Arena& arena : arenas_) {
     arena.index().for_each_by_address([&](const Block* b) {
       const space::Reservation& r = *b->segment->reservation;
       if (r.is_chunk()) return;
       const auto [first, end] = r.whole_pages(b->address, b->size);
-      if (r.next_mapped(first, end) < end) victims_.push_back(const_cast<Block*>(b));
+      if (r.next_mapped(first, end) >= end) return;
+      const bool tail = b->next == nullptr;
+      victims_.push_back({const_cast<Block*>(b), tail && arena.end_carved_first(*b) == CarveEnd::low});
     });
   }
-  std::sort(victims_.begin(), victims_.end(), [](const Block* a, const Block* b) {
-    return a->freed_at != b->freed_at ? a->freed_at < b->freed_at : a->address < b->address;
+  std::sort(victims_.begin(), victims_.end(), [](const Victim& a, const Victim& b) {
+    const Block& x = *a.block;
+    const Block& y = *b.block;
+    return x.freed_at != y.freed_at ? x.freed_at < y.freed_at : x.address < y.address;
   });
   std::size_t reclaimed = 0;
   std::uint64_t parked_behind = 0;  // the newest barrier a page was parked behind
-  for (Block* b : victims_) {
+  for (const Victim& victim : victims_) {
     if (reclaimed >= pages_needed) break;
+    Block* b = victim.block;
     space::PendingUse pending;
     space::Reservation& r = *b->segment->reservation;
     const auto [first, end] = r.whole_pages(b->address, b->size);
@@ -173,7 +183,11 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
         !may_give_pages(*b, fences_, request_stream, true, wait_for_barrier, &barrier_epoch, &barriers, &pending)) {
       continue;
     }
-    for (std::size_t p = takeable; p < end && reclaimed < pages_needed; p = r.next_mapped(p + 1, end)) {
+    pages_.clear();
+    for (std::size_t p = takeable; p < end; p = r.next_mapped(p + 1, end)) pages_.push_back(p);
+    if (victim.high_end_first) std::reverse(pages_.begin(), pages_.end());
+    for (const std::size_t p : pages_) {
+      if (reclaimed >= pages_needed) break;
       if (kept(p)) continue;
       // A host page under a free block goes back to the host cache, but
       // frees no device page.

@@ -10,7 +10,8 @@
 // `barrier_epoch`, or on the requesting stream, which then makes one). Such
 // a page stays mapped at its old place, parked with that work as its
 // space::PendingUse, until the work is done: a mapping is never unmapped
-// under queued work. Pages go longest idle first. Pages taken to back
+// under queued work. Pages go longest idle first, and from a segment's free
+// tail, those farthest from where the policy carves it first. Pages taken to back
 // another range are marked, so that needing them again teaches the pool to
 // hold more (pages_to_hold_, bounded by the slack over the peak live bytes)
 // instead of moving the same pages every training step. Not thread-safe; the
@@ -103,7 +104,13 @@ class Stitcher {
   // Physical pages the layout has shown it needs: stitching stops taking
   // pages from elsewhere until the pool holds this many.
   std::size_t pages_to_hold_ = 0;
-  std::vector<Block*> victims_;  // reclaim's scratch
+  // A free block reclaim may take pages from, and from which end first.
+  struct Victim {
+    Block* block;
+    bool high_end_first;
+  };
+  std::vector<Victim> victims_;     // reclaim's scratch
+  std::vector<std::size_t> pages_;  // reclaim's scratch: a victim's mapped pages, in the order taken
 };
 
 }  // namespace tidepool::pool

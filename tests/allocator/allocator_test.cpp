@@ -249,6 +249,43 @@ TEST(Allocator, StitchingServesALargeRequestFromScatteredFreePages) {
   for (std::size_t i = 1; i < blocks.size(); i += 2) EXPECT_TRUE(allocator->deallocate(blocks[i], 0, true).ok());
 }
 
+TEST(Allocator, StitchingTakesTheFreeTailsPagesFromTheEndCarvedLast) {
+  // A budget of 16 pages. A hole without pages needs some, and the free tail
+  // of the segment gives its far ones, so the next large request, carved
+  // from the tail's near end, finds its pages still mapped.
+  auto allocator = make_allocator("best_fit", 32 * MiB);
+  ASSERT_NE(allocator, nullptr);
+  const auto allocate = [&](std::size_t size) {
+    auto r = allocator->allocate(size, 0, true);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r.value() : 0;
+  };
+  const std::uintptr_t a = allocate(8 * MiB);     // pages 0-3
+  const std::uintptr_t hole = allocate(8 * MiB);  // pages 4-7
+  const std::uintptr_t b = allocate(4 * MiB);     // pages 8-9
+  ASSERT_TRUE(allocator->deallocate(hole, 0, true).ok());
+  ASSERT_EQ(allocator->pool().trim(), 8 * MiB);
+  const std::uintptr_t tail_user = allocate(20 * MiB);  // only the tail fits: pages 10-19
+  ASSERT_EQ(tail_user, b + 4 * MiB);
+  ASSERT_EQ(allocator->pool().stats().reserved_bytes, 32 * MiB);
+  ASSERT_TRUE(allocator->deallocate(tail_user, 0, true).ok());
+
+  // The hole fits best; its 4 pages come from the tail's far end.
+  const std::uintptr_t refill = allocate(8 * MiB);
+  ASSERT_EQ(refill, hole);
+  const std::uint64_t maps_before = allocator->pool().stats().maps;
+  // Carved from the tail's near end, where all 6 pages are still mapped.
+  const std::uintptr_t next = allocate(12 * MiB);
+  ASSERT_EQ(next, tail_user);
+  EXPECT_EQ(allocator->pool().stats().maps, maps_before);
+  EXPECT_EQ(allocator->pool().stats().reserved_bytes, 32 * MiB);
+  stamp(next, 12 * MiB, 5);
+  stamp(refill, 8 * MiB, 6);
+  EXPECT_TRUE(stamp_intact(next, 12 * MiB, 5));
+  EXPECT_TRUE(stamp_intact(refill, 8 * MiB, 6));
+  for (const std::uintptr_t p : {a, b, refill, next}) EXPECT_TRUE(allocator->deallocate(p, 0, true).ok());
+}
+
 TEST(Allocator, CudaFreeSemanticsDeferReuseUntilTheFenceCompletes) {
   auto allocator = make_allocator("best_fit", 64 * MiB);
   ASSERT_NE(allocator, nullptr);
