@@ -10,12 +10,12 @@
 // `barrier_epoch`, or on the requesting stream, which then makes one). Such
 // a page stays mapped at its old place, parked with that work as its
 // space::PendingUse, until the work is done: a mapping is never unmapped
-// under queued work. Pages go longest idle first, and from a segment's free
-// tail, those farthest from where the policy carves it first. Pages taken to back
-// another range are marked, so that needing them again teaches the pool to
-// hold more (pages_to_hold_, bounded by the slack over the peak live bytes)
-// instead of moving the same pages every training step. Not thread-safe; the
-// pool serialises calls.
+// under queued work. Pages go longest idle first, and a segment's free tail
+// gives those farthest from where the policy carves it first. Pages taken
+// to back another range are marked, so that needing them again teaches the
+// pool to hold more (pages_to_hold_, bounded by the slack over the peak live
+// bytes) instead of moving the same pages every training step. Not
+// thread-safe; the pool serialises calls.
 #pragma once
 
 #include <cstddef>
