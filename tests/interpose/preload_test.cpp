@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 namespace {
@@ -31,6 +32,15 @@ struct ProgramRun {
   std::string err;
   nlohmann::json report;  // devices[0] of the exit report, when one was written
   nlohmann::json whole;   // the whole exit report
+};
+
+// One run of the chaos probe (Preload::run_chaos): its prefetch mode, seed,
+// extra environment and budget.
+struct ChaosCase {
+  const char* mode;
+  const char* seed;
+  const char* env;
+  const char* budget = "40MiB";  // per device: two devices split the threads, and get less
 };
 
 class Preload : public ::testing::Test {
@@ -129,6 +139,9 @@ class Preload : public ::testing::Test {
     EXPECT_EQ(r.report.value("passthrough_allocations", -1), 0);
     EXPECT_GT(r.report.value("peak_live_bytes", 0), 0);
   }
+
+  // The property test's runs (below, where it is described).
+  void run_chaos(std::span<const ChaosCase> cases);
 
   std::filesystem::path dir_;
   int time_limit_s_ = 0;                     // > 0: the program is killed after this long (exit status 137)
@@ -807,34 +820,12 @@ TEST_F(Preload, APeersKernelsReachThePoolExactlyWhileItsAccessIsEnabled) {
 // pages with their neighbours. Fixed seeds; fewer operations
 // under a sanitizer. Every word checked through the device path is right,
 // no call fails but for an out-of-memory allocation, and no page is
-// remapped under a running kernel or copy that touches it.
-TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) {
+// remapped under a running kernel or copy that touches it. Three tests, so
+// that each stays well inside the sanitizer's time limit.
+void Preload::run_chaos(std::span<const ChaosCase> cases) {
   time_limit_s_ = 120;
   const std::string ops = sanitizer_preload_prefix().empty() ? "150" : "20";
-  struct Case {
-    const char* mode;
-    const char* seed;
-    const char* env;
-    const char* budget = "40MiB";  // per device: two devices split the threads, and get less
-  };
-  const std::string two = "TIDEPOOL_SIM_DEVICES=2 PROBE_DEVICES=2 ";
-  const std::string faults =
-      "TIDEPOOL_SIM_FAULTS=cuStreamWaitValue32_v2:7:2,cuMemMap:30:2,cuMemCreate:12:2,cuEventRecord:40:2 ";
-  const std::string two_with_faults = two + faults;
-  const std::string two_with_peers = two + "PROBE_PEER=1 ";
-  const Case cases[] = {{"off", "1", ""},
-                        {"off", "2", ""},
-                        {"launch", "1", ""},
-                        {"launch", "2", ""},
-                        {"learn", "1", ""},
-                        {"learn", "2", ""},
-                        {"launch", "3", two.c_str(), "16MiB"},
-                        {"learn", "6", two.c_str(), "16MiB"},
-                        {"learn", "4", two_with_faults.c_str(), "16MiB"},
-                        {"launch", "3", two_with_peers.c_str(), "16MiB"},
-                        {"off", "5", two_with_peers.c_str(), "16MiB"},
-                        {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
-  for (const Case& c : cases) {
+  for (const ChaosCase& c : cases) {
     SCOPED_TRACE(std::string("prefetch:") + c.mode + ", seed " + c.seed + ", " + c.env);
     // Small blocks share pages, which never move: such a run reaches the
     // budget later, and there may refuse an allocation rather than evict.
@@ -859,6 +850,29 @@ TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) 
       EXPECT_GT(evictions, 0);
     }
   }
+}
+
+TEST_F(Preload, RandomThreadsStreamsCopiesAndFreesUnderATightBudgetLoseNothing) {
+  const ChaosCase cases[] = {{"off", "1", ""}, {"off", "2", ""}, {"launch", "1", ""}, {"launch", "2", ""}};
+  run_chaos(cases);
+}
+
+TEST_F(Preload, RandomThreadsLoseNothingWhenPrefetchLearnsOrBlocksSharePages) {
+  const ChaosCase cases[] = {{"learn", "1", ""}, {"learn", "2", ""}, {"launch", "5", "PROBE_SIZES=small ", "16MiB"}};
+  run_chaos(cases);
+}
+
+TEST_F(Preload, RandomThreadsOnTwoDevicesWithFailingCallsAndPeersLoseNothing) {
+  const std::string two = "TIDEPOOL_SIM_DEVICES=2 PROBE_DEVICES=2 ";
+  const std::string two_with_faults =
+      two + "TIDEPOOL_SIM_FAULTS=cuStreamWaitValue32_v2:7:2,cuMemMap:30:2,cuMemCreate:12:2,cuEventRecord:40:2 ";
+  const std::string two_with_peers = two + "PROBE_PEER=1 ";
+  const ChaosCase cases[] = {{"launch", "3", two.c_str(), "16MiB"},
+                             {"learn", "6", two.c_str(), "16MiB"},
+                             {"learn", "4", two_with_faults.c_str(), "16MiB"},
+                             {"launch", "3", two_with_peers.c_str(), "16MiB"},
+                             {"off", "5", two_with_peers.c_str(), "16MiB"}};
+  run_chaos(cases);
 }
 
 TEST_F(Preload, AForkedChildExitsCleanlyAndLeavesTheReportToTheParent) {
