@@ -42,8 +42,8 @@ class Arena {
   // Cuts `rounded` bytes out of `chosen` (free, in the index) at the end the
   // policy names; the rest stays free in the index. Returns the piece, live.
   Block* carve(Block* chosen, std::size_t rounded, const Request& request);
-  // The end of free block `b` that the policy carves a request taking most
-  // of it from: what a large request uses first there.
+  // The end the policy would cut a request the size of free block `b` from:
+  // the end a large request uses first.
   [[nodiscard]] CarveEnd end_carved_first(const Block& b) const noexcept {
     return policy_.carve_end(b, Request{.size = b.size, .stream = kNoPendingWork, .small = id_ == 0, .sequence = 0});
   }

@@ -141,11 +141,9 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
   // Longest idle first: in a training loop the pages idle since before the
   // current step are those its layout no longer uses, and taking them first
   // lets the pool settle into a layout that needs no remapping. A segment's
-  // free tail is where requests that fit nowhere else go, each cut from the
-  // end the policy carves first, so its pages at the other end are needed
-  // last and go first. (Taken from the near end, a page was needed back by
-  // the next large request a few allocations later, while work queued
-  // before still ran on its old mapping, and the host waited for it.)
+  // free tail is cut from the end its policy carves first, request after
+  // request, so its pages at the other end are needed last and go first
+  // (decisions.md, the victim orders).
   victims_.clear();
   for (Arena& arena : arenas_) {
     arena.index().for_each_by_address([&](const Block* b) {
@@ -183,20 +181,23 @@ std::size_t Stitcher::reclaim(std::size_t pages_needed, std::uintptr_t keep_begi
         !may_give_pages(*b, fences_, request_stream, true, wait_for_barrier, &barrier_epoch, &barriers, &pending)) {
       continue;
     }
-    pages_.clear();
-    for (std::size_t p = takeable; p < end; p = r.next_mapped(p + 1, end)) pages_.push_back(p);
-    if (victim.high_end_first) std::reverse(pages_.begin(), pages_.end());
-    for (const std::size_t p : pages_) {
-      if (reclaimed >= pages_needed) break;
-      if (kept(p)) continue;
+    const auto take = [&](std::size_t p) {
+      if (kept(p)) return;
       // A host page under a free block goes back to the host cache, but
       // frees no device page.
       const bool on_host = r.page(p).residency == space::Residency::host;
-      if (!space_.unback(r, p, 1, pending) || on_host) continue;
+      if (!space_.unback(r, p, 1, pending) || on_host) return;
       r.page(p).reclaimed = learn;
       ++reclaimed;
       note_parked(r, p, pending, &parked_behind);
+    };
+    if (!victim.high_end_first) {
+      for (std::size_t p = takeable; p < end && reclaimed < pages_needed; p = r.next_mapped(p + 1, end)) take(p);
+      continue;
     }
+    pages_.clear();
+    for (std::size_t p = takeable; p < end; p = r.next_mapped(p + 1, end)) pages_.push_back(p);
+    for (auto p = pages_.rbegin(); p != pages_.rend() && reclaimed < pages_needed; ++p) take(*p);
   }
   if (parked_behind != 0) fences_.parked_behind_barrier(parked_behind);
   return reclaimed;

@@ -110,7 +110,7 @@ class Stitcher {
     bool high_end_first;
   };
   std::vector<Victim> victims_;     // reclaim's scratch
-  std::vector<std::size_t> pages_;  // reclaim's scratch: a victim's mapped pages, in the order taken
+  std::vector<std::size_t> pages_;  // reclaim's scratch: a free tail's mapped pages
 };
 
 }  // namespace tidepool::pool

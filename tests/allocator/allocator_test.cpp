@@ -271,9 +271,11 @@ TEST(Allocator, StitchingTakesTheFreeTailsPagesFromTheEndCarvedLast) {
   ASSERT_TRUE(allocator->deallocate(tail_user, 0, true).ok());
 
   // The hole fits best; its 4 pages come from the tail's far end.
+  const std::uint64_t maps_at_start = allocator->pool().stats().maps;
   const std::uintptr_t refill = allocate(8 * MiB);
   ASSERT_EQ(refill, hole);
   const std::uint64_t maps_before = allocator->pool().stats().maps;
+  EXPECT_EQ(maps_before, maps_at_start + 4);  // stitched: the budget is full
   // Carved from the tail's near end, where all 6 pages are still mapped.
   const std::uintptr_t next = allocate(12 * MiB);
   ASSERT_EQ(next, tail_user);
