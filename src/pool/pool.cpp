@@ -315,12 +315,17 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
     // be read here by work queued before: its mapping must go before this
     // range's own. Where that page is idle where it went (under a free
     // block that may give it, now or behind a new barrier), it comes back,
-    // its mapping here current again, with no host wait. Else a free
-    // block already backed takes the request instead, if one of the next
-    // sizes up fits; else the host waits for that work. (Setting every such
-    // range aside made the layout drift from step to step, and the pool grew
-    // by up to 9%; placing the request on a block not backed but clear of
-    // such mappings drifted too, with 20 times the page moves.)
+    // its mapping here current again, with no host wait. Else the host
+    // waits for that work alone, and the request keeps the place its policy
+    // chose: the layout is then the one an idle device would give, whatever
+    // the lag. Only where the wait is refused (a capture) does a free block
+    // already backed, of one of the next sizes up, take the request instead;
+    // failing that the range is set aside. (Taking that backed block rather
+    // than wait made where blocks land depend on how far the device lagged:
+    // the pool grew by 3 to 8 pages on resnet50_b16, run to run, and waited
+    // as often; setting every such range aside made the layout drift, and
+    // the pool grew by up to 9%; a block not backed but clear of such
+    // mappings drifted too, with 20 times the page moves. decisions.md.)
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
@@ -345,14 +350,14 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
         space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
       }
     }
-    if (!in_the_way_.empty()) {
+    if (!in_the_way_.empty() && !wait_for_pages_in_the_way()) {
       if (Block* backed = backed_fit(arena, request, chosen)) {
         chosen = backed;
         begin = carve_begin(*chosen, request);
         reservation = chosen->segment->reservation;
         missing = 0;
         stats_.pending_page_detours++;
-      } else if (!wait_for_pages_in_the_way()) {
+      } else {
         // Not provable now (a capture forbids the synchronisation): the range
         // is set aside, as one whose pending work cannot be fenced is.
         Block* block = arena.carve(chosen, rounded, request);
@@ -443,8 +448,12 @@ Block* Pool::backed_fit(Arena& arena, const Request& request, const Block* chose
 }
 
 bool Pool::wait_for_pages_in_the_way() {
+  bool capture_checked = false;
   for (const space::PendingUse& use : in_the_way_) {
     if (fences_.finished(use.key, use.epoch)) continue;
+    // While a capture runs, a query or a wait may invalidate it (in global
+    // mode, from any thread): refused, as a synchronisation is.
+    if (!std::exchange(capture_checked, true) && deferred_.capture_in_progress()) return false;
     stats_.pending_page_waits++;
     if (fences_.query(use.key, use.epoch, use.key, /*wait_for_barrier=*/true)) continue;
     // A wait that failed proves nothing; a context synchronisation does.

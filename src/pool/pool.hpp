@@ -564,12 +564,13 @@ class Pool {
   // Where a request carved from `chosen` begins (the policy picks the end).
   [[nodiscard]] std::uintptr_t carve_begin(const Block& chosen, const Request& request) const;
   // A free block other than `chosen` of one of the next sizes up whose range
-  // for `request` is wholly backed, or null.
+  // for `request` is wholly backed, or null: where a range may not wait for
+  // the pages in its way (a capture), the request goes there instead.
   Block* backed_fit(Arena& arena, const Request& request, const Block* chosen);
   // Waits for the work still using the parked mappings in_the_way_ lists
   // (space::AddressSpace::pending_in_the_way): what a range needs before its
   // pages can be mapped, and no more. False when neither a wait nor a
-  // context synchronisation proves it done.
+  // context synchronisation proves it done, or while a capture runs.
   bool wait_for_pages_in_the_way();
   std::vector<EvictionCandidate> eviction_scratch_;  // evict_locked's list
   // While bring_back_for_launch makes room: blocks used at or after this

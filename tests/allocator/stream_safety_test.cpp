@@ -32,10 +32,12 @@ using util::MiB;
 
 // An allocator whose registry is fed by the test, as the preload's hooks feed
 // the runtime's, and known complete.
-std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit, bool free_barrier = false, bool evict = false) {
+std::unique_ptr<runtime::Allocator> make_allocator(std::size_t limit, bool free_barrier = false, bool evict = false,
+                                                   std::size_t hold_slack_percent = 3) {
   runtime::AllocatorOptions options;
   options.device_limit = limit;
   options.pool.free_barrier = free_barrier;
+  options.pool.hold_slack_percent = hold_slack_percent;
   options.evict = evict;
   auto created = runtime::Allocator::create(testing::sim_driver(), options);
   EXPECT_TRUE(created.ok()) << created.status().message();
@@ -279,6 +281,63 @@ class StreamSafety : public ::testing::Test {
     new_opener.join();
     EXPECT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
     return result;
+  }
+
+  // With the barrier allocator, its slack over the peak wider than one page
+  // (with one page, a range would wait and take a page of its own whatever
+  // else is free: pool.cpp, place_unbacked): [freed][kept][big][backed]
+  // [bound], a write to `freed` queued behind `gate` when it is freed
+  // cudaFree-style, `big` taking its page behind a barrier, then `backed`
+  // (5 MiB of new pages, bounded by `bound` in its last page) and `kept`
+  // freed. The request for a page that follows has the old place (4 MiB)
+  // as its best fit, over the parked mapping, and `backed` (larger, wholly
+  // backed) as one of the next sizes up. `opener` opens `gate` after 3 s if
+  // nothing has. `bound` is 0 when a step failed.
+  struct OldPlaceBesideABackedBlock {
+    std::uintptr_t freed = 0;
+    std::uintptr_t big = 0;
+    std::uintptr_t backed = 0;
+    std::uintptr_t bound = 0;
+    std::thread opener;
+  };
+  OldPlaceBesideABackedBlock old_place_beside_a_backed_block(testing::Gate& gate) {
+    OldPlaceBesideABackedBlock setup;
+    allocator_ = make_allocator(64 * MiB, /*free_barrier=*/true, /*evict=*/false, /*hold_slack_percent=*/100);
+    if (allocator_ == nullptr || !allocator_->pool().set_device_limit(4 * kParkPage).ok()) return setup;
+    auto freed = allocator_->allocate(kParkPage, 0, false);
+    auto kept = allocator_->allocate(kParkPage, 0, false);
+    if (!freed.ok() || !kept.ok()) return setup;
+    EXPECT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
+    EXPECT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
+    setup.opener = open_if_still_shut(gate);
+    auto big = allocator_->allocate(3 * kParkPage, 0, false);
+    if (!big.ok()) return setup;
+    EXPECT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 3 * kParkPage, nullptr), CUDA_SUCCESS);
+    if (!allocator_->pool().set_device_limit(8 * kParkPage).ok()) return setup;
+    auto backed = allocator_->allocate(5 * MiB, 0, false);
+    auto bound = allocator_->allocate(MiB, 0, false);
+    if (!backed.ok() || !bound.ok()) return setup;
+    EXPECT_TRUE(allocator_->deallocate(backed.value(), 0, false).ok());
+    EXPECT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
+    setup.freed = freed.value();
+    setup.big = big.value();
+    setup.backed = backed.value();
+    setup.bound = bound.value();
+    return setup;
+  }
+
+  // Once the queued write is done: it landed before `big`'s fill and not in
+  // `again`, the block the request got, and no page was unmapped under it.
+  void expect_old_place_safe(const OldPlaceBesideABackedBlock& setup, std::uintptr_t again) {
+    std::memset(reinterpret_cast<void*>(again), 0x33, kParkPage);
+    ASSERT_EQ(api().ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(filled_with(again, kParkPage, 0x33)) << "the queued write landed in a later block";
+    EXPECT_TRUE(filled_with(setup.big, 3 * kParkPage, 0x5a)) << "the queued write landed after the new owner's fill";
+    EXPECT_EQ(testing::sim_control<std::uint64_t (*)()>("tidepool_sim_remap_faults")(), 0u)
+        << "a page was unmapped under the queued write";
+    for (const std::uintptr_t block : {again, setup.big, setup.bound}) {
+      EXPECT_TRUE(allocator_->deallocate(block, 0, false).ok());
+    }
   }
 
   void expect_parked_page_answered_without_a_wait(bool ordered) {
@@ -991,6 +1050,61 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
       << "a page was unmapped under the queued write";
   EXPECT_TRUE(allocator_->deallocate(again.value(), 0, false).ok());
   EXPECT_TRUE(allocator_->deallocate(big.value(), 0, false).ok());
+}
+
+// The same old place, now with a free block already backed that fits the
+// request too (one of the next sizes up from the best fit). The request
+// still takes the place its policy chose and waits for the queued write
+// alone: taking the backed block instead would make where blocks land, and
+// so how much the pool holds, depend on how far the device lags.
+TEST_F(StreamSafety, ARequestOverAPagesOldPlaceKeepsItsPlaceWhenABackedBlockWouldServe) {
+  testing::Gate gate;
+  OldPlaceBesideABackedBlock setup = old_place_beside_a_backed_block(gate);
+  ASSERT_NE(setup.bound, 0u);
+  const pool::PoolStats before = allocator_->pool().stats();
+  std::thread release_soon = open_later(gate, 100);
+  auto again = allocator_->allocate(kParkPage, 0, false);
+  const pool::PoolStats after = allocator_->pool().stats();
+  release_soon.join();
+  setup.opener.join();
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again.value(), setup.freed) << "the request left its best fit for the backed block";
+  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits + 1) << "mapped over the queued write's page";
+  expect_old_place_safe(setup, again.value());
+}
+
+// While a capture runs, that wait could invalidate it: the request goes to
+// the backed block instead, with no host wait, and the capture survives.
+TEST_F(StreamSafety, DuringACaptureARequestOverAPagesOldPlaceTakesABackedBlockRatherThanWait) {
+  testing::Gate gate;
+  OldPlaceBesideABackedBlock setup = old_place_beside_a_backed_block(gate);
+  ASSERT_NE(setup.bound, 0u);
+  CUstream capturing = make_stream(CU_STREAM_NON_BLOCKING);
+  const auto begin = testing::sim_control<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+  const auto end = testing::sim_control<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
+  const auto destroy_graph = testing::sim_control<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
+  ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  const pool::PoolStats before = allocator_->pool().stats();
+  const std::uint64_t waits_before = host_waits();
+  auto again = allocator_->allocate(kParkPage, 0, false);
+  const std::uint64_t waits = host_waits() - waits_before;
+  const pool::PoolStats after = allocator_->pool().stats();
+  CUgraph graph = nullptr;
+  const CUresult ended = end(capturing, &graph);
+  if (graph != nullptr) {
+    EXPECT_EQ(destroy_graph(graph), CUDA_SUCCESS);
+  }
+  gate.release();
+  setup.opener.join();
+  EXPECT_EQ(ended, CUDA_SUCCESS) << "the request invalidated the capture";
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again.value(), setup.backed) << "the backed block, the one place ready without a wait, was not taken";
+  EXPECT_EQ(after.pending_page_detours, before.pending_page_detours + 1);
+  EXPECT_EQ(after.pending_page_waits, before.pending_page_waits);
+  EXPECT_EQ(waits, 0u) << "the host waited during the capture";
+  expect_old_place_safe(setup, again.value());
+  destroy_stream(capturing);
 }
 
 // At a full budget, a request over a place whose page stitching took earlier
