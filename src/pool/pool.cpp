@@ -318,14 +318,15 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
     // its mapping here current again, with no host wait. Else the host
     // waits for that work alone, and the request keeps the place its policy
     // chose: the layout is then the one an idle device would give, whatever
-    // the lag. Only where the wait is refused (a capture) does a free block
-    // already backed, of one of the next sizes up, take the request instead;
-    // failing that the range is set aside. (Taking that backed block rather
-    // than wait made where blocks land depend on how far the device lagged:
-    // the pool grew by 3 to 8 pages on resnet50_b16, run to run, and waited
-    // as often; setting every such range aside made the layout drift, and
-    // the pool grew by up to 9%; a block not backed but clear of such
-    // mappings drifted too, with 20 times the page moves. decisions.md.)
+    // the lag. Only where the wait is refused or fails (a capture, a failed
+    // synchronisation) does a free block already backed, of one of the next
+    // sizes up, take the request instead; failing that the range is set
+    // aside. (Taking that backed block rather than wait made where blocks
+    // land depend on how far the device lagged: on resnet50_b16 the pool
+    // held 3 to 8 pages more, run to run, for about as many waits; setting
+    // every such range aside made the layout drift, and the pool grew by up
+    // to 9%; a block not backed but clear of such mappings drifted too, with
+    // 20 times the page moves. decisions.md.)
     driver::ScopedContext scope(api_, context_);
     in_the_way_.clear();
     space_.pending_in_the_way(*reservation, begin, rounded, &in_the_way_);
@@ -358,8 +359,9 @@ Block* Pool::place_unbacked(Arena& arena, const Request& request, Block* chosen,
         missing = 0;
         stats_.pending_page_detours++;
       } else {
-        // Not provable now (a capture forbids the synchronisation): the range
-        // is set aside, as one whose pending work cannot be fenced is.
+        // Not provable now (a capture refuses the wait, or the wait and the
+        // synchronisation failed): the range is set aside, as one whose
+        // pending work cannot be fenced is.
         Block* block = arena.carve(chosen, rounded, request);
         block->is_free = true;
         unsafe_.push_back(block);
@@ -451,9 +453,14 @@ bool Pool::wait_for_pages_in_the_way() {
   bool capture_checked = false;
   for (const space::PendingUse& use : in_the_way_) {
     if (fences_.finished(use.key, use.epoch)) continue;
-    // While a capture runs, a query or a wait may invalidate it (in global
-    // mode, from any thread): refused, as a synchronisation is.
-    if (!std::exchange(capture_checked, true) && deferred_.capture_in_progress()) return false;
+    // While a capture runs, a host wait may invalidate it (in global mode,
+    // from any thread, as an event query is reported to): refused, as a
+    // synchronisation is. Relaxed captures too: the registry does not tell
+    // the modes apart.
+    if (!capture_checked) {
+      capture_checked = true;
+      if (deferred_.capture_in_progress()) return false;
+    }
     stats_.pending_page_waits++;
     if (fences_.query(use.key, use.epoch, use.key, /*wait_for_barrier=*/true)) continue;
     // A wait that failed proves nothing; a context synchronisation does.

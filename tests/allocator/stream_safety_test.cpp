@@ -294,36 +294,46 @@ class StreamSafety : public ::testing::Test {
   // backed) as one of the next sizes up. `opener` opens `gate` after 3 s if
   // nothing has. `bound` is 0 when a step failed.
   struct OldPlaceBesideABackedBlock {
+    explicit OldPlaceBesideABackedBlock(testing::Gate& g) : gate(g) {}
+    OldPlaceBesideABackedBlock(const OldPlaceBesideABackedBlock&) = delete;
+    OldPlaceBesideABackedBlock& operator=(const OldPlaceBesideABackedBlock&) = delete;
+    // A test that stops early still opens the gate and joins the opener.
+    ~OldPlaceBesideABackedBlock() { finish(); }
+    void finish() {
+      gate.release();
+      if (opener.joinable()) opener.join();
+    }
+    testing::Gate& gate;
     std::uintptr_t freed = 0;
     std::uintptr_t big = 0;
     std::uintptr_t backed = 0;
     std::uintptr_t bound = 0;
     std::thread opener;
   };
-  OldPlaceBesideABackedBlock old_place_beside_a_backed_block(testing::Gate& gate) {
-    OldPlaceBesideABackedBlock setup;
+  // Fills `setup` (made over the gate the write waits behind).
+  void old_place_beside_a_backed_block(OldPlaceBesideABackedBlock& setup) {
+    testing::Gate& gate = setup.gate;
     allocator_ = make_allocator(64 * MiB, /*free_barrier=*/true, /*evict=*/false, /*hold_slack_percent=*/100);
-    if (allocator_ == nullptr || !allocator_->pool().set_device_limit(4 * kParkPage).ok()) return setup;
+    if (allocator_ == nullptr || !allocator_->pool().set_device_limit(4 * kParkPage).ok()) return;
     auto freed = allocator_->allocate(kParkPage, 0, false);
     auto kept = allocator_->allocate(kParkPage, 0, false);
-    if (!freed.ok() || !kept.ok()) return setup;
+    if (!freed.ok() || !kept.ok()) return;
     EXPECT_EQ(testing::launch_gated_write(nullptr, &gate, reinterpret_cast<int*>(freed.value()), 1), CUDA_SUCCESS);
     EXPECT_TRUE(allocator_->deallocate(freed.value(), 0, false).ok());
     setup.opener = open_if_still_shut(gate);
     auto big = allocator_->allocate(3 * kParkPage, 0, false);
-    if (!big.ok()) return setup;
+    if (!big.ok()) return;
     EXPECT_EQ(api().memsetD8Async(static_cast<CUdeviceptr>(big.value()), 0x5a, 3 * kParkPage, nullptr), CUDA_SUCCESS);
-    if (!allocator_->pool().set_device_limit(8 * kParkPage).ok()) return setup;
+    if (!allocator_->pool().set_device_limit(8 * kParkPage).ok()) return;
     auto backed = allocator_->allocate(5 * MiB, 0, false);
     auto bound = allocator_->allocate(MiB, 0, false);
-    if (!backed.ok() || !bound.ok()) return setup;
+    if (!backed.ok() || !bound.ok()) return;
     EXPECT_TRUE(allocator_->deallocate(backed.value(), 0, false).ok());
     EXPECT_TRUE(allocator_->deallocate(kept.value(), 0, false).ok());
     setup.freed = freed.value();
     setup.big = big.value();
     setup.backed = backed.value();
     setup.bound = bound.value();
-    return setup;
   }
 
   // Once the queued write is done: it landed before `big`'s fill and not in
@@ -1059,14 +1069,15 @@ TEST_F(StreamSafety, PagesTakenBehindABarrierKeepTheirOldPlaceUntilItsWorkIsDone
 // so how much the pool holds, depend on how far the device lags.
 TEST_F(StreamSafety, ARequestOverAPagesOldPlaceKeepsItsPlaceWhenABackedBlockWouldServe) {
   testing::Gate gate;
-  OldPlaceBesideABackedBlock setup = old_place_beside_a_backed_block(gate);
+  OldPlaceBesideABackedBlock setup(gate);
+  old_place_beside_a_backed_block(setup);
   ASSERT_NE(setup.bound, 0u);
   const pool::PoolStats before = allocator_->pool().stats();
   std::thread release_soon = open_later(gate, 100);
   auto again = allocator_->allocate(kParkPage, 0, false);
   const pool::PoolStats after = allocator_->pool().stats();
   release_soon.join();
-  setup.opener.join();
+  setup.finish();
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(again.value(), setup.freed) << "the request left its best fit for the backed block";
   EXPECT_EQ(after.pending_page_detours, before.pending_page_detours);
@@ -1075,28 +1086,30 @@ TEST_F(StreamSafety, ARequestOverAPagesOldPlaceKeepsItsPlaceWhenABackedBlockWoul
 }
 
 // While a capture runs, that wait could invalidate it: the request goes to
-// the backed block instead, with no host wait, and the capture survives.
+// the backed block instead, with no host wait, and the capture ends valid.
 TEST_F(StreamSafety, DuringACaptureARequestOverAPagesOldPlaceTakesABackedBlockRatherThanWait) {
   testing::Gate gate;
-  OldPlaceBesideABackedBlock setup = old_place_beside_a_backed_block(gate);
+  OldPlaceBesideABackedBlock setup(gate);
+  old_place_beside_a_backed_block(setup);
   ASSERT_NE(setup.bound, 0u);
   CUstream capturing = make_stream(CU_STREAM_NON_BLOCKING);
   const auto begin = testing::sim_control<decltype(&::cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
   const auto end = testing::sim_control<decltype(&::cuStreamEndCapture)>("cuStreamEndCapture");
   const auto destroy_graph = testing::sim_control<decltype(&::cuGraphDestroy)>("cuGraphDestroy");
-  ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  const CUresult begun = begin(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL);
   const pool::PoolStats before = allocator_->pool().stats();
   const std::uint64_t waits_before = host_waits();
   auto again = allocator_->allocate(kParkPage, 0, false);
   const std::uint64_t waits = host_waits() - waits_before;
   const pool::PoolStats after = allocator_->pool().stats();
   CUgraph graph = nullptr;
-  const CUresult ended = end(capturing, &graph);
+  const CUresult ended = begun == CUDA_SUCCESS ? end(capturing, &graph) : begun;
   if (graph != nullptr) {
     EXPECT_EQ(destroy_graph(graph), CUDA_SUCCESS);
   }
-  gate.release();
-  setup.opener.join();
+  setup.finish();
+  destroy_stream(capturing);
+  ASSERT_EQ(begun, CUDA_SUCCESS);
   EXPECT_EQ(ended, CUDA_SUCCESS) << "the request invalidated the capture";
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(again.value(), setup.backed) << "the backed block, the one place ready without a wait, was not taken";
@@ -1104,7 +1117,6 @@ TEST_F(StreamSafety, DuringACaptureARequestOverAPagesOldPlaceTakesABackedBlockRa
   EXPECT_EQ(after.pending_page_waits, before.pending_page_waits);
   EXPECT_EQ(waits, 0u) << "the host waited during the capture";
   expect_old_place_safe(setup, again.value());
-  destroy_stream(capturing);
 }
 
 // At a full budget, a request over a place whose page stitching took earlier
